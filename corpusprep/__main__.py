@@ -1,0 +1,3 @@
+from corpusprep.app import main
+
+main()

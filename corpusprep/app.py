@@ -1,0 +1,133 @@
+"""The command line: `python -m corpusprep KEY=VALUE ...`, configured by Hydra.
+
+User mistakes end with one line on stderr ("corpusprep: error: ...") and exit code 1,
+never a traceback; bugs still show theirs.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Any, NoReturn
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from corpusprep._paths import config_dirs, config_path
+from corpusprep.errors import UserError
+
+GROUPS = ("dataset", "source", "tokenizer", "executor")
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    print(f"corpusprep: error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+@hydra.main(version_base="1.3", config_path=config_path(), config_name="config")
+def _run(cfg: DictConfig) -> dict[str, Any]:
+    from hydra.core.hydra_config import HydraConfig
+
+    from corpusprep.prepare import prepare
+
+    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    try:
+        _check_required(cfg)
+        manifest = prepare(cfg, overrides)
+    except UserError as e:
+        fail(str(e))
+    except OmegaConfBaseException as e:
+        fail(f"config: {str(e).splitlines()[0]}")
+    except KeyboardInterrupt:
+        fail("interrupted; the previous outputs in out_dir are untouched", code=130)
+    if not cfg.get("quiet"):
+        print(summary(manifest, cfg.out_dir))
+    return manifest
+
+
+def main() -> None:
+    """Console entry point (`corpusprep ...` and `python -m corpusprep ...`)."""
+    # SIGTERM (kill, a scheduler's timeout) cleans up like Ctrl-C: no half-written files.
+    signal.signal(signal.SIGTERM, _interrupt)
+    _check_group_choices(sys.argv[1:])
+    _run()
+
+
+def _interrupt(signum: int, frame: Any) -> NoReturn:
+    raise KeyboardInterrupt
+
+
+def _check_required(cfg: DictConfig) -> None:
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if not missing:
+        return
+    if missing[0] in ("source.url", "source.path") and not cfg.get("dataset"):
+        datasets = ", ".join(sorted(_available_options()["dataset"]))
+        raise UserError(
+            "nothing to prepare: choose a preset with dataset=NAME "
+            f"({datasets}) or your own text with source=file source.path=FILE"
+            if missing[0] == "source.url"
+            else f"{missing[0]} is required: set {missing[0]}=..."
+        )
+    raise UserError(f"{missing[0]} is required: set {missing[0]}=...")
+
+
+def _available_options() -> dict[str, set[str]]:
+    options: dict[str, set[str]] = {g: set() for g in GROUPS}
+    for root in config_dirs():
+        for group in GROUPS:
+            folder = root / group
+            if folder.is_dir():
+                options[group].update(
+                    f.name[: -len(".yaml")] for f in folder.iterdir() if f.name.endswith(".yaml")
+                )
+    return options
+
+
+def _check_group_choices(args: list[str]) -> None:
+    """`tokenizer=nope` gets one line naming the choices, before Hydra starts."""
+    try:
+        from hydra._internal.utils import get_args_parser
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+        from hydra.core.override_parser.types import ChoiceSweep
+
+        ns, _ = get_args_parser().parse_known_args(args)
+        if ns.config_dir or ns.help or ns.hydra_help or ns.info or ns.config_path:
+            return  # other config folders, or no run: Hydra knows best
+        overrides = OverridesParser.create().parse_overrides(ns.overrides)
+    except Exception:
+        return  # a malformed override: Hydra's own message says where
+    if any(o.key_or_group.startswith("hydra.searchpath") for o in overrides):
+        return
+    available = None
+    for o in overrides:
+        if o.key_or_group not in GROUPS or o.is_delete() or o.package:
+            continue
+        value = o.value()
+        values = value.list if isinstance(value, ChoiceSweep) else [value]
+        for v in values:
+            if v is None or not isinstance(v, str):
+                continue
+            available = available or _available_options()
+            if v not in available[o.key_or_group]:
+                fail(
+                    f"{o.key_or_group}={v}: no such {o.key_or_group}; choose one of "
+                    f"{', '.join(sorted(available[o.key_or_group]))}"
+                )
+
+
+def summary(m: dict[str, Any], out_dir: str) -> str:
+    src = m["source"]
+    where = src.get("url") or src.get("path") or src["file"]
+    lines = [
+        f"corpusprep: {m['name']} -> {out_dir}",
+        f"  source     {where} ({src['bytes']:,} bytes, sha256 {src['sha256'][:12]}...)",
+        f"  tokenizer  {m['tokenizer']['kind']}, vocab {m['vocab_size']:,}, dtype {m['dtype']}",
+        f"  train.bin  {m['tokens']['train']:,} tokens",
+        f"  val.bin    {m['tokens']['val']:,} tokens",
+        f"  {m['chars_per_token']} chars/token, {m['seconds']['total']:.2f} s",
+    ]
+    if "nanogpt_note" in m:
+        lines.append(f"  note: {m['nanogpt_note']}")
+    return "\n".join(lines)

@@ -1,0 +1,109 @@
+"""Reading a text file exactly as nanoGPT's prepare scripts do, in pieces.
+
+nanoGPT reads with `open(path, 'r').read()` on a UTF-8 system, which means:
+strict UTF-8 (an invalid byte is an error) and universal newlines ("\\r\\n" and a lone
+"\\r" both become "\\n"; a byte-order mark is kept as the character U+FEFF).
+Here the same text comes out in pieces of about BLOCK bytes, so memory stays flat
+however big the file is: the pieces of a file, joined, equal what `open().read()` returns.
+
+A file is cut into shards (byte ranges) only right after a b"\\n" byte, so every shard
+decodes on its own and shards can be read in parallel.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Optional
+
+from corpusprep.errors import UserError
+
+BLOCK = 1 << 16  # 64 KiB: big enough to amortise Python overhead, small enough to stay in cache
+_NEWLINE = re.compile(rb"\n")
+
+
+def _cut(buf: bytes) -> int:
+    """Where `buf` may end a piece when more bytes follow: at the start of a character,
+    and never between "\\r" and "\\n" (universal newlines turn the pair into one "\\n")."""
+    n = len(buf)
+    for p in range(n, max(n - 8, 0), -1):
+        if p < n and (buf[p] & 0xC0) == 0x80:  # a UTF-8 continuation byte: inside a character
+            continue
+        if p == n and buf[n - 1] >= 0x80:  # the last character may continue in the next read
+            continue
+        if buf[p - 1] == 0x0D and (p == n or buf[p] == 0x0A):  # would split "\r\n"
+            continue
+        return p
+    return n  # not UTF-8 near the end anyway: decoding will report it
+
+
+def decode(raw: bytes, path: Path | str, offset: int) -> str:
+    """Strict UTF-8 with universal newlines; `offset` is where `raw` starts in the file."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        bad = raw[e.start : e.start + 1].hex()
+        raise UserError(
+            f"{path}: not valid UTF-8 at byte {offset + e.start} (0x{bad}); "
+            "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+        ) from None
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
+
+
+def read_text(
+    path: Path | str, start: int = 0, end: Optional[int] = None, block: int = BLOCK
+) -> Iterator[str]:
+    """The text of bytes [start, end) of `path`, in pieces. `start` and `end` must be shard
+    boundaries (0, the file size, or just after a b"\\n")."""
+    with open(path, "rb") as f:
+        if end is None:
+            end = f.seek(0, 2)
+        f.seek(start)
+        offset, carry = start, b""
+        remaining = end - start
+        while remaining > 0:
+            data = f.read(min(block, remaining))
+            if not data:
+                raise UserError(f"{path}: the file got shorter while it was being read")
+            remaining -= len(data)
+            buf = carry + data if carry else data
+            p = len(buf) if remaining == 0 else _cut(buf)
+            if p:
+                yield decode(buf[:p], path, offset)
+            offset += p
+            carry = buf[p:]
+
+
+def plan_shards(
+    path: Path | str, size: int, shard_bytes: int, boundary: re.Pattern = _NEWLINE
+) -> list[tuple[int, int]]:
+    """Cut [0, size) into byte ranges of about `shard_bytes`, each ending where `boundary`
+    matches (after a newline by default). The plan depends only on the file and
+    `shard_bytes`, never on how many workers will run it. A file with no boundary for a
+    long stretch simply gets a longer shard."""
+    bounds = [0]
+    with open(path, "rb") as f:
+        target = shard_bytes
+        while target < size:
+            f.seek(target)
+            pos, tail = target, b""
+            cut = None
+            while cut is None:
+                data = f.read(BLOCK)
+                if not data:
+                    break
+                window = tail + data
+                m = boundary.search(window)
+                if m:
+                    cut = pos - len(tail) + m.end()
+                tail = window[-16:]  # a boundary pattern may straddle two reads
+                pos += len(data)
+            if cut is None or cut >= size:
+                break
+            bounds.append(cut)
+            target = cut + shard_bytes
+    bounds.append(size)
+    return list(zip(bounds[:-1], bounds[1:]))

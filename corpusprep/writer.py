@@ -1,0 +1,150 @@
+"""Writing the output folder so that a run either completes or changes nothing.
+
+Every file is written under a temporary name in out_dir (same filesystem, so a rename is
+atomic), flushed to disk, and renamed into place only when all of them are complete;
+the manifest goes last, so a folder with a manifest is a finished one. A failed or
+interrupted run removes its temporary files and leaves the previous outputs as they were.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import secrets
+import signal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from corpusprep.errors import UserError
+
+DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
+
+
+def choose_dtype(requested: str, max_id: int) -> str:
+    """`auto`: the smallest dtype that holds every id; an explicit one must hold them too."""
+    if requested == "auto":
+        return "uint16" if max_id <= np.iinfo(np.uint16).max else "uint32"
+    if max_id > np.iinfo(DTYPES[requested]).max:
+        raise UserError(
+            f"dtype={requested}: too small for this vocabulary (largest id {max_id:,}); "
+            "use dtype=uint32 or dtype=auto"
+        )
+    return requested
+
+
+class OutputWriter:
+    """Use as `with OutputWriter(out_dir) as out: ...; out.commit()`."""
+
+    def __init__(self, out_dir: str | Path) -> None:
+        self.out_dir = Path(out_dir)
+        self._tag = f"{os.getpid()}-{secrets.token_hex(3)}"
+        self._temps: dict[str, Path] = {}  # final name -> temporary path, in commit order
+        self._scratch: list[Path] = []
+        self._made_dirs: list[Path] = []
+        self.committed = False
+
+    def __enter__(self) -> OutputWriter:
+        missing = []
+        d = self.out_dir.absolute()
+        while not d.exists():
+            missing.append(d)
+            d = d.parent
+        try:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(
+                f"out_dir={self.out_dir}: cannot create it ({e.strerror}); "
+                "choose a writable out_dir"
+            ) from None
+        self._made_dirs = missing
+        if not self.out_dir.is_dir():
+            raise UserError(f"out_dir={self.out_dir}: exists and is not a folder")
+        if not os.access(self.out_dir, os.W_OK | os.X_OK):
+            self._remove_made_dirs()
+            raise UserError(f"out_dir={self.out_dir}: not writable; choose another out_dir")
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: object) -> None:
+        if not self.committed:
+            self.abort()
+
+    def temp(self, name: str, nbytes: int = 0) -> Path:
+        """A new temporary file that becomes `name` on commit, preallocated to `nbytes`."""
+        path = self.out_dir / f".{name}.{self._tag}.tmp"
+        self._temps[name] = path
+        try:
+            with open(path, "wb") as f:
+                f.truncate(nbytes)
+        except OSError as e:
+            raise UserError(
+                f"out_dir={self.out_dir}: cannot write {path.name}: {e.strerror}"
+            ) from None
+        return path
+
+    def scratch(self, name: str) -> Path:
+        """A temporary file for intermediate data: removed on commit or abort."""
+        path = self.out_dir / f".{name}.{self._tag}.tmp"
+        self._scratch.append(path)
+        path.touch()
+        return path
+
+    def write_pickle(self, name: str, obj: Any) -> None:
+        with open(self.temp(name), "wb") as f:
+            pickle.dump(obj, f)
+
+    def write_json(self, name: str, obj: Any) -> None:
+        with open(self.temp(name), "w", encoding="utf-8") as f:
+            json.dump(obj, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+
+    def commit(self) -> None:
+        """Flush every file to disk, then rename them all into place."""
+        for path in self._temps.values():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        # No Ctrl-C between the renames: the folder must not end up half old, half new.
+        blocked = {signal.SIGINT, signal.SIGTERM}
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked) if _can_mask() else None
+        try:
+            for name, path in self._temps.items():
+                os.replace(path, self.out_dir / name)
+            self.committed = True
+        finally:
+            for path in self._scratch:
+                path.unlink(missing_ok=True)
+            if old is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        _fsync_dir(self.out_dir)
+
+    def abort(self) -> None:
+        for path in [*self._temps.values(), *self._scratch]:
+            path.unlink(missing_ok=True)
+        self._temps.clear()
+        self._remove_made_dirs()
+
+    def _remove_made_dirs(self) -> None:
+        for d in self._made_dirs:  # deepest first; only folders this run created, if empty
+            try:
+                d.rmdir()
+            except OSError:
+                break
+
+
+def _can_mask() -> bool:
+    return hasattr(signal, "pthread_sigmask")
+
+
+def _fsync_dir(path: Path) -> None:
+    if os.name != "posix":
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
