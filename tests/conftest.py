@@ -1,0 +1,62 @@
+"""Shared fixtures: the offline data folder, a seeded download cache, and the real CLI."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO.parent / "shared" / "data"
+SHAKESPEARE_URL = (
+    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+)
+
+
+@pytest.fixture(autouse=True)
+def _clear_hydra():
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    yield
+    GlobalHydra.instance().clear()
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data (byte-identical copies of what users download); skip if absent."""
+    if not (SHARED_DATA / "tinyshakespeare" / "input.txt").is_file():
+        pytest.skip(f"offline data folder {SHARED_DATA} is absent")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def shakespeare(shared_data: Path) -> Path:
+    return shared_data / "tinyshakespeare" / "input.txt"
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty download cache, used by in-process code and by CLI subprocesses."""
+    path = tmp_path / "cache"
+    path.mkdir()
+    monkeypatch.setenv("CORPUSPREP_CACHE_DIR", str(path))
+    return path
+
+
+@pytest.fixture
+def seeded_cache(cache_dir: Path, shakespeare: Path) -> Path:
+    """The cache as a first run would leave it: tiny shakespeare under its URL's key."""
+    from corpusprep.sources.url import UrlSource
+
+    dest = UrlSource(SHAKESPEARE_URL, cache_dir=str(cache_dir)).cache_path()
+    shutil.copyfile(shakespeare, dest)
+    return cache_dir
+
+
+@pytest.fixture
+def tiktoken_cache(shared_data: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = shared_data / "tiktoken"
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(path))
+    return path

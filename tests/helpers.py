@@ -1,0 +1,36 @@
+"""Helpers for tests that run the real command line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300):
+    """`python -m corpusprep ARGS` in a fresh process, as a user runs it."""
+    full_env = {**os.environ, **(env or {})}
+    # a bare checkout (not installed) still runs: put the repo first on the path
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), full_env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "corpusprep", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def assert_one_line_error(result, *fragments: str) -> None:
+    """A user mistake: exit code 1, one line on stderr naming what is wrong, no traceback."""
+    assert result.returncode != 0, result.stdout
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("corpusprep: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
