@@ -59,18 +59,17 @@ def _interrupt(signum: int, frame: Any) -> NoReturn:
 
 
 def _check_required(cfg: DictConfig) -> None:
-    missing = sorted(OmegaConf.missing_keys(cfg))
-    if not missing:
-        return
-    if missing[0] in ("source.url", "source.path") and not cfg.get("dataset"):
+    """No corpus chosen at all gets a hint, not OmegaConf's missing-value message."""
+    source = cfg.get("source")
+    # .keys(): `key in DictConfig` is False for a missing ("???") value
+    if source is not None and "url" in source.keys() and OmegaConf.is_missing(source, "url"):  # noqa: SIM118
         datasets = ", ".join(sorted(_available_options()["dataset"]))
         raise UserError(
-            "nothing to prepare: choose a preset with dataset=NAME "
-            f"({datasets}) or your own text with source=file source.path=FILE"
-            if missing[0] == "source.url"
-            else f"{missing[0]} is required: set {missing[0]}=..."
+            f"nothing to prepare: choose a preset with dataset=NAME ({datasets}) or your own "
+            "text with source=file source.path=FILE (or source.url=URL)"
         )
-    raise UserError(f"{missing[0]} is required: set {missing[0]}=...")
+    if source is not None and "path" in source.keys() and OmegaConf.is_missing(source, "path"):  # noqa: SIM118
+        raise UserError("source.path is required: set source.path=FILE")
 
 
 def _available_options() -> dict[str, set[str]]:

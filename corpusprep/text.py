@@ -27,12 +27,12 @@ def _cut(buf: bytes) -> int:
     """Where `buf` may end a piece when more bytes follow: at the start of a character,
     and never between "\\r" and "\\n" (universal newlines turn the pair into one "\\n")."""
     n = len(buf)
-    for p in range(n, max(n - 8, 0), -1):
+    for p in range(n, max(n - 8, -1), -1):  # p == 0: nothing yet, carry it all over
         if p < n and (buf[p] & 0xC0) == 0x80:  # a UTF-8 continuation byte: inside a character
             continue
         if p == n and buf[n - 1] >= 0x80:  # the last character may continue in the next read
             continue
-        if buf[p - 1] == 0x0D and (p == n or buf[p] == 0x0A):  # would split "\r\n"
+        if p and buf[p - 1] == 0x0D and (p == n or buf[p] == 0x0A):  # would split "\r\n"
             continue
         return p
     return n  # not UTF-8 near the end anyway: decoding will report it

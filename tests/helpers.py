@@ -34,3 +34,25 @@ def assert_one_line_error(result, *fragments: str) -> None:
     assert "Traceback" not in result.stderr
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
+
+
+def compose(*overrides: str):
+    """The config `python -m corpusprep OVERRIDES` would run, via Hydra's compose API."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir, initialize_config_module
+
+    from corpusprep._paths import config_path
+
+    cp = config_path()
+    init = (
+        initialize_config_module(config_module=cp[len("pkg://") :], version_base="1.3")
+        if cp.startswith("pkg://")
+        else initialize_config_dir(config_dir=cp, version_base="1.3")
+    )
+    with init:
+        return hydra_compose(config_name="config", overrides=list(overrides))
+
+
+def same_files(a: Path, b: Path, names=("train.bin", "val.bin", "meta.pkl")) -> None:
+    for name in names:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name

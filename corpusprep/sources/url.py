@@ -58,6 +58,8 @@ class UrlSource(Source):
             )
         if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", str(sha256)):
             raise UserError(f"source.sha256={sha256!r}: must be 64 hex digits (or null)")
+        if isinstance(retries, bool) or int(retries) < 0:
+            raise UserError(f"source.retries={retries!r}: must be 0 or more")
         self.url = str(url)
         self.sha256 = str(sha256).lower() if sha256 else None
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
@@ -104,7 +106,8 @@ class UrlSource(Source):
             except _Transient as e:
                 error = e
         raise UserError(
-            f"could not download {self.url}: {error} (after {self.retries + 1} attempts); "
+            f"could not download {self.url}: {error} "
+            f"(after {self.retries + 1} attempt{'s' if self.retries else ''}); "
             f"put the file at {dest} or use source=file source.path=FILE"
         )
 

@@ -87,4 +87,4 @@ class CharTokenizer(Tokenizer):
         return {"kind": "char", "vocab_size": self.vocab_size, "chars": "".join(self._fitted())}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"chars": self.chars, "_lut": None}  # the table is rebuilt in each worker
+        return {**self.__dict__, "_lut": None}  # the table is rebuilt in each worker

@@ -1,0 +1,37 @@
+"""Char tokenizers that fail or stall on purpose, to test what a broken run leaves behind.
+Used through the real CLI: tokenizer._target_=fault_tokenizers.FailingCharTokenizer"""
+
+from __future__ import annotations
+
+import time
+
+from corpusprep.tokenizers.char import CharTokenizer
+
+_calls = 0  # per process: each task gets a fresh unpickled tokenizer
+
+
+class FailingCharTokenizer(CharTokenizer):
+    """Raises after n encode() calls in a process: a crash halfway through writing."""
+
+    def __init__(self, fail_after: int = 3) -> None:
+        super().__init__()
+        self.fail_after = fail_after
+
+    def encode(self, text: str):
+        global _calls
+        _calls += 1
+        if _calls > self.fail_after:
+            raise RuntimeError("injected failure while encoding")
+        return super().encode(text)
+
+
+class SlowCharTokenizer(CharTokenizer):
+    """Sleeps before every piece, so a test can interrupt the run while it writes."""
+
+    def __init__(self, delay: float = 0.05) -> None:
+        super().__init__()
+        self.delay = delay
+
+    def encode(self, text: str):
+        time.sleep(self.delay)
+        return super().encode(text)

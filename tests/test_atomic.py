@@ -1,0 +1,117 @@
+"""A run either completes or leaves the previous outputs byte-for-byte as they were."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import REPO, run_cli
+
+TESTS = REPO / "tests"
+ENV = {"PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)])}
+OUTPUTS = ("train.bin", "val.bin", "meta.pkl", "manifest.json")
+
+
+@pytest.fixture
+def previous(tmp_path):
+    """A finished run in out/, and a second, different corpus to run over it."""
+    (tmp_path / "old.txt").write_text("the old corpus\n" * 200)
+    (tmp_path / "new.txt").write_text("a new and different corpus\n" * 20_000)
+    r = run_cli("source=file", "source.path=old.txt", "out_dir=out", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return {name: (tmp_path / "out" / name).read_bytes() for name in OUTPUTS}
+
+
+def unchanged(tmp_path, previous, temps_allowed=False):
+    out = tmp_path / "out"
+    assert {n: (out / n).read_bytes() for n in OUTPUTS} == previous
+    leftovers = sorted(p.name for p in out.iterdir() if p.name not in OUTPUTS)
+    if not temps_allowed:
+        assert leftovers == []
+    return leftovers
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_crash_while_encoding_keeps_the_old_outputs(tmp_path, previous, workers):
+    r = run_cli(
+        "source=file",
+        "source.path=new.txt",
+        "out_dir=out",
+        "shard_bytes=50000",
+        f"executor.workers={workers}",
+        "tokenizer._target_=fault_tokenizers.FailingCharTokenizer",
+        "+tokenizer.fail_after=2",
+        cwd=tmp_path,
+        env=ENV,
+    )
+    assert r.returncode != 0 and "injected failure" in r.stderr
+    unchanged(tmp_path, previous)
+
+
+def _start_slow_run(tmp_path):
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "corpusprep",
+            "source=file",
+            "source.path=new.txt",
+            "out_dir=out",
+            "tokenizer._target_=fault_tokenizers.SlowCharTokenizer",
+            "executor.workers=1",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, **ENV},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for_temp_files(tmp_path, proc, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(p.name.endswith(".tmp") for p in (tmp_path / "out").iterdir()):
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.01)
+    raise AssertionError("the run never started writing")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_run_cleans_up_and_keeps_the_old_outputs(tmp_path, previous, sig):
+    proc = _start_slow_run(tmp_path)
+    try:
+        _wait_for_temp_files(tmp_path, proc)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert err.strip() == (
+        "corpusprep: error: interrupted; the previous outputs in out_dir are untouched"
+    )
+    unchanged(tmp_path, previous)
+
+
+def test_a_killed_run_leaves_only_hidden_temp_files(tmp_path, previous):
+    proc = _start_slow_run(tmp_path)
+    try:
+        _wait_for_temp_files(tmp_path, proc)
+        proc.kill()  # SIGKILL: no cleanup possible, but nothing final was touched
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    leftovers = unchanged(tmp_path, previous, temps_allowed=True)
+    assert leftovers and all(n.startswith(".") and n.endswith(".tmp") for n in leftovers)
+
+
+def test_a_good_run_replaces_the_outputs(tmp_path, previous):
+    r = run_cli("source=file", "source.path=new.txt", "out_dir=out", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "out" / "train.bin").read_bytes() != previous["train.bin"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(OUTPUTS)

@@ -1,0 +1,167 @@
+"""Char level: byte-identical to nanoGPT's data/shakespeare_char/prepare.py, whatever the
+text, the shard size or the number of workers."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+from helpers import compose, run_cli, same_files
+from nanogpt_reference import prepare_char
+
+from corpusprep.prepare import prepare
+
+TEXTS = {
+    "ascii": "hello world\nthis is a test.\n" * 50,
+    "non_ascii": "Größe, naïve café; Ελληνικά; русский; 日本語のテキスト。\n" * 40,
+    "emoji": "ok 😀👍🏽 family 👨‍👩‍👧 flags 🇫🇷\nmore 🎉\n" * 30,
+    "crlf": "line one\r\nline two\r\n\r\nlone cr\rend\r\n" * 40,
+    "bom": "\ufeffstarts with a byte-order mark\nand goes on\n" * 20,
+    "one_line": "no newline at all, just one long line of text " * 200,
+    "mixed": "tabs\tand\x0bvertical\x0cform feeds\u2028line sep\u00a0nbsp\n" * 30,
+}
+
+
+@pytest.fixture
+def reference(tmp_path):
+    def make(src, split=0.9):
+        out = tmp_path / f"nanogpt-{src.stem}-{split}"
+        out.mkdir()
+        prepare_char(str(src), str(out), split)
+        return out
+
+    return make
+
+
+@pytest.mark.parametrize("kind", sorted(TEXTS))
+@pytest.mark.parametrize("shard_bytes", [37, 8 << 20])
+def test_identical_to_nanogpt(tmp_path, reference, kind, shard_bytes):
+    src = tmp_path / f"{kind}.txt"
+    src.write_bytes(TEXTS[kind].encode("utf-8"))
+    out = tmp_path / "out"
+    cfg = compose(
+        "source=file",
+        f"source.path={src}",
+        f"out_dir={out}",
+        f"shard_bytes={shard_bytes}",
+        "executor.workers=1",
+        "quiet=true",
+    )
+    prepare(cfg)
+    same_files(out, reference(src))
+
+
+@pytest.mark.parametrize("split", [0.5, 0.8, 0.9, 0.999])
+def test_split_fraction_matches_nanogpt(tmp_path, reference, shakespeare, split):
+    out = tmp_path / "out"
+    prepare(
+        compose(
+            "source=file",
+            f"source.path={shakespeare}",
+            f"out_dir={out}",
+            f"split={split}",
+            "quiet=true",
+        )
+    )
+    same_files(out, reference(shakespeare, split))
+
+
+def test_workers_and_start_methods_do_not_change_bytes(tmp_path, shakespeare):
+    outs = []
+    for workers, method in [(1, None), (2, "fork"), (3, "spawn")]:
+        out = tmp_path / f"w{workers}"
+        prepare(
+            compose(
+                "source=file",
+                f"source.path={shakespeare}",
+                f"out_dir={out}",
+                "shard_bytes=100000",
+                f"executor.workers={workers}",
+                f"executor.start_method={method or 'null'}",
+                "quiet=true",
+            )
+        )
+        outs.append(out)
+        assert json.loads((out / "manifest.json").read_text())["shards"]["count"] == 12
+    for out in outs[1:]:
+        same_files(
+            outs[0],
+            out,
+            (
+                "train.bin",
+                "val.bin",
+                "meta.pkl",
+            ),
+        )
+
+
+def test_dataset_shakespeare_char_through_the_cli(tmp_path, seeded_cache, reference, shakespeare):
+    """`python -m corpusprep dataset=shakespeare_char` gives nanoGPT's files and numbers."""
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    r = run_cli("dataset=shakespeare_char", cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    out = cwd / "data" / "shakespeare_char"
+    same_files(out, reference(shakespeare))
+    assert sorted(p.name for p in cwd.iterdir()) == ["data"]  # nothing else in the cwd
+    assert sorted(p.name for p in out.iterdir()) == [
+        "manifest.json",
+        "meta.pkl",
+        "train.bin",
+        "val.bin",
+    ]
+    train = np.memmap(out / "train.bin", dtype=np.uint16, mode="r")
+    val = np.memmap(out / "val.bin", dtype=np.uint16, mode="r")
+    assert (len(train), len(val)) == (1_003_854, 111_540)
+    meta = pickle.loads((out / "meta.pkl").read_bytes())
+    assert meta["vocab_size"] == 65
+    assert (
+        "".join(meta["itos"][int(i)] for i in val[:20]) == shakespeare.read_text()[1_003_854:][:20]
+    )
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["source"]["sha256"] == (
+        "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+    )
+    assert m["tokens"] == {"train": 1_003_854, "val": 111_540}
+    assert m["dtype"] == "uint16" and m["vocab_size"] == 65
+    assert m["config"]["split"] == 0.9 and m["source"]["url"].endswith("input.txt")
+    assert "1,003,854" in r.stdout and "111,540" in r.stdout
+
+
+def test_split_and_out_dir_overrides(tmp_path, seeded_cache, reference, shakespeare):
+    r = run_cli("dataset=shakespeare_char", "split=0.8", "out_dir=data/sc80", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    same_files(tmp_path / "data" / "sc80", reference(shakespeare, 0.8))
+    assert json.loads((tmp_path / "data/sc80/manifest.json").read_text())["overrides"] == [
+        "dataset=shakespeare_char",
+        "split=0.8",
+        "out_dir=data/sc80",
+    ]
+
+
+def test_own_file_and_uint32(tmp_path):
+    (tmp_path / "my.txt").write_text("abcabc\nxyz\n" * 100)
+    r = run_cli("source=file", "source.path=my.txt", "dtype=uint32", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "data" / "my"  # default out_dir: data/<file stem>
+    train = np.fromfile(out / "train.bin", dtype=np.uint32)
+    assert len(train) == 990 and train.max() < 7
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["dtype"] == "uint32" and "uint16" in m["nanogpt_note"]
+    assert "np.uint32" in r.stdout
+
+
+def test_a_big_vocabulary_picks_uint32_automatically(tmp_path):
+    text = "".join(chr(c) for c in range(0x10000, 0x10000 + 70_000))  # all valid code points
+    src = tmp_path / "wide.txt"
+    src.write_text(text * 2, encoding="utf-8")
+    out = tmp_path / "out"
+    m = prepare(compose("source=file", f"source.path={src}", f"out_dir={out}", "quiet=true"))
+    assert m["vocab_size"] == 70_000 and m["dtype"] == "uint32"
+    ids = np.concatenate(
+        [np.fromfile(out / "train.bin", np.uint32), np.fromfile(out / "val.bin", np.uint32)]
+    )
+    itos = pickle.loads((out / "meta.pkl").read_bytes())["itos"]
+    assert "".join(itos[int(i)] for i in ids) == text * 2

@@ -1,0 +1,85 @@
+"""Every user mistake: one clear line, non-zero exit, no traceback, nothing written."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import assert_one_line_error, run_cli
+
+
+@pytest.fixture
+def work(tmp_path):
+    (tmp_path / "good.txt").write_text("some text\nmore text\n" * 50)
+    (tmp_path / "empty.txt").write_bytes(b"")
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 ok\n".encode("latin-1") * 3)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "a_file").write_text("x")
+    (tmp_path / "tiny.txt").write_text("ab")
+    (tmp_path / "wide.txt").write_text("".join(chr(c) for c in range(0x10000, 0x10000 + 70_000)))
+    return tmp_path
+
+
+CASES = {
+    "missing path": (["source=file", "source.path=nope.txt"], ["nope.txt", "no such file"]),
+    "directory": (["source=file", "source.path=folder"], ["folder", "is a directory"]),
+    "empty file": (["source=file", "source.path=empty.txt"], ["empty.txt", "empty"]),
+    "invalid utf-8": (
+        ["source=file", "source.path=latin1.txt"],
+        ["latin1.txt", "not valid UTF-8 at byte 3 ", "0xe9"],
+    ),
+    "unknown dataset": (["dataset=nope"], ["dataset=nope", "shakespeare_char"]),
+    "unknown source": (["source=nope"], ["source=nope", "file", "url"]),
+    "unknown tokenizer": (
+        ["tokenizer=nope", "dataset=shakespeare_char"],
+        ["tokenizer=nope", "char"],
+    ),
+    "unknown in a sweep": (["-m", "tokenizer=char,nope"], ["tokenizer=nope"]),
+    "split too big": (["source=file", "source.path=good.txt", "split=1.5"], ["split=1.5"]),
+    "split zero": (
+        ["source=file", "source.path=good.txt", "split=0"],
+        ["split=0", "between 0 and 1"],
+    ),
+    "split not a number": (["source=file", "source.path=good.txt", "split=abc"], ["split='abc'"]),
+    "split empties train": (
+        ["source=file", "source.path=tiny.txt", "split=0.1"],
+        ["tiny.txt", "leaves train empty"],
+    ),
+    "unknown dtype": (
+        ["source=file", "source.path=good.txt", "dtype=int8"],
+        ["dtype=int8", "uint32"],
+    ),
+    "dtype too small": (
+        ["source=file", "source.path=wide.txt", "dtype=uint16"],
+        ["dtype=uint16", "too small", "69,999", "uint32"],
+    ),
+    "nothing chosen": ([], ["nothing to prepare", "dataset=", "source=file"]),
+    "bad url": (["source=url", "source.url=ftp://x/y"], ["source.url", "http"]),
+    "bad sha256": (
+        ["source=url", "source.url=http://127.0.0.1:9/x.txt", "source.sha256=abc"],
+        ["source.sha256", "64 hex"],
+    ),
+    "bad workers": (
+        ["source=file", "source.path=good.txt", "executor.workers=0"],
+        ["executor.workers=0"],
+    ),
+    "out_dir under a file": (
+        ["source=file", "source.path=good.txt", "out_dir=a_file/sub"],
+        ["out_dir=a_file/sub", "writable"],
+    ),
+    "out_dir is a file": (["source=file", "source.path=good.txt", "out_dir=a_file"], ["a_file"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_user_mistake(work, case):
+    args, fragments = CASES[case]
+    before = sorted(p.name for p in work.iterdir())
+    if not any(a.startswith("out_dir=") for a in args):
+        args = [*args, "out_dir=out"]
+    result = run_cli(*args, cwd=work)
+    assert_one_line_error(result, *fragments)
+    assert sorted(p.name for p in work.iterdir()) == before  # nothing written, not even out_dir
+
+
+def test_hydra_grammar_errors_still_have_no_traceback(work):
+    r = run_cli("source=file", "source.path=good.txt", "nosuchkey=1", cwd=work)
+    assert r.returncode == 1 and "Traceback" not in r.stderr and "nosuchkey" in r.stderr

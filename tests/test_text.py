@@ -1,0 +1,89 @@
+"""The reading stage gives exactly open(path).read(), in pieces, for any bytes and cuts."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from corpusprep.errors import UserError
+from corpusprep.text import plan_shards, read_text
+
+ALPHABET = [b"a", b"Z", b" ", b"\n", b"\r", b"\r\n", "é".encode(), "€".encode(), "😀".encode()]
+ALPHABET += [b"\xef\xbb\xbf", "中".encode(), b"\t"]
+
+
+def random_text(rng: random.Random, n: int) -> bytes:
+    return b"".join(rng.choice(ALPHABET) for _ in range(n))
+
+
+def whole(path) -> str:
+    with open(path, encoding="utf-8") as f:  # nanoGPT's open(path, 'r') on a UTF-8 system
+        return f.read()
+
+
+@pytest.mark.parametrize("seed", range(150))
+def test_pieces_join_to_open_read(tmp_path, seed):
+    rng = random.Random(seed)
+    raw = random_text(rng, rng.randint(1, 400))
+    path = tmp_path / "t.txt"
+    path.write_bytes(raw)
+    block = rng.randint(1, 64)
+    assert "".join(read_text(path, block=block)) == whole(path)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_shards_join_to_open_read(tmp_path, seed):
+    rng = random.Random(seed)
+    raw = random_text(rng, rng.randint(1, 600))
+    path = tmp_path / "t.txt"
+    path.write_bytes(raw)
+    shards = plan_shards(path, len(raw), rng.randint(1, 50))
+    assert shards[0][0] == 0 and shards[-1][1] == len(raw)
+    assert all(a < b for a, b in shards) and all(
+        shards[i][1] == shards[i + 1][0] for i in range(len(shards) - 1)
+    )
+    text = "".join("".join(read_text(path, a, b, block=rng.randint(1, 32))) for a, b in shards)
+    assert text == whole(path)
+
+
+def test_plan_does_not_depend_on_anything_but_bytes_and_size(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"line\n" * 1000)
+    assert plan_shards(path, 5000, 100) == plan_shards(path, 5000, 100)
+    shards = plan_shards(path, 5000, 100)
+    assert all(b % 5 == 0 for _, b in shards)  # every shard ends right after a newline
+    assert all(100 <= b - a <= 105 for a, b in shards[:-1])
+    assert plan_shards(path, 5000, 10**9) == [(0, 5000)]
+
+
+def test_a_file_without_newlines_is_one_shard(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"x" * 10_000)
+    assert plan_shards(path, 10_000, 100) == [(0, 10_000)]
+    assert "".join(read_text(path, block=7)) == "x" * 10_000
+
+
+def test_crlf_split_across_reads_is_one_newline(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"ab\r\ncd\r" + b"\r" * 20 + b"\n")
+    for block in range(1, 12):
+        assert "".join(read_text(path, block=block)) == whole(path)
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_invalid_utf8_reports_the_first_bad_byte(tmp_path, seed):
+    rng = random.Random(seed)
+    bad = rng.choice([b"\xff", b"\xc3", b"\xe2\x82", b"\x80\x80", b"\xed\xa0\x80", b"\xf8"])
+    raw = random_text(rng, rng.randint(0, 100)) + bad + random_text(rng, rng.randint(0, 100))
+    path = tmp_path / "t.txt"
+    path.write_bytes(raw)
+    with pytest.raises(UnicodeDecodeError) as expected:
+        raw.decode("utf-8")
+    shards = plan_shards(path, len(raw), rng.randint(1, 40))
+    with pytest.raises(UserError) as got:
+        for a, b in shards:
+            for _ in read_text(path, a, b, block=rng.randint(1, 16)):
+                pass
+    assert f"at byte {expected.value.start} " in str(got.value)
+    assert str(path) in str(got.value)

@@ -1,0 +1,364 @@
+"""source=url against a real HTTP server on 127.0.0.1: downloads, the cache, retries, errors.
+
+The server is the standard library's ThreadingHTTPServer in a background thread; it only
+ever listens on 127.0.0.1 and the tests only ever ask it (or a closed port there) for files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import socket
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import assert_one_line_error, run_cli
+
+from corpusprep.errors import UserError
+from corpusprep.sources.url import UrlSource
+
+HOST = "127.0.0.1"
+TRAIN_TOKENS = 1_003_854  # nanoGPT's int(n * 0.9) of tiny shakespeare's 1,115,394 characters
+VAL_TOKENS = 111_540
+WRONG_SHA = "0" * 64
+
+
+class LocalServer:
+    """What the tests see of the server: its URLs, how often each path was asked for, stop()."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.sha256 = hashlib.sha256(body).hexdigest()
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer((HOST, 0), _handler_for(self))
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
+        self._thread.start()
+        self._stopped = False
+
+    def url(self, path: str) -> str:
+        return f"http://{HOST}:{self.port}{path}"
+
+    def count(self, path: str) -> int:
+        with self._lock:
+            return self.counts[path]
+
+    def hit(self, path: str) -> int:
+        """Count a request for path; returns how many there have been, this one included."""
+        with self._lock:
+            self.counts[path] += 1
+            return self.counts[path]
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=10)
+        assert not self._thread.is_alive()
+
+
+def _handler_for(server: LocalServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format, *args):  # keep the test output clean
+            pass
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            n = server.hit(path)
+            if path == "/input.txt":
+                self._send(200, server.body)
+            elif path == "/missing.txt":
+                self._send(404, b"not found\n")
+            elif path == "/cut.txt":
+                self._send_cut(server.body)
+            elif path == "/flaky.txt":
+                if n == 1:
+                    self._send_cut(server.body)
+                else:
+                    self._send(200, server.body)
+            elif path == "/error500.txt":
+                self._send(500, b"server error\n")
+            else:
+                self._send(404, b"not found\n")
+
+        def _send(self, code: int, body: bytes) -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
+            self.close_connection = True
+
+        def _send_cut(self, body: bytes) -> None:
+            """Promise the whole body, send half of it, then close the connection."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body[: len(body) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+
+    return Handler
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Requests to 127.0.0.1 go straight to the local server, never through a proxy."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
+@pytest.fixture
+def server(shakespeare: Path):
+    srv = LocalServer(shakespeare.read_bytes())
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A port on 127.0.0.1 with nothing listening: bound, then closed."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _source(url: str, cache_dir: Path, sha256=None, retries: int = 0) -> UrlSource:
+    return UrlSource(url, sha256=sha256, cache_dir=str(cache_dir), timeout=10, retries=retries)
+
+
+def _cache_files(cache_dir: Path) -> list[str]:
+    """Everything in the cache, hidden .part files included."""
+    return sorted(p.name for p in cache_dir.iterdir()) if cache_dir.exists() else []
+
+
+def _cli(tmp_path: Path, cache_dir: Path, url: str, *extra: str):
+    return run_cli(
+        "source=url",
+        f"source.url={url}",
+        f"out_dir={tmp_path}/out",
+        "source.retries=0",
+        "source.timeout=10",
+        "quiet=true",
+        *extra,
+        cwd=tmp_path,
+        env={"CORPUSPREP_CACHE_DIR": str(cache_dir)},
+    )
+
+
+# --- unit level: UrlSource directly ---------------------------------------------------------
+
+
+def test_download_lands_in_cache(server: LocalServer, cache_dir: Path, shakespeare: Path):
+    src = _source(server.url("/input.txt"), cache_dir, sha256=server.sha256)
+    path = src.local_path(progress=False)
+    assert path == src.cache_path()
+    assert path.parent == cache_dir
+    assert path.read_bytes() == shakespeare.read_bytes()
+    assert _cache_files(cache_dir) == [path.name]  # no .part file left behind
+    assert server.count("/input.txt") == 1
+    assert src.describe() == {
+        "kind": "url",
+        "url": server.url("/input.txt"),
+        "cache_path": str(path),
+    }
+
+
+def test_cache_hit_needs_no_server(server: LocalServer, cache_dir: Path, shakespeare: Path):
+    url = server.url("/input.txt")
+    first = _source(url, cache_dir, sha256=server.sha256).local_path(progress=False)
+    server.stop()
+    second = _source(url, cache_dir, sha256=server.sha256).local_path(progress=False)
+    assert second == first
+    assert second.read_bytes() == shakespeare.read_bytes()
+    assert server.count("/input.txt") == 1
+
+
+def test_404_is_permanent(server: LocalServer, cache_dir: Path):
+    url = server.url("/missing.txt")
+    with pytest.raises(UserError) as e:
+        _source(url, cache_dir, retries=1).local_path(progress=False)
+    assert url in str(e.value)
+    assert "HTTP 404" in str(e.value)
+    assert server.count("/missing.txt") == 1  # a 4xx is not retried
+    assert _cache_files(cache_dir) == []
+
+
+def test_sha256_mismatch_caches_nothing(server: LocalServer, cache_dir: Path):
+    url = server.url("/input.txt")
+    with pytest.raises(UserError) as e:
+        _source(url, cache_dir, sha256=WRONG_SHA).local_path(progress=False)
+    message = str(e.value)
+    assert "sha256" in message
+    assert server.sha256 in message and WRONG_SHA in message
+    assert "nothing was cached" in message
+    assert _cache_files(cache_dir) == []
+
+
+def test_cut_every_time(server: LocalServer, cache_dir: Path):
+    src = _source(server.url("/cut.txt"), cache_dir, retries=1)
+    with pytest.raises(UserError) as e:
+        src.local_path(progress=False)
+    message = str(e.value)
+    assert "cut" in message or "closed after" in message, message
+    assert "after 2 attempts" in message
+    assert f"put the file at {src.cache_path()}" in message
+    assert "source=file" in message
+    assert server.count("/cut.txt") == 2  # retries + 1
+    assert _cache_files(cache_dir) == []  # no partial file, no .part file
+
+
+def test_flaky_succeeds_after_one_retry(server: LocalServer, cache_dir: Path, shakespeare: Path):
+    src = _source(server.url("/flaky.txt"), cache_dir, sha256=server.sha256, retries=1)
+    path = src.local_path(progress=False)
+    assert server.count("/flaky.txt") == 2
+    assert path == src.cache_path()
+    assert path.read_bytes() == shakespeare.read_bytes()
+    assert _cache_files(cache_dir) == [path.name]
+
+
+def test_http_500_is_retried(server: LocalServer, cache_dir: Path):
+    url = server.url("/error500.txt")
+    src = _source(url, cache_dir, retries=1)
+    with pytest.raises(UserError) as e:
+        src.local_path(progress=False)
+    message = str(e.value)
+    assert f"could not download {url}" in message
+    assert "HTTP 500" in message
+    assert "after 2 attempts" in message
+    assert f"put the file at {src.cache_path()}" in message
+    assert server.count("/error500.txt") == 2
+    assert _cache_files(cache_dir) == []
+
+
+def test_connection_refused(closed_port: int, cache_dir: Path):
+    url = f"http://{HOST}:{closed_port}/input.txt"
+    src = _source(url, cache_dir)
+    with pytest.raises(UserError) as e:
+        src.local_path(progress=False)
+    message = str(e.value)
+    assert "cannot connect" in message
+    assert f"put the file at {src.cache_path()}" in message
+    assert "source=file" in message
+    assert "after 1 attempt)" in message
+    assert _cache_files(cache_dir) == []
+
+
+def test_corrupt_cached_copy(server: LocalServer, cache_dir: Path):
+    url = server.url("/input.txt")
+    src = _source(url, cache_dir, sha256=server.sha256)
+    path = src.local_path(progress=False)
+    path.write_bytes(path.read_bytes()[:-1] + b"!")
+    with pytest.raises(UserError) as e:
+        _source(url, cache_dir, sha256=server.sha256).local_path(progress=False)
+    message = str(e.value)
+    assert str(path) in message
+    assert "delete" in message
+    assert server.sha256 in message
+    assert server.count("/input.txt") == 1  # reported, not silently downloaded again
+    assert path.exists()  # the user decides; the tool does not delete it
+
+
+@pytest.mark.parametrize("url", ["ftp://x/y", "file:///etc/hosts", "x.txt", ""])
+def test_non_http_url(url: str, cache_dir: Path):
+    with pytest.raises(UserError, match="not an http"):
+        UrlSource(url, cache_dir=str(cache_dir))
+
+
+def test_bad_sha256_value(cache_dir: Path):
+    with pytest.raises(UserError, match="64 hex digits"):
+        UrlSource(f"http://{HOST}:1/x.txt", sha256="abc", cache_dir=str(cache_dir))
+
+
+# --- end to end: the real CLI in a subprocess -----------------------------------------------
+
+
+def test_cli_download_then_cache_hit(
+    server: LocalServer, cache_dir: Path, tmp_path: Path, shakespeare: Path
+):
+    url = server.url("/input.txt")
+    result = _cli(tmp_path, cache_dir, url, f"source.sha256={server.sha256}")
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "out"
+    for name in ("train.bin", "val.bin", "meta.pkl", "manifest.json"):
+        assert (out / name).is_file(), name
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["source"]["url"] == url
+    assert manifest["source"]["sha256"] == server.sha256
+    cached = UrlSource(url, cache_dir=str(cache_dir)).cache_path()
+    assert manifest["source"]["cache_path"] == str(cached)
+    assert cached.read_bytes() == shakespeare.read_bytes()
+    assert _cache_files(cache_dir) == [cached.name]
+    train = np.fromfile(out / "train.bin", dtype=np.uint16)
+    val = np.fromfile(out / "val.bin", dtype=np.uint16)
+    assert len(train) == TRAIN_TOKENS
+    assert len(val) == VAL_TOKENS
+    with open(out / "meta.pkl", "rb") as f:
+        assert pickle.load(f)["vocab_size"] == 65
+    assert server.count("/input.txt") == 1
+
+    # second run: the server is gone, the cache answers
+    server.stop()
+    first_train = (out / "train.bin").read_bytes()
+    again = _cli(tmp_path, cache_dir, url, f"source.sha256={server.sha256}", "out_dir=again")
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "again" / "train.bin").read_bytes() == first_train
+    assert (tmp_path / "again" / "val.bin").read_bytes() == (out / "val.bin").read_bytes()
+    assert server.count("/input.txt") == 1
+
+
+def test_cli_404(server: LocalServer, cache_dir: Path, tmp_path: Path):
+    url = server.url("/missing.txt")
+    result = _cli(tmp_path, cache_dir, url)
+    assert_one_line_error(result, url, "HTTP 404")
+    assert _cache_files(cache_dir) == []
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_sha256_mismatch(server: LocalServer, cache_dir: Path, tmp_path: Path):
+    result = _cli(tmp_path, cache_dir, server.url("/input.txt"), f"source.sha256={WRONG_SHA}")
+    assert_one_line_error(result, "sha256", WRONG_SHA)
+    assert _cache_files(cache_dir) == []
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_connection_refused(closed_port: int, cache_dir: Path, tmp_path: Path):
+    url = f"http://{HOST}:{closed_port}/input.txt"
+    result = _cli(tmp_path, cache_dir, url)
+    cached = UrlSource(url, cache_dir=str(cache_dir)).cache_path()
+    assert_one_line_error(result, url, f"put the file at {cached}", "source=file")
+    assert _cache_files(cache_dir) == []
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_corrupt_cached_copy(server: LocalServer, cache_dir: Path, tmp_path: Path):
+    url = server.url("/input.txt")
+    cached = UrlSource(url, cache_dir=str(cache_dir)).cache_path()
+    cached.write_bytes(b"not tiny shakespeare\n")
+    result = _cli(tmp_path, cache_dir, url, f"source.sha256={server.sha256}")
+    assert_one_line_error(result, str(cached), "delete")
+    assert server.count("/input.txt") == 0
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_non_http_url(cache_dir: Path, tmp_path: Path):
+    result = _cli(tmp_path, cache_dir, "ftp://x/y")
+    assert_one_line_error(result, "ftp://x/y", "not an http(s) URL", "source=file")
+    assert _cache_files(cache_dir) == []
+    assert not (tmp_path / "out").exists()
