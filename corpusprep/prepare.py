@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import shutil
 import time
 from collections.abc import Iterable, Iterator
@@ -32,7 +33,8 @@ from corpusprep.shards import EncodeResult, EncodeTask, Shard, Target, encode_sh
 from corpusprep.sources import Source
 from corpusprep.sources.url import sha256_file
 from corpusprep.split import split_point
-from corpusprep.tokenizers import Tokenizer
+from corpusprep.text import plan_shards
+from corpusprep.tokenizers import NOWHERE, Tokenizer
 from corpusprep.writer import OutputWriter, choose_dtype
 
 
@@ -42,6 +44,8 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
     source: Source = build(cfg.source, "source")
     tokenizer: Tokenizer = build(cfg.tokenizer, "tokenizer")
     executor: Executor = build(cfg.executor, "executor")
+    # a tokenizer that does not learn knows its ids now: a too-small dtype fails before any work
+    dtype = None if tokenizer.needs_fit else choose_dtype(settings.dtype, tokenizer.max_id)
     clock = _Clock()
 
     path = source.local_path(progress=not settings.quiet)
@@ -62,7 +66,7 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
         split_char = split_point(chars, settings.split, path)
         if tokenizer.needs_fit:
             tokenizer.fit("".join(sorted(set("".join(s.charset for s in scans)))))
-        dtype = choose_dtype(settings.dtype, tokenizer.max_id)
+        dtype = dtype or choose_dtype(settings.dtype, tokenizer.max_id)
         itemsize = np.dtype(dtype).itemsize
 
         with OutputWriter(settings.out_dir) as out:
@@ -104,9 +108,11 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
 
 
 def _plan(path: Path, size: int, settings: Settings, tokenizer: Tokenizer) -> list[tuple[int, int]]:
-    from corpusprep.text import plan_shards
-
-    return plan_shards(path, size, settings.shard_bytes)
+    """Shards end where the tokenizer allows a cut (after any newline for char and byte)."""
+    if tokenizer.cut_at == NOWHERE:
+        return [(0, size)]
+    boundary = re.compile(tokenizer.cut_at or rb"\n")
+    return plan_shards(path, size, settings.shard_bytes, boundary)
 
 
 def _side_chars(first: int, chars: int, split_char: int) -> tuple[int, int]:

@@ -3,8 +3,8 @@
 prepare_char is data/shakespeare_char/prepare.py (see the seed walk-through) with the
 download replaced by a path argument and the three output paths made explicit; the
 logic (open(), sorted set, int(n*0.9) split, uint16, pickle of vocab_size/itos/stoi)
-is unchanged. Run as a script it does the same, for benchmarks:
-    python nanogpt_reference.py char INPUT OUT_DIR [SPLIT]
+is unchanged; prepare_bpe is data/shakespeare/prepare.py likewise. Run as a script it does the same, for benchmarks:
+    python nanogpt_reference.py char|bpe INPUT OUT_DIR [SPLIT]
 """
 
 import os
@@ -58,8 +58,32 @@ def prepare_char(input_file_path, out_dir, split=0.9):
         pickle.dump(meta, f)
 
 
+def prepare_bpe(input_file_path, out_dir, split=0.9, encoding="gpt2"):
+    """data/shakespeare/prepare.py: split the text by characters, encode each part."""
+    import tiktoken
+
+    with open(input_file_path, "r", encoding="utf-8") as f:
+        data = f.read()
+    n = len(data)
+    train_data = data[: int(n * split)]
+    val_data = data[int(n * split) :]
+
+    # encode with tiktoken gpt2 bpe
+    enc = tiktoken.get_encoding(encoding)
+    train_ids = enc.encode_ordinary(train_data)
+    val_ids = enc.encode_ordinary(val_data)
+    print(f"train has {len(train_ids):,} tokens")
+    print(f"val has {len(val_ids):,} tokens")
+
+    # export to bin files
+    train_ids = np.array(train_ids, dtype=np.uint16)
+    val_ids = np.array(val_ids, dtype=np.uint16)
+    train_ids.tofile(os.path.join(out_dir, "train.bin"))
+    val_ids.tofile(os.path.join(out_dir, "val.bin"))
+
+
 if __name__ == "__main__":
     kind, src, dst = sys.argv[1:4]
     split = float(sys.argv[4]) if len(sys.argv) > 4 else 0.9
     os.makedirs(dst, exist_ok=True)
-    {"char": prepare_char}[kind](src, dst, split)
+    {"char": prepare_char, "bpe": prepare_bpe}[kind](src, dst, split)

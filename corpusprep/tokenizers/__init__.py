@@ -9,6 +9,9 @@ from typing import Any, Optional
 
 import numpy as np
 
+ANYWHERE: Optional[bytes] = None
+NOWHERE = b""
+
 
 class Tokenizer(ABC):
     """What the pipeline needs from a tokenizer (the same contract for plugins).
@@ -16,6 +19,12 @@ class Tokenizer(ABC):
     Instances are sent to worker processes, so they must pickle cheaply: keep big
     tables out of the pickled state and rebuild them lazily (see CharTokenizer).
     """
+
+    #: Where a text may be cut so that encoding the pieces gives the ids of encoding it
+    #: whole: a regex over UTF-8 bytes (ASCII only, so it works on str too) whose matches
+    #: end at the cuts. ANYWHERE (None) for char and byte; NOWHERE (b"") when no rule is
+    #: known: the text is then encoded whole.
+    cut_at: Optional[bytes] = None
 
     def fit(self, charset: str) -> None:  # noqa: B027 - optional hook, most tokenizers skip it
         """Learn from the corpus before encoding; given every distinct character in it."""

@@ -1,0 +1,240 @@
+"""OpenAI's BPE tokenizers through tiktoken: gpt2 (nanoGPT's), r50k_base, p50k_base,
+cl100k_base, o200k_base, ... or a local `.tiktoken` ranks file.
+
+Text is encoded as ordinary text, as nanoGPT does (`encode_ordinary`): a special-token
+string such as "<|endoftext|>" inside the corpus is just text.
+
+Long texts are encoded in segments, cut only where the encoding's pre-tokenizer cannot
+join text across the cut, so the ids are exactly those of encoding the text whole. The
+rule, CUT_AT: right after a "\\n" that follows a printable non-space ASCII character and
+precedes an ASCII letter or digit. Every pre-token in these patterns that can hold a
+newline is made of whitespace and newlines, or of punctuation followed by newlines (and
+"/" in o200k); none can continue into a letter or digit, none can start before a
+non-space character and include a newline after it, and no pattern looks behind. So a
+pre-token always ends at the cut and the text after it is split the same way on its own.
+tests/test_bpe_cuts.py checks this for each pattern below on adversarial texts; an
+encoding with any other pattern is never cut (correct, but memory grows with the text).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from corpusprep.errors import UserError
+from corpusprep.tokenizers import Tokenizer
+
+CUT_AT = rb"(?<=[\x21-\x7e])\n(?=[0-9A-Za-z])"
+_PREV_OK = frozenset(chr(c) for c in range(0x21, 0x7F))
+_NEXT_OK = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+MIN_SEGMENT = 1 << 16  # encode at least this many characters at once: fewer calls into Rust
+
+# Patterns the cut rule is proven for (tests/test_bpe_cuts.py), by the encodings using them.
+PROVEN_PATTERNS = {
+    "r50k": r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s""",
+    "cl100k": r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""",  # noqa: E501
+    "o200k": "|".join(
+        [
+            r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",  # noqa: E501
+            r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",  # noqa: E501
+            r"""\p{N}{1,3}""",
+            r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+            r"""\s*[\r\n]+""",
+            r"""\s+(?!\S)""",
+            r"""\s+""",
+        ]
+    ),
+}
+
+_lock = threading.Lock()
+_cache: dict[tuple, Any] = {}  # one Encoding per process and spec: workers build it once
+
+
+def base_spec(name: str) -> dict[str, Any]:
+    """The split pattern and special tokens of a registered encoding, without its ranks.
+
+    tiktoken's constructors load the ranks (a download the first time); here the loaders
+    they call are swapped for stubs while the constructor runs, so no file is read."""
+    import tiktoken
+    import tiktoken.registry as registry
+    import tiktoken_ext.openai_public as public
+
+    if name not in tiktoken.list_encoding_names():
+        raise UserError(
+            f"tokenizer.encoding={name}: unknown encoding; tiktoken knows "
+            f"{', '.join(tiktoken.list_encoding_names())}"
+        )
+    constructor = registry.ENCODING_CONSTRUCTORS[name]
+    with _lock:
+        saved = public.load_tiktoken_bpe, public.data_gym_to_mergeable_bpe_ranks
+        public.load_tiktoken_bpe = lambda *a, **k: {}
+        public.data_gym_to_mergeable_bpe_ranks = lambda *a, **k: {}
+        try:
+            spec = constructor()
+        finally:
+            public.load_tiktoken_bpe, public.data_gym_to_mergeable_bpe_ranks = saved
+    return {"pat_str": spec["pat_str"], "special_tokens": spec["special_tokens"]}
+
+
+def read_ranks(path: Path) -> dict[bytes, int]:
+    """A `.tiktoken` file: one "base64(token) rank" per line (tiktoken's own format)."""
+    ranks = {}
+    try:
+        for number, line in enumerate(path.read_bytes().splitlines(), 1):
+            if line.strip():
+                token, rank = line.split()
+                ranks[base64.b64decode(token, validate=True)] = int(rank)
+    except (ValueError, base64.binascii.Error):
+        raise UserError(
+            f"tokenizer.ranks_file={path}: line {number} is not 'base64-token rank'; "
+            "give a .tiktoken ranks file"
+        ) from None
+    return ranks
+
+
+class TiktokenTokenizer(Tokenizer):
+    def __init__(self, encoding: str = "gpt2", ranks_file: Optional[str] = None) -> None:
+        self.encoding = str(encoding)
+        self.ranks_file = str(Path(ranks_file).expanduser().resolve()) if ranks_file else None
+        self.ranks_sha256: Optional[str] = None
+        if self.ranks_file:
+            path = Path(self.ranks_file)
+            if not path.is_file():
+                raise UserError(f"tokenizer.ranks_file={ranks_file}: no such file")
+            self.ranks_sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+        self._enc()  # fail now, before any work, if the encoding cannot be loaded
+
+    def _key(self) -> tuple:
+        return (self.encoding, self.ranks_file, self.ranks_sha256)
+
+    def _enc(self):
+        with _lock:
+            enc = _cache.get(self._key())
+        if enc is None:
+            enc = self._load()
+            with _lock:
+                _cache[self._key()] = enc
+        return enc
+
+    def _load(self):
+        import tiktoken
+
+        if self.ranks_file:
+            spec = base_spec(self.encoding)
+            ranks = read_ranks(Path(self.ranks_file))
+            specials = {
+                s: i for s, i in spec["special_tokens"].items() if i not in ranks.values()
+            }
+            return tiktoken.Encoding(
+                name=f"{self.encoding}+{Path(self.ranks_file).name}",
+                pat_str=spec["pat_str"],
+                mergeable_ranks=ranks,
+                special_tokens=specials,
+            )
+        if self.encoding not in tiktoken.list_encoding_names():
+            base_spec(self.encoding)  # raises the unknown-encoding message
+        try:
+            return tiktoken.get_encoding(self.encoding)
+        except Exception as e:
+            reason = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+            raise UserError(
+                f"tokenizer.encoding={self.encoding}: cannot load its ranks ({reason}); "
+                "offline, point TIKTOKEN_CACHE_DIR at a folder with tiktoken's cached files, "
+                "or give the file itself with tokenizer.ranks_file=FILE.tiktoken"
+            ) from None
+
+    @property
+    def cut_at(self) -> Optional[bytes]:
+        return CUT_AT if self._enc()._pat_str in PROVEN_PATTERNS.values() else b""
+
+    @property
+    def vocab_size(self) -> int:
+        return self._enc().n_vocab
+
+    @property
+    def max_id(self) -> int:
+        return self._enc().max_token_value
+
+    def encode(self, text: str) -> np.ndarray:
+        # encode_to_numpy with nothing allowed or disallowed == encode_ordinary, minus the list
+        return self._enc().encode_to_numpy(text, disallowed_special=())
+
+    def encode_pieces(self, pieces: Iterable[str]) -> Iterator[np.ndarray]:
+        if not self.cut_at:
+            yield self.encode("".join(pieces))  # no proven cut: the text is encoded whole
+            return
+        buf = ""
+        for piece in pieces:
+            buf += piece
+            if len(buf) >= MIN_SEGMENT:
+                cut = last_cut(buf)
+                if cut:
+                    yield self.encode(buf[:cut])
+                    buf = buf[cut:]
+        if buf:
+            yield self.encode(buf)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self._enc().decode([int(i) for i in ids])
+
+    def meta(self) -> dict[str, Any]:
+        enc = self._enc()
+        # itos/stoi (each token's text) let nanoGPT's sample.py run unchanged: it decodes
+        # with itos and encodes a prompt character by character with stoi. See README.
+        itos = {
+            i: enc.decode_single_token_bytes(i).decode("utf-8", errors="replace")
+            for i in range(enc.n_vocab)
+            if i in enc._special_tokens.values() or _is_token(enc, i)
+        }
+        stoi: dict[str, int] = {}
+        for i, s in itos.items():
+            stoi.setdefault(s, i)
+        return {"vocab_size": enc.n_vocab, **self.describe(), "itos": itos, "stoi": stoi}
+
+    def describe(self) -> dict[str, Any]:
+        enc = self._enc()
+        out: dict[str, Any] = {"kind": "tiktoken", "encoding": self.encoding}
+        if self.ranks_file:
+            out.update(ranks_file=self.ranks_file, ranks_sha256=self.ranks_sha256)
+        out.update(
+            vocab_size=enc.n_vocab,
+            eot_id=enc._special_tokens.get("<|endoftext|>"),
+            special_tokens=dict(enc._special_tokens),
+            tiktoken_version=_tiktoken_version(),
+        )
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self.__dict__)  # no Encoding inside: each worker loads its own, once
+
+
+def _is_token(enc, i: int) -> bool:
+    try:
+        enc.decode_single_token_bytes(i)
+        return True
+    except KeyError:
+        return False
+
+
+def last_cut(text: str) -> int:
+    """The position right after the last "\\n" of `text` where CUT_AT allows a cut, or 0."""
+    end = len(text) - 1  # the "\n" needs a next character
+    while True:
+        i = text.rfind("\n", 1, end)
+        if i < 1:
+            return 0
+        if text[i - 1] in _PREV_OK and text[i + 1] in _NEXT_OK:
+            return i + 1
+        end = i
+
+
+def _tiktoken_version() -> str:
+    import tiktoken
+
+    return getattr(tiktoken, "__version__", "unknown")

@@ -1,0 +1,103 @@
+"""The BPE cut rule never changes a token: proven per split pattern, then per real encoding.
+
+BPE merges never cross a pre-token boundary, so a cut is safe when the pre-tokens of the
+two pieces, joined, are the pre-tokens of the whole. That is checked with the `regex`
+module on each pattern (o200k's ranks are not available offline, its pattern is), and
+then on the real encodings available offline by comparing ids.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+import numpy as np
+import pytest
+import regex
+
+from corpusprep.tokenizers.tiktoken import CUT_AT, PROVEN_PATTERNS, TiktokenTokenizer, last_cut
+
+ATOMS = [
+    "a", "Z", "word", "It", "x1", "7", "123456", " ", "  ", "\t", "\n", "\n\n", "\r\n", " \n",
+    "\n ", ".", ",", "!?", ":", ";", "'s", "'ll", "'", '"', "/", "//", "(", ")", "-", "é",
+    "日本語", "ü", "e\u0301", "\u00a0", "\u2028", "😀", "<|endoftext|>", "#", "$", "\x0b",
+    "a\nb", ".\nA", ":\n9", "/\nx", ")\nI", "'\ns", "!\n\n", "-\n/",
+]  # fmt: skip
+
+
+def adversarial(rng: random.Random, n: int) -> str:
+    return "".join(rng.choice(ATOMS) for _ in range(n))
+
+
+def cuts(text: str, pattern=re.compile(CUT_AT.decode())) -> list[int]:
+    return [m.end() for m in pattern.finditer(text)]
+
+
+@pytest.mark.parametrize("name", sorted(PROVEN_PATTERNS))
+def test_every_cut_keeps_the_pretokens(name):
+    pat = regex.compile(PROVEN_PATTERNS[name])
+    rng = random.Random(name)
+    checked = 0
+    for _ in range(2000):
+        text = adversarial(rng, rng.randint(2, 120))
+        whole = pat.findall(text)
+        for c in cuts(text):
+            assert pat.findall(text[:c]) + pat.findall(text[c:]) == whole, (name, text, c)
+            checked += 1
+    assert checked > 1000  # the generator does produce cut points
+
+
+@pytest.mark.parametrize("name", sorted(PROVEN_PATTERNS))
+def test_the_check_catches_an_unsafe_rule(name):
+    """Control: the same check rejects the naive rule "cut after every newline" (for
+    example "a\\n\\n" | "b" makes "\\n\\n" one pre-token at the end of the left piece)."""
+    pat = regex.compile(PROVEN_PATTERNS[name])
+    rng = random.Random(name)
+    for _ in range(2000):
+        text = adversarial(rng, rng.randint(2, 120))
+        for c in [m.end() for m in re.finditer("\n", text)]:
+            if pat.findall(text[:c]) + pat.findall(text[c:]) != pat.findall(text):
+                return
+    pytest.fail("the naive rule was never caught: the check has no teeth")
+
+
+def test_last_cut():
+    assert last_cut("abc\ndef") == 4
+    assert last_cut("abc\n def") == 0  # next is a space
+    assert last_cut("abc \ndef") == 0  # previous is a space
+    assert last_cut("a\n\nb") == 0
+    assert last_cut("x.\nA\nb:\n9 z") == 8
+    assert last_cut("no newline") == 0
+    assert last_cut("ends with\n") == 0
+    text = "line\nnext\n\nother\nlast"
+    assert last_cut(text) == max(cuts(text))
+
+
+ENCODINGS = ["gpt2", "r50k_base", "cl100k_base"]  # the ones ../shared/data has offline
+
+
+@pytest.fixture(params=ENCODINGS)
+def tokenizer(request, tiktoken_cache):
+    return TiktokenTokenizer(request.param)
+
+
+def test_pieces_give_the_ids_of_the_whole_text(tokenizer, shakespeare, monkeypatch):
+    import corpusprep.tokenizers.tiktoken as tt
+
+    monkeypatch.setattr(tt, "MIN_SEGMENT", 1)  # cut at every chance
+    rng = random.Random(1)
+    texts = [adversarial(rng, rng.randint(1, 3000)) for _ in range(40)]
+    texts += [shakespeare.read_text()[:200_000], "\n" * 500, " " * 500, "x" * 5000]
+    texts += ["a\r\nb\r\n" * 100, "First:\nSecond\n\nThird.\nfourth\n" * 300]
+    for text in texts:
+        cut = sorted(rng.sample(range(len(text) + 1), min(len(text), 30)))
+        pieces = [text[a:b] for a, b in zip([0, *cut], [*cut, len(text)])]
+        got = np.concatenate([np.zeros(0, np.uint32), *tokenizer.encode_pieces(pieces)])
+        assert got.tolist() == tokenizer._enc().encode_ordinary(text)
+
+
+def test_an_unknown_pattern_is_never_cut(tiktoken_cache, monkeypatch):
+    tok = TiktokenTokenizer("gpt2")
+    monkeypatch.setattr(type(tok), "cut_at", property(lambda self: b""))
+    out = list(tok.encode_pieces(["ab\ncd\n", "ef\ngh"]))
+    assert len(out) == 1 and out[0].tolist() == tok._enc().encode_ordinary("ab\ncd\nef\ngh")
