@@ -320,6 +320,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     for i in range(1, args.repeat + 1):
         # alternate the methods, so slow drift (page cache, thermals) hits both alike
         for name, cmd in commands.items():
+            # start empty: stale files from an earlier run must not pass the identity check
+            shutil.rmtree(outs[name], ignore_errors=True)
             run = run_measured(cmd, workdir, workdir / f"{name}.log")
             runs[name].append(run)
             print(

@@ -3,7 +3,8 @@
 prepare_char is data/shakespeare_char/prepare.py (see the seed walk-through) with the
 download replaced by a path argument and the three output paths made explicit; the
 logic (open(), sorted set, int(n*0.9) split, uint16, pickle of vocab_size/itos/stoi)
-is unchanged; prepare_bpe is data/shakespeare/prepare.py likewise. Run as a script it does the same, for benchmarks:
+is unchanged; prepare_bpe is data/shakespeare/prepare.py likewise. Run as a script it
+does the same, for benchmarks:
     python nanogpt_reference.py char|bpe INPUT OUT_DIR [SPLIT]
 """
 
@@ -62,7 +63,7 @@ def prepare_bpe(input_file_path, out_dir, split=0.9, encoding="gpt2"):
     """data/shakespeare/prepare.py: split the text by characters, encode each part."""
     import tiktoken
 
-    with open(input_file_path, "r", encoding="utf-8") as f:
+    with open(input_file_path, "r", encoding="utf-8") as f:  # noqa: UP015 - as nanoGPT
         data = f.read()
     n = len(data)
     train_data = data[: int(n * split)]

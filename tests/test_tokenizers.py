@@ -82,8 +82,8 @@ def test_cl100k_picks_uint32_and_refuses_uint16(tmp_path, tiktoken_cache, shakes
     m = run(shakespeare, tmp_path / "a", "tokenizer=tiktoken", "tokenizer.encoding=cl100k_base")
     assert m["dtype"] == "uint32" and m["vocab_size"] == 100_277
     assert "uint16" in m["nanogpt_note"]
-    r = run_cli("source=file", f"source.path={shakespeare}", "tokenizer=tiktoken",
-                "tokenizer.encoding=cl100k_base", "dtype=uint16", "out_dir=b", cwd=tmp_path)  # fmt: skip
+    args = ["tokenizer=tiktoken", "tokenizer.encoding=cl100k_base", "dtype=uint16", "out_dir=b"]
+    r = run_cli("source=file", f"source.path={shakespeare}", *args, cwd=tmp_path)
     assert_one_line_error(r, "dtype=uint16", "100,276", "uint32")
     assert not (tmp_path / "b").exists()
 

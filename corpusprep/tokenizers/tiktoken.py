@@ -85,16 +85,16 @@ def base_spec(name: str) -> dict[str, Any]:
 def read_ranks(path: Path) -> dict[bytes, int]:
     """A `.tiktoken` file: one "base64(token) rank" per line (tiktoken's own format)."""
     ranks = {}
-    try:
-        for number, line in enumerate(path.read_bytes().splitlines(), 1):
+    for number, line in enumerate(path.read_bytes().splitlines(), 1):
+        try:
             if line.strip():
                 token, rank = line.split()
                 ranks[base64.b64decode(token, validate=True)] = int(rank)
-    except (ValueError, base64.binascii.Error):
-        raise UserError(
-            f"tokenizer.ranks_file={path}: line {number} is not 'base64-token rank'; "
-            "give a .tiktoken ranks file"
-        ) from None
+        except (ValueError, base64.binascii.Error):
+            raise UserError(
+                f"tokenizer.ranks_file={path}: line {number} is not 'base64-token rank'; "
+                "give a .tiktoken ranks file"
+            ) from None
     return ranks
 
 
@@ -128,9 +128,7 @@ class TiktokenTokenizer(Tokenizer):
         if self.ranks_file:
             spec = base_spec(self.encoding)
             ranks = read_ranks(Path(self.ranks_file))
-            specials = {
-                s: i for s, i in spec["special_tokens"].items() if i not in ranks.values()
-            }
+            specials = {s: i for s, i in spec["special_tokens"].items() if i not in ranks.values()}
             return tiktoken.Encoding(
                 name=f"{self.encoding}+{Path(self.ranks_file).name}",
                 pat_str=spec["pat_str"],
