@@ -137,6 +137,19 @@ def vm_rss(pid: int) -> int:
     return 0
 
 
+def pss(pid: int) -> int:
+    """Pss of `pid` in bytes (shared pages divided among the processes sharing them), 0 if
+    gone. Summed over a tree, this is the memory the tree really holds."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 class TreeRssSampler(threading.Thread):
     """Samples the summed RSS of a process and its descendants until stop(); keeps the max.
 
@@ -148,6 +161,7 @@ class TreeRssSampler(threading.Thread):
         super().__init__(daemon=True)
         self.root = root
         self.peak_sum = 0
+        self.peak_pss = 0
         self.max_processes = 0
         self._stopping = threading.Event()
 
@@ -159,6 +173,8 @@ class TreeRssSampler(threading.Thread):
                 tree = descendants(self.root)
             total = sum(vm_rss(pid) for pid in tree)
             self.peak_sum = max(self.peak_sum, total)
+            if sample % 2 == 0:  # smaps_rollup costs more to read than status
+                self.peak_pss = max(self.peak_pss, sum(pss(pid) for pid in tree))
             self.max_processes = max(self.max_processes, len(tree))
             sample += 1
             self._stopping.wait(SAMPLE_SECONDS)
@@ -172,6 +188,7 @@ class TreeRssSampler(threading.Thread):
 class Run:
     seconds: float
     peak_tree_rss: int  # bytes: max over samples of the sum of VmRSS over the process tree
+    peak_tree_pss: int  # bytes: the same for Pss (shared pages counted once in all)
     max_single_rss: int  # bytes: ru_maxrss of the largest single process in the tree
     processes: int  # most processes seen in the tree at once
 
@@ -195,7 +212,9 @@ def run_measured(cmd: list[str], cwd: Path, log: Path) -> Run:
         print(f"\nFAILED (exit {proc.returncode}): {' '.join(cmd)}", file=sys.stderr)
         print("\n".join(f"  | {line}" for line in tail), file=sys.stderr)
         sys.exit(1)
-    return Run(seconds, sampler.peak_sum, usage.ru_maxrss * 1024, sampler.max_processes)
+    return Run(
+        seconds, sampler.peak_sum, sampler.peak_pss, usage.ru_maxrss * 1024, sampler.max_processes
+    )
 
 
 # --- checking the outputs --------------------------------------------------------------------
@@ -237,8 +256,8 @@ def output_differences(expected: Path, actual: Path) -> list[str]:
 def print_table(size: int, runs: dict[str, list[Run]]) -> dict[str, float]:
     """One row per method: best time of the repeats, highest memory seen in any of them."""
     header = (
-        f"{'method':<11} {'best s':>8} {'MB/s':>7} {'peak RSS, tree sum':>19} "
-        f"{'max 1-process RSS':>18} {'procs':>5}   all runs (s)"
+        f"{'method':<11} {'best s':>8} {'MB/s':>7} {'peak PSS, tree':>15} "
+        f"{'peak RSS, tree sum':>19} {'max 1-process RSS':>18} {'procs':>5}   all runs (s)"
     )
     print(header)
     print("-" * len(header))
@@ -246,12 +265,13 @@ def print_table(size: int, runs: dict[str, list[Run]]) -> dict[str, float]:
     for name, rs in runs.items():
         best[name] = min(r.seconds for r in rs)
         tree = max(r.peak_tree_rss for r in rs) / MB
+        tree_pss = max(r.peak_tree_pss for r in rs) / MB
         single = max(r.max_single_rss for r in rs) / MB
         procs = max(r.processes for r in rs)
         times = ", ".join(f"{r.seconds:.2f}" for r in rs)
         print(
             f"{name:<11} {best[name]:>8.2f} {size / MB / best[name]:>7.1f} "
-            f"{tree:>16,.0f} MB {single:>15,.0f} MB {procs:>5}   {times}"
+            f"{tree_pss:>12,.0f} MB {tree:>16,.0f} MB {single:>15,.0f} MB {procs:>5}   {times}"
         )
     return best
 
@@ -340,7 +360,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"corpusprep's own phases (last run): {corpusprep_phases(outs['corpusprep'])}")
     floor = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / MB
     print(
-        "\npeak RSS, tree sum: max over 5 ms samples of the summed VmRSS of the process and its\n"
+        "\npeak PSS, tree: max over 10 ms samples of the summed Pss (smaps_rollup) of the process\n"
+        "  and its descendants: shared pages divided among their sharers, the memory really used.\n"
+        "peak RSS, tree sum: max over 5 ms samples of the summed VmRSS of the process and its\n"
         "  descendants; over-counts pages that forked workers share with their parent.\n"
         "max 1-process RSS: ru_maxrss of the largest single process (os.wait4); never below\n"
         f"  this benchmark's own peak ({floor:,.0f} MB), which Linux carries into a child's\n"

@@ -16,6 +16,7 @@ import os
 import platform
 import re
 import shutil
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
@@ -57,9 +58,7 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
     ]
 
     with executor:
-        scans = executor.map(scan_shard, shards)
-        sha256 = sha256_file(path)  # in this process, while the workers scan
-        scans = list(_progress(scans, shards, "scan", settings.quiet))
+        scans = list(_progress(executor.map(scan_shard, shards), shards, "scan", settings.quiet))
         clock.lap("scan")
 
         chars = sum(s.chars for s in scans)
@@ -73,9 +72,9 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
             firsts = np.cumsum([0] + [s.chars for s in scans[:-1]]).tolist()
             sides = [_side_chars(f, s.chars, split_char) for f, s in zip(firsts, scans)]
             tasks, parts = _encode_tasks(shards, firsts, sides, split_char, tokenizer, dtype, out)
-            results = list(
-                _progress(executor.map(encode_shard, tasks), shards, "encode", settings.quiet)
-            )
+            results = executor.map(encode_shard, tasks)
+            sha256 = sha256_file(path)  # here, while the workers encode and wait on the disk
+            results = list(_progress(results, shards, "encode", settings.quiet))
             train = sum(r.train_tokens for r in results)
             val = sum(r.val_tokens for r in results)
             _check_unchanged(path, before)
@@ -176,17 +175,14 @@ def _check_unchanged(path: Path, before: os.stat_result) -> None:
 
 
 def _progress(results: Iterable, shards: list[Shard], what: str, quiet: bool) -> Iterator:
+    """A progress bar in bytes of input on a terminal; nothing otherwise (not even tqdm)."""
+    if quiet or not sys.stderr.isatty():
+        yield from results
+        return
     from tqdm import tqdm
 
-    total = sum(s.nbytes for s in shards)
-    with tqdm(
-        total=total,
-        unit="B",
-        unit_scale=True,
-        desc=what,
-        disable=True if quiet else None,
-        leave=False,
-    ) as bar:
+    with tqdm(total=sum(s.nbytes for s in shards), unit="B", unit_scale=True, desc=what,
+              leave=False) as bar:  # fmt: skip
         for shard, result in zip(shards, results):
             bar.update(shard.nbytes)
             yield result

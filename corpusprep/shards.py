@@ -17,8 +17,9 @@ from typing import Optional
 
 import numpy as np
 
-from corpusprep.text import read_text
+from corpusprep.text import decode, read_raw, read_text
 from corpusprep.tokenizers import Tokenizer
+from corpusprep.writer import start_writeback
 
 
 @dataclass(frozen=True)
@@ -42,15 +43,21 @@ class ScanResult:
 def scan_shard(shard: Shard) -> ScanResult:
     chars = 0
     seen: set[str] = set()
-    known_ascii = b""
-    for text in read_text(shard.path, shard.start, shard.end):
-        chars += len(text)
-        # Drop the ASCII characters already seen (bytes.translate runs at GB/s); whatever is
-        # left is new ASCII or non-ASCII text, usually a few bytes, and goes through a set.
-        rest = text.encode("utf-8").translate(None, known_ascii)
+    known = b"\r"  # ASCII bytes already seen; "\r" never reaches the text (it becomes "\n")
+    for offset, raw in read_raw(shard.path, shard.start, shard.end):
+        has_cr = b"\r" in raw  # a one-byte search is a fast memchr; most text has no "\r"
+        if raw.isascii():  # valid UTF-8 already; count without decoding
+            chars += len(raw) - (raw.count(b"\r\n") if has_cr else 0)  # "\r\n" is one char
+        else:
+            chars += len(decode(raw, shard.path, offset))  # checks the UTF-8
+        if has_cr:
+            seen.add("\n")
+        # Drop the ASCII bytes already seen (bytes.translate runs at GB/s); whatever is left
+        # is new ASCII or non-ASCII text, usually a few bytes, and goes through a set.
+        rest = raw.translate(None, known)
         if rest:
             seen.update(rest.decode("utf-8"))
-            known_ascii = bytes(sorted(ord(c) for c in seen if c.isascii()))
+            known = b"\r" + bytes(sorted(ord(c) for c in seen if c.isascii()))
     return ScanResult(chars=chars, charset="".join(sorted(seen)))
 
 
@@ -97,7 +104,8 @@ class _PositionalWriter:
 
     def __init__(self, target: Target, dtype: np.dtype) -> None:
         self.file = open(target.path, "r+b", buffering=0)  # noqa: SIM115 - closed in close()
-        self.file.seek(target.position * dtype.itemsize)
+        self.start = target.position * dtype.itemsize
+        self.file.seek(self.start)
         self.dtype = dtype
         self.tokens = 0
 
@@ -112,7 +120,10 @@ class _PositionalWriter:
         self.tokens += len(ids)
 
     def close(self) -> None:
-        self.file.close()
+        try:
+            start_writeback(self.file.fileno(), self.start, self.file.tell() - self.start)
+        finally:
+            self.file.close()
 
 
 def encode_shard(task: EncodeTask) -> EncodeResult:

@@ -53,11 +53,11 @@ def decode(raw: bytes, path: Path | str, offset: int) -> str:
     return text
 
 
-def read_text(
+def read_raw(
     path: Path | str, start: int = 0, end: Optional[int] = None, block: int = BLOCK
-) -> Iterator[str]:
-    """The text of bytes [start, end) of `path`, in pieces. `start` and `end` must be shard
-    boundaries (0, the file size, or just after a b"\\n")."""
+) -> Iterator[tuple[int, bytes]]:
+    """(offset, bytes) pieces of [start, end) of `path`, each cut where it decodes on its
+    own. `start` and `end` must be shard boundaries (0, the size, or just after b"\\n")."""
     with open(path, "rb") as f:
         if end is None:
             end = f.seek(0, 2)
@@ -72,9 +72,17 @@ def read_text(
             buf = carry + data if carry else data
             p = len(buf) if remaining == 0 else _cut(buf)
             if p:
-                yield decode(buf[:p], path, offset)
+                yield offset, buf[:p]
             offset += p
             carry = buf[p:]
+
+
+def read_text(
+    path: Path | str, start: int = 0, end: Optional[int] = None, block: int = BLOCK
+) -> Iterator[str]:
+    """The text of bytes [start, end) of `path`, in pieces that join to open().read()."""
+    for offset, raw in read_raw(path, start, end, block):
+        yield decode(raw, path, offset)
 
 
 def plan_shards(

@@ -11,18 +11,19 @@ _calls = 0  # per process: each task gets a fresh unpickled tokenizer
 
 
 class FailingCharTokenizer(CharTokenizer):
-    """Raises after n encode() calls in a process: a crash halfway through writing."""
+    """Raises after n encoded pieces in a process: a crash halfway through writing."""
 
     def __init__(self, fail_after: int = 3) -> None:
         super().__init__()
         self.fail_after = fail_after
 
-    def encode(self, text: str):
+    def encode_pieces(self, pieces):
         global _calls
-        _calls += 1
-        if _calls > self.fail_after:
-            raise RuntimeError("injected failure while encoding")
-        return super().encode(text)
+        for ids in super().encode_pieces(pieces):
+            _calls += 1
+            if _calls > self.fail_after:
+                raise RuntimeError("injected failure while encoding")
+            yield ids
 
 
 class SlowCharTokenizer(CharTokenizer):
@@ -32,6 +33,7 @@ class SlowCharTokenizer(CharTokenizer):
         super().__init__()
         self.delay = delay
 
-    def encode(self, text: str):
-        time.sleep(self.delay)
-        return super().encode(text)
+    def encode_pieces(self, pieces):
+        for ids in super().encode_pieces(pieces):
+            time.sleep(self.delay)
+            yield ids

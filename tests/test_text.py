@@ -87,3 +87,20 @@ def test_invalid_utf8_reports_the_first_bad_byte(tmp_path, seed):
                 pass
     assert f"at byte {expected.value.start} " in str(got.value)
     assert str(path) in str(got.value)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_scan_counts_and_collects_like_open_read(tmp_path, seed):
+    from corpusprep.shards import Shard, scan_shard
+
+    rng = random.Random(seed)
+    raw = random_text(rng, rng.randint(1, 500))
+    path = tmp_path / "t.txt"
+    path.write_bytes(raw)
+    results = [
+        scan_shard(Shard(i, str(path), a, b))
+        for i, (a, b) in enumerate(plan_shards(path, len(raw), rng.randint(1, 60)))
+    ]
+    text = whole(path)
+    assert sum(r.chars for r in results) == len(text)
+    assert set("".join(r.charset for r in results)) == set(text)

@@ -8,7 +8,8 @@ UTF-32 otherwise) and a lookup table indexed by code point gives the ids.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Iterator
 from typing import Any, Optional
 
 import numpy as np
@@ -19,7 +20,8 @@ from corpusprep.tokenizers import Tokenizer
 class CharTokenizer(Tokenizer):
     def __init__(self, chars: Optional[str] = None) -> None:
         self.chars: Optional[list[str]] = None
-        self._lut: Optional[np.ndarray] = None
+        self._lut: Optional[np.ndarray] = None  # id of each code point (vocab_size: unknown)
+        self._pairs: Optional[np.ndarray] = None  # ids of two ASCII characters at once
         if chars is not None:
             self.fit(chars)
 
@@ -30,7 +32,7 @@ class CharTokenizer(Tokenizer):
     def fit(self, charset: str) -> None:
         # sorted, as nanoGPT: the same text always gives the same ids
         self.chars = sorted(set(charset))
-        self._lut = None
+        self._lut = self._pairs = None
 
     def _fitted(self) -> list[str]:
         if self.chars is None:
@@ -64,6 +66,41 @@ class CharTokenizer(Tokenizer):
             raise KeyError(self._unknown(text))
         return ids
 
+    def encode_pieces(self, pieces: Iterable[str]) -> Iterator[np.ndarray]:
+        """Like encode() on each piece, faster: ASCII text is looked up two characters at a
+        time, and the ids land in one reused buffer (each array is valid until the next
+        one is asked for: the pipeline writes it out at once)."""
+        pairs = self._pair_table()
+        buf = np.empty(0, dtype=self._table().dtype)
+        for text in pieces:
+            if pairs is None or not text.isascii():
+                yield self.encode(text)
+                continue
+            raw = text.encode("ascii")
+            if len(buf) < len(raw):
+                buf = np.empty(max(len(raw), 1 << 16), dtype=np.uint16)
+            ids, even = buf[: len(raw)], len(raw) & ~1
+            np.take(pairs, np.frombuffer(raw, np.uint16, even // 2), out=ids[:even].view(np.uint32))
+            if even < len(raw):
+                ids[-1] = self._lut[raw[-1]]
+            if ids.size and int(ids.max()) >= len(self.chars):
+                raise KeyError(self._unknown(text))
+            yield ids
+
+    def _pair_table(self) -> Optional[np.ndarray]:
+        """pairs[two ASCII bytes read as one uint16] = their two uint16 ids, as one uint32."""
+        lut = self._table()
+        if lut.dtype != np.uint16:
+            return None
+        if self._pairs is None:
+            i = np.arange(1 << 16, dtype=np.uint32)
+            first, second = (i & 0xFF, i >> 8) if sys.byteorder == "little" else (i >> 8, i & 0xFF)
+            lo, hi = lut[np.minimum(first, 127)], lut[np.minimum(second, 127)]
+            if sys.byteorder != "little":
+                lo, hi = hi, lo
+            self._pairs = lo.astype(np.uint32) | (hi.astype(np.uint32) << 16)
+        return self._pairs
+
     def _unknown(self, text: str) -> str:
         missing = sorted(set(text) - set(self._fitted()))
         return f"characters not in the vocabulary: {''.join(missing)!r}"
@@ -87,4 +124,4 @@ class CharTokenizer(Tokenizer):
         return {"kind": "char", "vocab_size": self.vocab_size, "chars": "".join(self._fitted())}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_lut": None}  # the table is rebuilt in each worker
+        return {**self.__dict__, "_lut": None, "_pairs": None}  # rebuilt in each worker
