@@ -1,7 +1,27 @@
-"""corpusprep: turn any text corpus into the token files a GPT trains on."""
+"""corpusprep: turn any text corpus into the token files a GPT trains on.
+
+The command line is `python -m corpusprep KEY=VALUE ...`; in Python, `corpusprep.load(dir)`
+reads an output folder back (token arrays, tokenizer, manifest).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from corpusprep.config import register_resolvers
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from corpusprep.dataset import PreparedDataset
 
 __version__ = "0.1.0"
 
 register_resolvers()
+
+
+def load(path: str | Path) -> PreparedDataset:
+    """Open an output folder: memory-mapped train/val ids, the tokenizer, the manifest."""
+    from corpusprep.dataset import load as _load  # numpy and friends only when used
+
+    return _load(path)

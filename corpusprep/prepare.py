@@ -228,7 +228,12 @@ def _manifest(
         "corpusprep": corpusprep.__version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "name": cfg.get("name"),
-        "source": {**source.describe(), "file": str(path), "bytes": nbytes, "sha256": sha256},
+        "source": {
+            **source.describe(),
+            "file": str(Path(path).resolve()),
+            "bytes": nbytes,
+            "sha256": sha256,
+        },
         "tokenizer": tokenizer.describe(),
         "vocab_size": tokenizer.vocab_size,
         "dtype": dtype,

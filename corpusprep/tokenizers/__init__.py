@@ -62,6 +62,14 @@ class Tokenizer(ABC):
     @abstractmethod
     def decode(self, ids: Iterable[int]) -> str: ...
 
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        """The UTF-8 bytes of the ids; decodes of consecutive runs of ids concatenate exactly
+        (decode() may not, when a token holds part of a character)."""
+        return self.decode(ids).encode("utf-8")
+
+    def restore(self, description: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Take back what fit() learned, from describe()'s output (corpusprep.load uses it)."""
+
     @abstractmethod
     def meta(self) -> dict[str, Any]:
         """The meta.pkl dict: nanoGPT's train.py reads vocab_size, sample.py stoi/itos."""

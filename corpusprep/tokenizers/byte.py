@@ -20,7 +20,10 @@ class ByteTokenizer(Tokenizer):
         return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
 
     def decode(self, ids: Iterable[int]) -> str:
-        return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        return np.asarray(ids, dtype=np.uint8).tobytes()
 
     def meta(self) -> dict[str, Any]:
         # itos/stoi let nanoGPT's sample.py run: exact for ASCII, "\ufffd" for the single

@@ -123,5 +123,8 @@ class CharTokenizer(Tokenizer):
     def describe(self) -> dict[str, Any]:
         return {"kind": "char", "vocab_size": self.vocab_size, "chars": "".join(self._fitted())}
 
+    def restore(self, description: dict[str, Any]) -> None:
+        self.fit(description["chars"])
+
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_lut": None, "_pairs": None}  # rebuilt in each worker

@@ -181,6 +181,9 @@ class TiktokenTokenizer(Tokenizer):
     def decode(self, ids: Iterable[int]) -> str:
         return self._enc().decode([int(i) for i in ids])
 
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        return self._enc().decode_bytes([int(i) for i in ids])
+
     def meta(self) -> dict[str, Any]:
         enc = self._enc()
         # itos/stoi (each token's text) let nanoGPT's sample.py run unchanged: it decodes

@@ -1,0 +1,90 @@
+"""Reading outputs back: corpusprep.load and python -m corpusprep.inspect."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import REPO, compose
+
+import corpusprep
+from corpusprep.errors import UserError
+from corpusprep.prepare import prepare
+
+
+def inspect_cli(*args, cwd):
+    return subprocess.run(
+        [sys.executable, "-m", "corpusprep.inspect", *map(str, args)],
+        cwd=cwd, capture_output=True, text=True, env={"PYTHONPATH": str(REPO), **_env()},
+    )  # fmt: skip
+
+
+def _env():
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+@pytest.fixture(params=["char", "byte", "tiktoken"])
+def made(request, tmp_path, tiktoken_cache):
+    src = tmp_path / "text.txt"
+    src.write_text("Hello wörld!\r\nSecond line, 😀.\n" * 300, encoding="utf-8")
+    out = tmp_path / "out"
+    prepare(compose("source=file", f"source.path={src}", f"out_dir={out}", "quiet=true",
+                    f"tokenizer={request.param}", "shard_bytes=1000"))  # fmt: skip
+    return src, out
+
+
+def test_load_gives_arrays_tokenizer_and_manifest(made):
+    src, out = made
+    ds = corpusprep.load(out)
+    assert isinstance(ds.train, np.memmap) and ds.dtype == np.uint16
+    assert len(ds.train) == ds.manifest["tokens"]["train"]
+    text = src.read_text(encoding="utf-8")
+    cut = int(len(text) * 0.9)
+    assert ds.tokenizer.decode_bytes(ds.val).decode() == text[cut:]
+    assert ds.tokenizer.decode(ds.tokenizer.encode("Hello wörld")) == "Hello wörld"
+    assert ds.meta["vocab_size"] == ds.tokenizer.vocab_size
+
+
+def test_inspect_and_verify(made, tmp_path):
+    src, out = made
+    r = inspect_cli(out, "--verify", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    for words in ("vocab_size", "most frequent tokens", "val starts with", "verified"):
+        assert words in r.stdout
+
+
+def test_verify_catches_a_changed_byte(made, tmp_path):
+    src, out = made
+    ids = np.fromfile(out / "val.bin", np.uint16)
+    ids[5] = ids[6] if ids[5] != ids[6] else ids[4]
+    ids.tofile(out / "val.bin")
+    r = inspect_cli(out, "--verify", cwd=tmp_path)
+    assert r.returncode == 1 and "differs from" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_verify_refuses_a_changed_source(made, tmp_path):
+    src, out = made
+    src.write_text("something else\n")
+    r = inspect_cli(out, "--verify", cwd=tmp_path)
+    assert r.returncode == 1 and "source changed" in r.stderr
+
+
+def test_damaged_folders_are_reported(made):
+    src, out = made
+    with open(out / "train.bin", "ab") as f:
+        f.write(b"\0\0")
+    with pytest.raises(UserError, match="train.bin: .* but the manifest says"):
+        corpusprep.load(out)
+    (out / "manifest.json").unlink()
+    with pytest.raises(UserError, match="no manifest.json"):
+        corpusprep.load(out)
+
+
+def test_inspect_of_a_non_output_folder_is_one_line(tmp_path):
+    r = inspect_cli(tmp_path, cwd=tmp_path)
+    assert r.returncode == 1
+    assert r.stderr.strip().startswith("corpusprep.inspect: error:") and "no manifest" in r.stderr
