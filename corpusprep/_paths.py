@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import suppress
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,26 @@ def config_path() -> str:
     raise RuntimeError("corpusprep: cannot find its conf/ directory; reinstall the package")
 
 
+PLUGIN_GROUP = "corpusprep.conf"  # entry points: name -> a package of plugin configs
+
+
+def plugin_config_packages() -> list[tuple[str, str]]:
+    """(name, config package) of every installed plugin, sorted by name."""
+    from importlib.metadata import entry_points
+
+    eps = entry_points()
+    found = eps.select(group=PLUGIN_GROUP) if hasattr(eps, "select") else eps.get(PLUGIN_GROUP, [])
+    return sorted((ep.name, ep.value) for ep in found)
+
+
 def config_dirs() -> list[Any]:
-    """The folders Hydra composes from, as importlib.resources Traversables, corpusprep first."""
+    """The folders Hydra composes from, as importlib.resources Traversables, corpusprep first,
+    then installed plugins' config packages."""
     from importlib.resources import files
 
     cp = config_path()
-    return [files(cp[len("pkg://") :])] if cp.startswith("pkg://") else [Path(cp)]
+    dirs = [files(cp[len("pkg://") :])] if cp.startswith("pkg://") else [Path(cp)]
+    for _, package in plugin_config_packages():
+        with suppress(ModuleNotFoundError, TypeError):  # a broken plugin: Hydra skips it too
+            dirs.append(files(package))
+    return dirs
