@@ -1,0 +1,280 @@
+"""Any Hugging Face tokenizer saved as a local tokenizer.json, through the `tokenizers`
+library (an optional extra: pip install 'corpusprep[hf]'; imported only when used).
+
+Long texts are encoded in segments only when a cut is proven harmless for this
+tokenizer.json, with tiktoken's rule (corpusprep.tokenizers.tiktoken.CUT_AT: right after
+a "\\n" between a printable non-space ASCII character and an ASCII letter or digit).
+Encoding runs: added tokens are matched in the text first, the rest is normalized,
+pre-tokenized and each pre-token goes through the model on its own. So a cut is safe when
+
+* no normalizer (it could rewrite or join text across the cut);
+* the pre-tokenizer is ByteLevel (with GPT-2's split pattern, no prefix space), or a
+  Sequence of ByteLevels (no prefix space) and Splits (Isolated, not inverted) whose regex
+  is one of PROVEN_PATTERNS (GPT-2, Llama-3, Qwen2, Qwen3.5), the first step splitting
+  the raw text: the cut is then a pre-token boundary and both sides split as they do in
+  the whole text (the argument in tiktoken.py); later steps split each pre-token alone;
+* a BPE model without dropout (dropout is random: the ids are not even reproducible);
+* no added token can cover the cut: none contains a "\\n" and none has lstrip (which
+  would take the "\\n" before a token that starts right after the cut).
+
+tests/test_hf.py checks the patterns with the library's own regex engine, and the ids of
+real tokenizers on adversarial texts. Any other tokenizer.json is never cut (cut_at is
+NOWHERE): each side of the text is encoded whole, which is correct but needs memory for
+the whole text and its encoding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from corpusprep.errors import UserError
+from corpusprep.tokenizers import NOWHERE, Tokenizer
+from corpusprep.tokenizers.tiktoken import CUT_AT, last_cut
+
+MIN_SEGMENT = 1 << 16  # encode at least this many characters at once: fewer calls into Rust
+
+# Split regexes the cut rule is proven for (tests/test_hf.py), exactly as tokenizer.json
+# files spell them. ByteLevel with use_regex=true applies GPT-2's pattern itself.
+PROVEN_PATTERNS = {
+    "gpt2": r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""",
+    "llama3": r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",  # noqa: E501
+    "qwen2": r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",  # noqa: E501
+    "qwen35": r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""",  # noqa: E501
+}
+
+_lock = threading.Lock()
+_cache: dict[tuple[str, str], Any] = {}  # (path, sha256) -> tokenizers.Tokenizer, per process
+
+
+def _library():
+    try:
+        import tokenizers
+    except ImportError:
+        raise UserError(
+            "tokenizer=hf needs the Hugging Face tokenizers library: "
+            "pip install 'corpusprep[hf]' (or pip install tokenizers)"
+        ) from None
+    return tokenizers
+
+
+def _load(path: str, data: bytes):
+    """A tokenizers.Tokenizer from the bytes of a tokenizer.json, set to encode text whole:
+    a truncation or padding setting saved in the file would cut or pad every segment."""
+    library = _library()
+    try:
+        tok = library.Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as e:  # the library raises a bare Exception with serde's message
+        reason = (str(e).splitlines() or [type(e).__name__])[0][:160]
+        raise UserError(
+            f"tokenizer.path={path}: not a Hugging Face tokenizer.json ({reason}); "
+            "give the tokenizer.json file saved by tokenizers or transformers"
+        ) from None
+    tok.no_truncation()
+    tok.no_padding()
+    return tok
+
+
+def _proven_split(step: dict[str, Any]) -> bool:
+    return (
+        step.get("type") == "Split"
+        and (step.get("pattern") or {}).get("Regex") in PROVEN_PATTERNS.values()
+        and step.get("behavior") == "Isolated"
+        and not step.get("invert")
+    )
+
+
+def cut_rule(spec: dict[str, Any]) -> tuple[Optional[bytes], str]:
+    """(cut_at, why) for a tokenizer.json's content (as the library serialises it)."""
+    if spec.get("normalizer") is not None:
+        return NOWHERE, f"never cut: it has a normalizer ({spec['normalizer'].get('type')})"
+    pre = spec.get("pre_tokenizer") or {}
+    steps = pre.get("pretokenizers") if pre.get("type") == "Sequence" else [pre]
+    if not steps or not any(s.get("type") == "ByteLevel" for s in steps):
+        return NOWHERE, f"never cut: its pre-tokenizer is not ByteLevel ({pre.get('type')})"
+    for step in steps:
+        if step.get("type") == "ByteLevel":
+            if step.get("add_prefix_space"):
+                return NOWHERE, "never cut: its ByteLevel pre-tokenizer adds a prefix space"
+        elif not _proven_split(step):
+            return NOWHERE, f"never cut: its pre-tokenizer has a {step.get('type')} step"
+    # The first step sees the raw text and must split it with a proven pattern: ByteLevel
+    # without its regex splits nothing (BPE would run across the whole text), and a Split
+    # after it sees byte-mapped text ("\n" is then "Ċ", a letter), where no proof holds.
+    first = steps[0]
+    if not (
+        _proven_split(first) or first.get("type") == "ByteLevel" and first.get("use_regex", True)
+    ):
+        return NOWHERE, "never cut: its first pre-tokenizer step does not split the text"
+    model = spec.get("model") or {}
+    if model.get("type") != "BPE" or model.get("dropout"):
+        return NOWHERE, "never cut: its model is not a BPE without dropout"
+    for added in spec.get("added_tokens") or []:
+        if "\n" in added.get("content", "") or added.get("lstrip"):
+            return NOWHERE, f"never cut: added token {added.get('content')!r} may cover a cut"
+    return CUT_AT, "after a newline between ASCII text and a letter or digit (ByteLevel BPE)"
+
+
+class HfTokenizer(Tokenizer):
+    """A tokenizer.json, encoded as `tok.encode(text, add_special_tokens=False).ids`.
+
+    add_special_tokens=False turns off the post-processor's template (a BOS/EOS around
+    every encode call, which here would land at every segment boundary). It does not
+    stop the library from matching added tokens in the text: a string such as
+    "<|endoftext|>" or "</s>" written in the corpus becomes that token's single id (the
+    library's behaviour, unlike tokenizer=tiktoken, where it is ordinary text). So a
+    corpus can mark document ends with the eot string itself.
+
+    `eot` names the end-of-text token's string (meta.pkl's eot / eot_id); it is never
+    guessed, and must be in the vocabulary.
+    """
+
+    def __init__(self, path: str, eot: Optional[str] = None) -> None:
+        _library()  # fail first, with the install hint, if the library is missing
+        given = path
+        if eot is not None and not isinstance(eot, str):
+            raise UserError(
+                f"tokenizer.eot={eot!r}: give the end-of-text token's text, not an id, "
+                """e.g. 'tokenizer.eot="<|endoftext|>"'"""
+            )
+        file = Path(str(path)).expanduser().resolve()
+        if file.is_dir():
+            hint = " (it has a tokenizer.json)" if (file / "tokenizer.json").is_file() else ""
+            raise UserError(
+                f"tokenizer.path={given}: is a folder{hint}; give the tokenizer.json file itself"
+            )
+        if not file.is_file():
+            raise UserError(f"tokenizer.path={given}: no such file; give a local tokenizer.json")
+        data = file.read_bytes()
+        self.path = str(file)
+        self.sha256 = hashlib.sha256(data).hexdigest()
+        self.eot = eot
+        tok = _load(given, data)
+        with _lock:
+            _cache[self._key()] = tok
+        self._tok: Any = tok
+        self.cut_at, self.cuts = cut_rule(json.loads(tok.to_str()))
+        ids = list(tok.get_vocab(with_added_tokens=True).values())
+        ids += list(tok.get_added_tokens_decoder())
+        self._max_id = max(ids, default=0)
+        self.eot_id: Optional[int] = None
+        if eot is not None:
+            self.eot_id = tok.token_to_id(eot)
+            if self.eot_id is None:
+                raise UserError(f"tokenizer.eot={eot!r}: not in the vocabulary of {given}; "
+                                f"{self._added_hint(tok)}")  # fmt: skip
+
+    @staticmethod
+    def _added_hint(tok) -> str:
+        added = sorted(
+            tok.get_added_tokens_decoder().items(), key=lambda kv: (not kv[1].special, kv[0])
+        )
+        if not added:
+            return "it has no special or added tokens (set tokenizer.eot=null)"
+        names = ", ".join(repr(t.content) for _, t in added[:8])
+        more = f" and {len(added) - 8} more" if len(added) > 8 else ""
+        return f"its special/added tokens are {names}{more}"
+
+    def _key(self) -> tuple[str, str]:
+        return (self.path, self.sha256)
+
+    def _hf(self):
+        """The loaded tokenizer: once per process, kept out of the pickled state."""
+        if self._tok is None:
+            with _lock:
+                self._tok = _cache.get(self._key())
+            if self._tok is None:
+                data = Path(self.path).read_bytes()
+                if hashlib.sha256(data).hexdigest() != self.sha256:
+                    raise UserError(f"tokenizer.path={self.path}: the file changed during the run")
+                tok = _load(self.path, data)
+                with _lock:
+                    self._tok = _cache.setdefault(self._key(), tok)
+        return self._tok
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_tok": None}  # each worker loads its own, once
+
+    @property
+    def max_id(self) -> int:
+        # added tokens may sit beyond the model's vocabulary, and get_vocab_size() counts
+        # tokens rather than giving the largest id: both can be wrong for the dtype
+        return self._max_id
+
+    @property
+    def vocab_size(self) -> int:
+        return self._max_id + 1
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.array(self._hf().encode(text, add_special_tokens=False).ids, dtype=np.uint32)
+
+    def encode_pieces(self, pieces: Iterable[str]) -> Iterator[np.ndarray]:
+        if not self.cut_at:
+            yield self.encode("".join(pieces))  # no proven cut: the text is encoded whole
+            return
+        buf = ""
+        for piece in pieces:
+            buf += piece
+            if len(buf) >= MIN_SEGMENT:
+                cut = last_cut(buf)
+                if cut:
+                    yield self.encode(buf[:cut])
+                    buf = buf[cut:]
+        if buf:
+            yield self.encode(buf)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self._hf().decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def meta(self) -> dict[str, Any]:
+        itos = self._itos()
+        stoi: dict[str, int] = {}
+        for i, s in itos.items():
+            stoi.setdefault(s, i)
+        return {"vocab_size": self.vocab_size, **self.describe(), "itos": itos, "stoi": stoi}
+
+    def _itos(self) -> dict[int, str]:
+        """Each token's text, so that nanoGPT's sample.py (''.join(itos[i] for i in ids))
+        reads right: a token is decoded after an anchor letter and the anchor's text is
+        taken off, so a word's leading space survives decoders that drop it at the start
+        (Metaspace). A token that is part of a UTF-8 character reads as "\\ufffd"."""
+        tok = self._hf()
+        added = {i: t.content for i, t in tok.get_added_tokens_decoder().items()}
+        anchor, prefix = None, ""
+        for letter in "aeoxAEOX":
+            i = tok.token_to_id(letter)
+            if i is not None and i not in added and tok.decode([i]) == letter:
+                anchor, prefix = i, letter
+                break
+        itos = {}
+        for i in range(self.vocab_size):
+            if i in added:
+                itos[i] = added[i]
+            elif tok.id_to_token(i) is not None:
+                text = tok.decode([anchor, i]) if anchor is not None else None
+                ok = text is not None and text.startswith(prefix)
+                itos[i] = text[len(prefix) :] if ok else tok.decode([i])
+        return itos
+
+    def describe(self) -> dict[str, Any]:
+        tok = self._hf()
+        special = {
+            t.content: i for i, t in sorted(tok.get_added_tokens_decoder().items()) if t.special
+        }
+        return {
+            "kind": "hf",
+            "path": self.path,
+            "sha256": self.sha256,
+            "eot": self.eot,
+            "eot_id": self.eot_id,
+            "vocab_size": self.vocab_size,
+            "special_tokens": special,
+            "cuts": self.cuts,
+            "tokenizers_version": _library().__version__,
+        }
