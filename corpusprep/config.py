@@ -2,29 +2,47 @@
 
 from __future__ import annotations
 
-import posixpath
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from corpusprep.errors import UserError
 
 DTYPES = ("auto", "uint16", "uint32")
+SPLIT_BY = ("auto", "position", "document")
+EOT = ("auto", "append", "prepend", "none")
 
 
 def _stem(path_or_url: Any) -> str:
-    """'https://h/a/input.txt?x=1' -> 'input', 'corpus/books.jsonl.gz' -> 'books'."""
+    """A name for the output folder: 'https://h/a/input.txt?x=1' -> 'input',
+    'corpus/books.jsonl.gz' -> 'books', 'web/**/*.jsonl.zst' -> 'web' (globs skipped)."""
     text = str(path_or_url)
     path = urlsplit(text).path if "://" in text else text
-    base = posixpath.basename(path.replace("\\", "/").rstrip("/")) or "corpus"
-    return base.split(".")[0] or "corpus"
+    parts = [p for p in path.replace("\\", "/").split("/") if p and p not in (".", "..")]
+    for part in reversed(parts):
+        if not any(c in part for c in "*?["):
+            return part.split(".")[0] or "corpus"
+    return "corpus"
+
+
+def _first(value: Any) -> Any:
+    """The first of a list (or the value itself): names a run after its first glob."""
+    return value[0] if isinstance(value, (list, tuple, ListConfig)) and len(value) else value
+
+
+def _stdlib() -> str:
+    """The running Python's standard library folder (the python_stdlib preset)."""
+    import sysconfig
+
+    return sysconfig.get_paths()["stdlib"]
 
 
 def register_resolvers() -> None:
-    if not OmegaConf.has_resolver("cp.stem"):
-        OmegaConf.register_new_resolver("cp.stem", _stem)
+    for name, fn in (("cp.stem", _stem), ("cp.first", _first), ("cp.stdlib", _stdlib)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, fn)
 
 
 def build(node: DictConfig, what: str) -> Any:
@@ -61,6 +79,9 @@ class Settings:
     out_dir: str
     shard_bytes: int
     quiet: bool
+    split_by: str
+    seed: int
+    eot: str
 
 
 def read_settings(cfg: DictConfig) -> Settings:
@@ -79,7 +100,19 @@ def read_settings(cfg: DictConfig) -> Settings:
     out_dir = cfg.get("out_dir")
     if not out_dir:
         raise UserError("out_dir is empty: set out_dir=PATH")
+    split_by = str(cfg.get("split_by", "auto"))
+    if split_by not in SPLIT_BY:
+        raise UserError(f"split_by={split_by}: use one of {', '.join(SPLIT_BY)}")
+    eot = str(cfg.get("eot", "auto"))
+    if eot not in EOT:
+        raise UserError(f"eot={eot}: use one of {', '.join(EOT)}")
+    seed = cfg.get("seed", 2357)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise UserError(f"seed={seed!r}: must be a whole number")
     return Settings(
+        split_by=split_by,
+        seed=seed,
+        eot=eot,
         split=float(split),
         dtype=dtype,
         out_dir=str(out_dir),

@@ -1,17 +1,20 @@
-"""The driver: wires source -> shards -> tokenizer -> split -> executor -> writer.
+"""The driver: wires source -> formats -> shards -> tokenizer -> split -> executor -> writer.
 
-1. resolve the source to a local file (a URL is downloaded into the cache once);
-2. cut it into a fixed plan of shards (byte ranges ending after a newline);
-3. scan pass: count characters and collect the distinct ones, in parallel;
-   meanwhile hash the file for the manifest;
-4. fit the tokenizer if it learns from the corpus (char), pick the dtype, find the
-   train/val split (nanoGPT's first int(n*split) characters go to train);
-5. encode pass: every shard encodes its text and writes its ids, in parallel;
-6. write meta.pkl and manifest.json, then rename everything into place together.
+1. the source gives its input files (a URL is downloaded into the cache once);
+2. they are cut into a fixed plan of shards: pieces of big files (where the tokenizer
+   allows a cut) and runs of small files; the plan never depends on the workers;
+3. scan pass, in parallel: count characters and documents, collect the distinct
+   characters, check every file (UTF-8, JSON, fields) before anything is written;
+4. fit the tokenizer if it learns from the corpus (char), pick the dtype, and find the
+   split: nanoGPT's first int(n*split) characters, or a seeded hash per document;
+5. encode pass, in parallel: every shard encodes its documents and writes its ids;
+6. merge the shards' parts in plan order, write meta.pkl and manifest.json, and rename
+   everything into place together.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import re
@@ -30,11 +33,19 @@ import corpusprep
 from corpusprep.config import Settings, build, read_settings
 from corpusprep.errors import UserError
 from corpusprep.executors import Executor
-from corpusprep.shards import EncodeResult, EncodeTask, Shard, Target, encode_shard, scan_shard
+from corpusprep.formats import InputFile, Segment, get_format
+from corpusprep.shards import (
+    SIDES,
+    EncodeResult,
+    EncodeTask,
+    Shard,
+    Target,
+    encode_shard,
+    scan_shard,
+)
 from corpusprep.sources import Source
 from corpusprep.sources.url import sha256_file
 from corpusprep.split import split_point
-from corpusprep.text import plan_shards
 from corpusprep.tokenizers import NOWHERE, Tokenizer
 from corpusprep.writer import OutputWriter, choose_dtype
 
@@ -49,69 +60,128 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
     dtype = None if tokenizer.needs_fit else choose_dtype(settings.dtype, tokenizer.max_id)
     clock = _Clock()
 
-    path = source.local_path(progress=not settings.quiet)
+    files = source.files(progress=not settings.quiet)
     clock.lap("source")
-    before = os.stat(path)
-    shards = [
-        Shard(i, str(path), a, b)
-        for i, (a, b) in enumerate(_plan(path, before.st_size, settings, tokenizer))
-    ]
+    before = {f.path: os.stat(f.path) for f in files}
+    # one text, nanoGPT's case: split by position and no end-of-text tokens, unless asked
+    single = len(files) == 1 and files[0].format == "text" and not files[0].doc_separator
+    split_by = settings.split_by if settings.split_by != "auto" else (
+        "position" if single else "document")  # fmt: skip
+    eot = _eot_mode(settings.eot, single, tokenizer)
+    shards = plan(files, settings.shard_bytes, tokenizer)
 
     with executor:
         scans = list(_progress(executor.map(scan_shard, shards), shards, "scan", settings.quiet))
         clock.lap("scan")
-
         chars = sum(s.chars for s in scans)
-        split_char = split_point(chars, settings.split, path)
+        docs = sum(s.docs for s in scans)
+        if docs == 0:
+            raise UserError(f"{_name(files)}: no documents to tokenize (all empty or skipped)")
+        split_char = (
+            split_point(chars, settings.split, _name(files)) if split_by == "position" else 0
+        )
         if tokenizer.needs_fit:
-            tokenizer.fit("".join(sorted(set("".join(s.charset for s in scans)))))
+            tokenizer.fit("".join(sorted(set("".join(s.charset for s in scans)))),
+                          eot=eot != "none")  # fmt: skip
+        eot_id = tokenizer.eot_id if eot != "none" else None
         dtype = dtype or choose_dtype(settings.dtype, tokenizer.max_id)
-        itemsize = np.dtype(dtype).itemsize
+        # documents spread over several shards are assigned by their file's hash: known first
+        hashes = _hashes(files) if split_by == "document" else {}
 
         with OutputWriter(settings.out_dir) as out:
-            firsts = np.cumsum([0] + [s.chars for s in scans[:-1]]).tolist()
-            sides = [_side_chars(f, s.chars, split_char) for f, s in zip(firsts, scans)]
-            tasks, parts = _encode_tasks(shards, firsts, sides, split_char, tokenizer, dtype, out)
+            tasks, parts = _encode_tasks(shards, scans, settings, split_by, split_char, eot,
+                                         eot_id, tokenizer, dtype, hashes, single, out)  # fmt: skip
             results = executor.map(encode_shard, tasks)
-            sha256 = sha256_file(path)  # here, while the workers encode and wait on the disk
+            if not hashes:
+                hashes = _hashes(files)  # here, while the workers encode and wait on the disk
             results = list(_progress(results, shards, "encode", settings.quiet))
-            train = sum(r.train_tokens for r in results)
-            val = sum(r.val_tokens for r in results)
-            _check_unchanged(path, before)
+            _check_unchanged(before)
             if parts:
-                _merge_parts(out, parts, results, itemsize)
+                _merge(out, parts, results, np.dtype(dtype).itemsize)
             clock.lap("encode")
-
-            manifest = _manifest(
-                cfg,
-                overrides,
-                settings,
-                source,
-                tokenizer,
-                executor,
-                path,
-                before.st_size,
-                sha256,
-                len(shards),
-                chars,
-                split_char,
-                dtype,
-                train,
-                val,
-                clock,
-            )
+            counts = {side: sum(getattr(r, f"{side}_tokens") for r in results) for side in SIDES}
+            for side in SIDES:
+                if counts[side] == 0:
+                    raise UserError(
+                        f"{_name(files)}: split={settings.split} by {split_by} leaves {side} "
+                        f"empty ({docs:,} documents); use more documents or another split"
+                    )
+            manifest = _manifest(cfg, overrides, settings, source, tokenizer, executor, files,
+                                 hashes, shards, scans, results, split_by, split_char, eot, eot_id,
+                                 dtype, clock)  # fmt: skip
             out.write_pickle("meta.pkl", tokenizer.meta())
             out.write_json("manifest.json", manifest)
             out.commit()
     return manifest
 
 
-def _plan(path: Path, size: int, settings: Settings, tokenizer: Tokenizer) -> list[tuple[int, int]]:
-    """Shards end where the tokenizer allows a cut (after any newline for char and byte)."""
-    if tokenizer.cut_at == NOWHERE:
-        return [(0, size)]
-    boundary = re.compile(tokenizer.cut_at or rb"\n")
-    return plan_shards(path, size, settings.shard_bytes, boundary)
+def _eot_mode(requested: str, single: bool, tokenizer: Tokenizer) -> str:
+    if requested == "auto":  # nanoGPT's OpenWebText rule for documents, when there is a token
+        return "append" if not single and tokenizer.eot_id is not None else "none"
+    if requested != "none" and tokenizer.eot_id is None and not tokenizer.needs_fit:
+        raise UserError(
+            f"eot={requested}: this tokenizer has no end-of-text token; use eot=none"
+            " (or, for tokenizer=hf, name it with tokenizer.eot=...)"
+        )
+    return requested
+
+
+def plan(files: list[InputFile], shard_bytes: int, tokenizer: Tokenizer) -> list[Shard]:
+    """Cut the files into shards: big files into pieces (where the tokenizer allows a cut;
+    after any newline for char and byte), small files packed together, up to shard_bytes."""
+    cut = tokenizer.cut_at
+    boundary = None if cut == NOWHERE else re.compile(cut or rb"\n")
+    shards, run, size = [], [], 0
+    for file in files:
+        for start, end, nbytes in get_format(file.format).plan(file, shard_bytes, boundary):
+            if run and size + nbytes > shard_bytes:
+                shards.append(Shard(len(shards), tuple(run)))
+                run, size = [], 0
+            run.append(Segment(file, start, end, nbytes))
+            size += nbytes
+    if run:
+        shards.append(Shard(len(shards), tuple(run)))
+    return shards
+
+
+def _encode_tasks(shards, scans, settings, split_by, split_char, eot, eot_id, tokenizer, dtype,
+                  hashes, single, out: OutputWriter):  # fmt: skip
+    """Where each shard writes. For one text split by position, when the token count
+    follows from the character count (char tokenizer), shards write straight into
+    train.bin / val.bin at known places; otherwise each writes part files of its own,
+    merged in plan order afterwards (plus where documents start, unless one text)."""
+    itemsize = np.dtype(dtype).itemsize
+    firsts = np.cumsum([0] + [s.chars for s in scans[:-1]]).tolist()
+    first_docs = np.cumsum([0] + [s.docs for s in scans[:-1]]).tolist()
+    sides = [_side_chars(f, s.chars, split_char) for f, s in zip(firsts, scans)]
+    counts = [(tokenizer.tokens_for(t), tokenizer.tokens_for(v)) for t, v in sides]
+    in_place = single and split_by == "position" and eot == "none" and all(
+        t is not None and v is not None for t, v in counts)  # fmt: skip
+    if in_place:
+        totals = [sum(c[k] for c in counts) for k in (0, 1)]
+        paths = [out.temp(f"{side}.bin", totals[k] * itemsize) for k, side in enumerate(SIDES)]
+        position = [0, 0]
+    doc_keys = {name: digest[:16] for name, digest in hashes.items()}
+    tasks, parts = [], []
+    for shard, first, first_doc, chars, count in zip(shards, firsts, first_docs, sides, counts):
+        targets, index = [], [None, None]
+        for k, side in enumerate(SIDES):
+            if in_place:
+                targets.append(Target(str(paths[k]), position[k]) if chars[k] else None)
+                position[k] += count[k] or 0
+                continue
+            part = out.scratch(f"{side}.{shard.index:06d}.part")
+            targets.append(Target(str(part)))
+            if not single:
+                index[k] = str(out.scratch(f"{side}.{shard.index:06d}.docs"))
+            parts.append((shard.index, side, part, index[k]))
+        keys = {
+            s.file.name: doc_keys[s.file.name] for s in shard.segments if s.file.name in doc_keys
+        }
+        tasks.append(EncodeTask(shard, tokenizer, dtype, settings.split, split_by, split_char,
+                                first, first_doc, settings.seed, keys, eot, eot_id,
+                                targets[0], targets[1], index[0], index[1]))  # fmt: skip
+    return tasks, parts
 
 
 def _side_chars(first: int, chars: int, split_char: int) -> tuple[int, int]:
@@ -120,58 +190,50 @@ def _side_chars(first: int, chars: int, split_char: int) -> tuple[int, int]:
     return train, chars - train
 
 
-def _encode_tasks(shards, firsts, sides, split_char, tokenizer, dtype, out: OutputWriter):
-    """Where each shard writes. When the token count follows from the character count
-    (char tokenizer), shards write straight into train.bin / val.bin at known positions;
-    otherwise each writes its own part files, concatenated in plan order afterwards."""
-    itemsize = np.dtype(dtype).itemsize
-    counts = [(tokenizer.tokens_for(t), tokenizer.tokens_for(v)) for t, v in sides]
-    in_place = all(t is not None and v is not None for t, v in counts)
-    tasks, parts = [], []
-    if in_place:
-        totals = [sum(c[0] for c in counts), sum(c[1] for c in counts)]
-        paths = [
-            out.temp("train.bin", totals[0] * itemsize),
-            out.temp("val.bin", totals[1] * itemsize),
-        ]
-        position = [0, 0]
-    for shard, first, (tc, vc), count in zip(shards, firsts, sides, counts):
-        targets = []
-        for k, nchars in enumerate((tc, vc)):
-            if not nchars:
-                targets.append(None)
-            elif in_place:
-                targets.append(Target(str(paths[k]), position[k]))
-                position[k] += count[k]
-            else:
-                side = ("train", "val")[k]
-                part = out.scratch(f"{side}.{shard.index:06d}.part")
-                targets.append(Target(str(part), 0))
-                parts.append((shard.index, side, part))
-        tasks.append(EncodeTask(shard, first, split_char, tokenizer, dtype, *targets))
-    return tasks, parts
-
-
-def _merge_parts(out: OutputWriter, parts, results: list[EncodeResult], itemsize: int) -> None:
-    """Concatenate part files into train.bin / val.bin in plan order (never finish order)."""
-    for side in ("train", "val"):
+def _merge(out: OutputWriter, parts, results: list[EncodeResult], itemsize: int) -> None:
+    """Concatenate the shards' parts into train.bin / val.bin in plan order (never finish
+    order); document starts are shifted by the tokens of the shards before."""
+    for side in SIDES:
         total = sum(getattr(r, f"{side}_tokens") for r in results)
+        mine = [(i, part, index) for i, s, part, index in sorted(parts) if s == side]
         with open(out.temp(f"{side}.bin"), "r+b") as dst:
-            for _, s, part in sorted(parts):
-                if s == side:
-                    with open(part, "rb") as src:
-                        shutil.copyfileobj(src, dst, 1 << 20)
-                    part.unlink()
+            for _, part, _ in mine:
+                with open(part, "rb") as src:
+                    shutil.copyfileobj(src, dst, 1 << 20)
+                Path(part).unlink()
             if dst.tell() != total * itemsize:
-                raise RuntimeError(
-                    f"{side}.bin: merged {dst.tell()} bytes, expected {total * itemsize}"
-                )
+                raise RuntimeError(f"{side}.bin: merged {dst.tell()} bytes, not {total * itemsize}")
+        if mine and mine[0][2] is not None:
+            with open(out.temp(f"{side}.docs.bin"), "r+b") as dst:
+                base = 0
+                for (_, _, index), result in zip(mine, results):
+                    (np.fromfile(index, dtype=np.uint64) + np.uint64(base)).tofile(dst)
+                    base += getattr(result, f"{side}_tokens")
+                    Path(index).unlink()
 
 
-def _check_unchanged(path: Path, before: os.stat_result) -> None:
-    after = os.stat(path)
-    if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
-        raise UserError(f"{path}: the file changed while it was being read; run again")
+def _hashes(files: list[InputFile]) -> dict[str, bytes]:
+    """sha256 of every input file (a zip member: of its archive, plus its name)."""
+    digests: dict[str, bytes] = {}
+    for file in files:
+        if file.path not in digests:
+            digests[file.path] = bytes.fromhex(sha256_file(Path(file.path)))
+    return {f.name: _member_digest(digests[f.path], f.member) for f in files}
+
+
+def _member_digest(digest: bytes, member: Optional[str]) -> bytes:
+    return digest if member is None else hashlib.sha256(digest + member.encode()).digest()
+
+
+def _check_unchanged(before: dict[str, os.stat_result]) -> None:
+    for path, stat in before.items():
+        after = os.stat(path)
+        if (after.st_size, after.st_mtime_ns) != (stat.st_size, stat.st_mtime_ns):
+            raise UserError(f"{path}: the file changed while it was being read; run again")
+
+
+def _name(files: list[InputFile]) -> str:
+    return files[0].name if len(files) == 1 else f"{len(files)} files ({files[0].name}, ...)"
 
 
 def _progress(results: Iterable, shards: list[Shard], what: str, quiet: bool) -> Iterator:
@@ -202,55 +264,65 @@ class _Clock:
         return round(time.perf_counter() - self.start, 4)
 
 
-def _manifest(
-    cfg,
-    overrides,
-    settings,
-    source,
-    tokenizer,
-    executor,
-    path,
-    nbytes,
-    sha256,
-    nshards,
-    chars,
-    split_char,
-    dtype,
-    train,
-    val,
-    clock,
-) -> dict[str, Any]:
+def _manifest(cfg, overrides, settings: Settings, source, tokenizer, executor, files, hashes,
+              shards, scans, results, split_by, split_char, eot, eot_id, dtype, clock):  # fmt: skip
     import hydra
-    import tqdm
 
-    tokens = train + val
+    train = sum(r.train_tokens for r in results)
+    val = sum(r.val_tokens for r in results)
+    chars = sum(s.chars for s in scans)
+    listed = [
+        {"path": str(Path(f.path).resolve()), **({"member": f.member} if f.member else {}),
+         "format": f.format, "compression": f.compression, "bytes": os.path.getsize(f.path),
+         "sha256": hashes[f.name].hex() if f.member is None else None}
+        for f in files
+    ]  # fmt: skip
+    if len(files) == 1 and files[0].member is None:
+        sha256 = listed[0]["sha256"]
+    else:  # a digest of the whole input: every file's name and content
+        lines = "".join(f"{f.name}\t{hashes[f.name].hex()}\n" for f in files)
+        sha256 = hashlib.sha256(lines.encode()).hexdigest()
+    train_keys = np.concatenate([r.train_keys for r in results])
+    val_keys = np.concatenate([r.val_keys for r in results])
     manifest: dict[str, Any] = {
         "corpusprep": corpusprep.__version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "name": cfg.get("name"),
         "source": {
             **source.describe(),
-            "file": str(Path(path).resolve()),
-            "bytes": nbytes,
+            "file": listed[0]["path"],
+            "bytes": sum(os.path.getsize(p) for p in {f.path for f in files}),
             "sha256": sha256,
-        },
+            "files": listed,
+        },  # fmt: skip
         "tokenizer": tokenizer.describe(),
         "vocab_size": tokenizer.vocab_size,
         "dtype": dtype,
         "split": {
-            "by": "position",
+            "by": split_by,
             "fraction": settings.split,
-            "train_chars": split_char,
-            "val_chars": chars - split_char,
-        },
+            **(
+                {"seed": settings.seed}
+                if split_by == "document"
+                else {"train_chars": split_char, "val_chars": chars - split_char}
+            ),
+        },  # fmt: skip
+        "eot": {"mode": eot, "id": eot_id},
         "chars": chars,
+        "documents": {
+            "total": sum(s.docs for s in scans),
+            "train": sum(r.train_docs for r in results),
+            "val": sum(r.val_docs for r in results),
+            "skipped_invalid": sum(s.skipped for s in scans),
+            "exact_duplicates_across_splits": int(np.isin(val_keys, train_keys).sum()),
+        },
         "tokens": {"train": train, "val": val},
-        "chars_per_token": round(chars / tokens, 4),
+        "chars_per_token": round(chars / (train + val), 4),
         "files": {
             "train.bin": train * np.dtype(dtype).itemsize,
             "val.bin": val * np.dtype(dtype).itemsize,
-        },
-        "shards": {"count": nshards, "shard_bytes": settings.shard_bytes},
+        },  # fmt: skip
+        "shards": {"count": len(shards), "shard_bytes": settings.shard_bytes},
         "executor": executor.describe(),
         "seconds": {**clock.laps, "total": clock.total()},
         "config": OmegaConf.to_container(cfg, resolve=True),
@@ -259,9 +331,10 @@ def _manifest(
             "python": platform.python_version(),
             "numpy": np.__version__,
             "hydra": hydra.__version__,
-            "tqdm": tqdm.__version__,
-        },
+        },  # fmt: skip
     }
+    if split_by == "position":
+        manifest["documents"].pop("exact_duplicates_across_splits")
     if dtype != "uint16":
         manifest["nanogpt_note"] = (
             f"ids are {dtype}; nanoGPT's stock train.py reads uint16: change "

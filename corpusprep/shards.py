@@ -1,106 +1,109 @@
-"""The work done on one shard (a byte range of the input), as pure functions.
+"""The work done on one shard, as pure functions an executor can run anywhere.
 
 Two passes, as nanoGPT needs the whole text before it can number characters or split:
-  scan_shard    count characters and collect the distinct ones (also checks the UTF-8);
-  encode_shard  encode the shard's text and write its ids where the plan says.
-Any executor (local processes today) runs these; results come back in plan order, so
-the output never depends on how many workers there were or which finished first.
+  scan_shard    count characters and documents, collect the distinct characters, and
+                check the input (UTF-8, JSON, fields) before anything is written;
+  encode_shard  encode the shard's documents, each on its own, give each to train or val,
+                and write the ids (and where documents start) where the plan says.
+Results come back in plan order, so the output never depends on how many workers there
+were or which finished first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import groupby
 from operator import itemgetter
 from typing import Optional
 
 import numpy as np
 
-from corpusprep.text import decode, read_raw, read_text
+from corpusprep.formats import Census, Part, Segment, get_format
+from corpusprep.split import document_key, goes_to_train
 from corpusprep.tokenizers import Tokenizer
 from corpusprep.writer import start_writeback
+
+SIDES = ("train", "val")
 
 
 @dataclass(frozen=True)
 class Shard:
+    """A unit of work: a run of segments (a piece of a big file, or many small files)."""
+
     index: int
-    path: str
-    start: int  # byte range [start, end) of the file
-    end: int
+    segments: tuple[Segment, ...]
 
     @property
     def nbytes(self) -> int:
-        return self.end - self.start
+        return sum(s.nbytes for s in self.segments)
+
+    def parts(self) -> Iterator[Part]:
+        for segment in self.segments:
+            yield from get_format(segment.file.format).parts(segment)
 
 
 @dataclass(frozen=True)
 class ScanResult:
-    chars: int  # characters after newline translation, as len(open().read()) counts them
+    chars: int  # characters of text (newlines translated, as len(open().read()) counts them)
     charset: str  # every distinct character, sorted
+    docs: int  # documents that start in this shard
+    skipped: int  # invalid documents left out (source.skip_invalid)
 
 
 def scan_shard(shard: Shard) -> ScanResult:
-    chars = 0
-    seen: set[str] = set()
-    known = b"\r"  # ASCII bytes already seen; "\r" never reaches the text (it becomes "\n")
-    for offset, raw in read_raw(shard.path, shard.start, shard.end):
-        has_cr = b"\r" in raw  # a one-byte search is a fast memchr; most text has no "\r"
-        if raw.isascii():  # valid UTF-8 already; count without decoding
-            chars += len(raw) - (raw.count(b"\r\n") if has_cr else 0)  # "\r\n" is one char
-        else:
-            chars += len(decode(raw, shard.path, offset))  # checks the UTF-8
-        if has_cr:
-            seen.add("\n")
-        # Drop the ASCII bytes already seen (bytes.translate runs at GB/s); whatever is left
-        # is new ASCII or non-ASCII text, usually a few bytes, and goes through a set.
-        rest = raw.translate(None, known)
-        if rest:
-            seen.update(rest.decode("utf-8"))
-            known = b"\r" + bytes(sorted(ord(c) for c in seen if c.isascii()))
-    return ScanResult(chars=chars, charset="".join(sorted(seen)))
+    total = Census()
+    for segment in shard.segments:
+        census = get_format(segment.file.format).scan(segment)
+        total.chars += census.chars
+        total.docs += census.docs
+        total.skipped += census.skipped
+        total.seen |= census.seen
+    return ScanResult(total.chars, "".join(sorted(total.seen)), total.docs, total.skipped)
 
 
 @dataclass(frozen=True)
 class Target:
-    """Where one side (train or val) of a shard goes: a file and the token position in it."""
+    """Where one side's ids go: a file and the token position in it."""
 
     path: str
-    position: int
+    position: int = 0
 
 
 @dataclass(frozen=True)
 class EncodeTask:
     shard: Shard
-    first_char: int  # index in the whole text of the shard's first character
-    split_char: int  # characters before this go to train, the rest to val
     tokenizer: Tokenizer
     dtype: str
+    split: float  # fraction for train
+    split_by: str  # position | document
+    split_char: int  # position: characters before this go to train
+    first_char: int  # position: index in the whole text of the shard's first character
+    first_doc: int  # index of the first document that starts in this shard
+    seed: int  # document: the seed of the assignment hash
+    doc_keys: dict[str, bytes]  # document: keys of long documents spread over shards, by file
+    eot: str  # append | prepend | none
+    eot_id: Optional[int]
     train: Optional[Target]
     val: Optional[Target]
+    train_index: Optional[str] = None  # where document starts go (uint64 token offsets)
+    val_index: Optional[str] = None
 
 
-@dataclass(frozen=True)
+@dataclass
 class EncodeResult:
-    train_tokens: int
-    val_tokens: int
+    train_tokens: int = 0
+    val_tokens: int = 0
+    train_docs: int = 0
+    val_docs: int = 0
+    # 64-bit keys of the documents on each side, to count exact duplicates across sides
+    train_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    val_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
 
 
-def _sides(task: EncodeTask) -> Iterator[tuple[str, str]]:
-    """The shard's text as (side, piece), cut at the train/val split character."""
-    pos = task.first_char
-    for text in read_text(task.shard.path, task.shard.start, task.shard.end):
-        k = min(max(task.split_char - pos, 0), len(text))
-        if k:
-            yield "train", text[:k]
-        if k < len(text):
-            yield "val", text[k:]
-        pos += len(text)
-
-
-class _PositionalWriter:
-    """Writes ids into a preallocated file from a token position on: shards fill one file
-    in parallel, each at its own place."""
+class _Writer:
+    """Writes ids into a file from a token position on (a preallocated file shared by
+    shards, each at its own place, or a part file of its own)."""
 
     def __init__(self, target: Target, dtype: np.dtype) -> None:
         self.file = open(target.path, "r+b", buffering=0)  # noqa: SIM115 - closed in close()
@@ -128,19 +131,68 @@ class _PositionalWriter:
 
 def encode_shard(task: EncodeTask) -> EncodeResult:
     dtype = np.dtype(task.dtype)
-    writers = {
-        side: _PositionalWriter(target, dtype)
-        for side, target in (("train", task.train), ("val", task.val))
-        if target is not None
-    }
+    targets = {"train": task.train, "val": task.val}
+    writers = {side: _Writer(t, dtype) for side, t in targets.items() if t is not None}
+    starts: dict[str, list[int]] = {"train": [], "val": []}
+    keys: dict[str, list[int]] = {"train": [], "val": []}
+    eot = None if task.eot_id is None else np.array([task.eot_id], dtype=np.uint32)
+    doc = task.first_doc - 1
+    position = [task.first_char]
     try:
-        # Train text and val text are encoded separately, as nanoGPT does; each side is one
-        # lazy stream of pieces, so a tokenizer that must not cut anywhere sees it whole.
-        for side, group in groupby(_sides(task), key=itemgetter(0)):
-            for ids in task.tokenizer.encode_pieces(text for _, text in group):
-                writers[side].write(ids)
+        for segment in task.shard.segments:
+            key = task.doc_keys.get(segment.file.name)
+            for part in get_format(segment.file.format).parts(segment):
+                doc += part.starts
+                _encode_part(task, part, doc, key, position, writers, starts, keys, eot)
     finally:
         for w in writers.values():
             w.close()
-    count = {side: w.tokens for side, w in writers.items()}
-    return EncodeResult(count.get("train", 0), count.get("val", 0))
+    result = EncodeResult()
+    for side in SIDES:
+        if side in writers:
+            setattr(result, f"{side}_tokens", writers[side].tokens)
+        setattr(result, f"{side}_docs", len(starts[side]))
+        setattr(result, f"{side}_keys", np.array(keys[side], dtype=np.uint64))
+        index = getattr(task, f"{side}_index")
+        if index is not None:
+            np.array(starts[side], dtype=np.uint64).tofile(index)
+    return result
+
+
+def _encode_part(task, part, doc, key, position, writers, starts, keys, eot) -> None:
+    """One document (or the piece of it in this shard): prepend/append the end-of-text
+    token, note where it starts, and encode it on its side(s)."""
+    pending_eot = None  # the side where the document may end (eot=append)
+    sides = _sides(task, part, doc, key, position, keys)
+    for i, (side, group) in enumerate(groupby(sides, key=itemgetter(0))):
+        out = writers[side]
+        pending_eot = side
+        if i == 0 and part.starts:
+            starts[side].append(out.tokens)
+            if task.eot == "prepend":
+                out.write(eot)
+        for ids in task.tokenizer.encode_pieces(text for _, text in group):
+            out.write(ids)
+    if part.ends and task.eot == "append" and pending_eot is not None:
+        writers[pending_eot].write(eot)
+
+
+def _sides(task: EncodeTask, part: Part, doc: int, key, position: list[int], keys) -> Iterator:
+    """(side, text) for the part's pieces: the whole document to one side (split by
+    document), or cut at the train/val character (split by position, nanoGPT's rule)."""
+    if task.split_by == "document":
+        if part.whole is not None:
+            key = document_key(part.whole)
+        side = "train" if goes_to_train(task.seed, doc, key, task.split) else "val"
+        if part.starts:
+            keys[side].append(int.from_bytes(key[:8], "little"))
+        for text in part.pieces:
+            yield side, text
+        return
+    for text in part.pieces:
+        k = min(max(task.split_char - position[0], 0), len(text))
+        if k:
+            yield "train", text[:k]
+        if k < len(text):
+            yield "val", text[k:]
+        position[0] += len(text)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Optional
+from typing import IO, Optional
 
 from corpusprep.errors import UserError
 
@@ -62,19 +62,30 @@ def read_raw(
         if end is None:
             end = f.seek(0, 2)
         f.seek(start)
-        offset, carry = start, b""
-        remaining = end - start
-        while remaining > 0:
-            data = f.read(min(block, remaining))
-            if not data:
-                raise UserError(f"{path}: the file got shorter while it was being read")
+        yield from raw_pieces(f, start, end - start, str(path), block)
+
+
+def raw_pieces(
+    f: IO[bytes], offset: int, remaining: Optional[int], name: str, block: int = BLOCK
+) -> Iterator[tuple[int, bytes]]:
+    """Like read_raw, from an open stream: `remaining` bytes of it, or all (None)."""
+    carry = b""
+    while remaining is None or remaining > 0:
+        data = f.read(block if remaining is None else min(block, remaining))
+        if not data:
+            if remaining is not None:
+                raise UserError(f"{name}: the file got shorter while it was being read")
+            if carry:
+                yield offset, carry
+            return
+        if remaining is not None:
             remaining -= len(data)
-            buf = carry + data if carry else data
-            p = len(buf) if remaining == 0 else _cut(buf)
-            if p:
-                yield offset, buf[:p]
-            offset += p
-            carry = buf[p:]
+        buf = carry + data if carry else data
+        p = len(buf) if remaining == 0 else _cut(buf)
+        if p:
+            yield offset, buf[:p]
+        offset += p
+        carry = buf[p:]
 
 
 def read_text(

@@ -13,8 +13,8 @@ _calls = 0  # per process: each task gets a fresh unpickled tokenizer
 class FailingCharTokenizer(CharTokenizer):
     """Raises after n encoded pieces in a process: a crash halfway through writing."""
 
-    def __init__(self, fail_after: int = 3) -> None:
-        super().__init__()
+    def __init__(self, fail_after: int = 3, **kwargs) -> None:
+        super().__init__(**kwargs)
         self.fail_after = fail_after
 
     def encode_pieces(self, pieces):
@@ -29,8 +29,8 @@ class FailingCharTokenizer(CharTokenizer):
 class SlowCharTokenizer(CharTokenizer):
     """Sleeps before every piece, so a test can interrupt the run while it writes."""
 
-    def __init__(self, delay: float = 0.05) -> None:
-        super().__init__()
+    def __init__(self, delay: float = 0.05, **kwargs) -> None:
+        super().__init__(**kwargs)
         self.delay = delay
 
     def encode_pieces(self, pieces):

@@ -56,7 +56,11 @@ def test_cache_dir_from_the_environment(monkeypatch, tmp_path):
 def test_help_lists_the_groups_and_options(tmp_path):
     r = run_cli("--help", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    for word in ("dataset: shakespeare, shakespeare_char", "source: file, url", "executor: local"):
+    for word in (
+        "dataset: shakespeare, shakespeare_char",
+        "source: file, files, url",
+        "executor: local",
+    ):
         assert word in r.stdout, r.stdout
 
 

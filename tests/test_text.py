@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -91,16 +92,18 @@ def test_invalid_utf8_reports_the_first_bad_byte(tmp_path, seed):
 
 @pytest.mark.parametrize("seed", range(60))
 def test_scan_counts_and_collects_like_open_read(tmp_path, seed):
+    from corpusprep.formats import InputFile, Segment
+    from corpusprep.formats.text import FORMAT
     from corpusprep.shards import Shard, scan_shard
 
     rng = random.Random(seed)
     raw = random_text(rng, rng.randint(1, 500))
     path = tmp_path / "t.txt"
     path.write_bytes(raw)
-    results = [
-        scan_shard(Shard(i, str(path), a, b))
-        for i, (a, b) in enumerate(plan_shards(path, len(raw), rng.randint(1, 60)))
-    ]
+    file = InputFile(str(path), "text", size=len(raw))
+    segments = FORMAT.plan(file, rng.randint(1, 60), re.compile(rb"\n"))
+    results = [scan_shard(Shard(i, (Segment(file, *s),))) for i, s in enumerate(segments)]
     text = whole(path)
     assert sum(r.chars for r in results) == len(text)
     assert set("".join(r.charset for r in results)) == set(text)
+    assert sum(r.docs for r in results) == 1

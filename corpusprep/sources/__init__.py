@@ -1,24 +1,71 @@
-"""Sources say where the text comes from. Each one is a class in its own module here,
-with a config file of the same name in conf/source/. A source never tokenizes."""
+"""Sources say where the text comes from: they give the list of input files (after any
+download), in a fixed order. Each one is a class in its own module here, with a config
+file of the same name in conf/source/. A source never tokenizes; formats read the files."""
 
 from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from corpusprep.errors import UserError
+from corpusprep.formats import InputFile
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """How to read the files: the keys every source config has."""
+
+    format: str = "auto"  # auto (from the file name) | text | jsonl | parquet
+    text_field: str = "text"  # jsonl / parquet: where the text is
+    doc_separator: Optional[str] = None  # text: a line that separates documents
+    skip_invalid: bool = False  # leave out documents that are not valid UTF-8
 
 
 class Source(ABC):
+    def __init__(self, **options: Any) -> None:
+        self.options = ReadOptions(**options)
+
     @abstractmethod
-    def local_path(self, progress: bool = True) -> Path:
-        """A local file holding the corpus's bytes (a download lands in the cache first)."""
+    def files(self, progress: bool = True) -> list[InputFile]:
+        """The input files, in the order their documents are read (a download first)."""
 
     @abstractmethod
     def describe(self) -> dict[str, Any]:
-        """Where the text came from, for the manifest (path or URL; sha256 is added later)."""
+        """Where the text came from, for the manifest."""
+
+
+def input_files(paths: list[Path], options: ReadOptions) -> list[InputFile]:
+    """InputFiles for `paths`: compression from the first bytes, zip archives opened up
+    into their members, the format from the name (unless set)."""
+    from corpusprep.compression import detect, members
+    from corpusprep.formats import format_from_name, get_format
+
+    if options.format != "auto":
+        get_format(options.format)  # an unknown format fails here, before any work
+    files = []
+    for path in paths:
+        compression = detect(path)
+        names = members(path) if compression == "zip" else [None]
+        for member in names:
+            fmt = options.format
+            if fmt == "auto":
+                fmt = format_from_name(member or path.name)
+            files.append(
+                InputFile(
+                    path=str(path),
+                    format=fmt,
+                    compression=compression,
+                    size=path.stat().st_size // len(names),
+                    member=member,
+                    text_field=options.text_field,
+                    doc_separator=options.doc_separator,
+                    skip_invalid=options.skip_invalid,
+                )
+            )
+    return files
 
 
 def check_text_file(path: Path, how_to_fix: str) -> int:

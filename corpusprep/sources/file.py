@@ -1,4 +1,4 @@
-"""A local text file."""
+"""A local file: a text file by default (nanoGPT's case), or JSONL / Parquet, compressed or not."""
 
 from __future__ import annotations
 
@@ -6,18 +6,20 @@ from pathlib import Path
 from typing import Any
 
 from corpusprep.errors import UserError
-from corpusprep.sources import Source, check_text_file
+from corpusprep.formats import InputFile
+from corpusprep.sources import Source, check_text_file, input_files
 
 
 class FileSource(Source):
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, **options: Any) -> None:
+        super().__init__(**options)
         if not path:
             raise UserError("source.path is empty: give the text file, e.g. source.path=my.txt")
         self.path = Path(path).expanduser()
 
-    def local_path(self, progress: bool = True) -> Path:
+    def files(self, progress: bool = True) -> list[InputFile]:
         check_text_file(self.path, "check source.path")
-        return self.path
+        return input_files([self.path], self.options)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "file", "path": str(self.path.resolve())}

@@ -17,7 +17,8 @@ from typing import Any, Optional
 from urllib.parse import unquote, urlsplit
 
 from corpusprep.errors import UserError
-from corpusprep.sources import Source, check_text_file
+from corpusprep.formats import InputFile
+from corpusprep.sources import Source, check_text_file, input_files
 
 CHUNK = 1 << 20
 
@@ -50,7 +51,9 @@ class UrlSource(Source):
         cache_dir: Optional[str] = None,
         timeout: float = 30,
         retries: int = 3,
+        **options: Any,
     ) -> None:
+        super().__init__(**options)
         if not re.match(r"^https?://[^/]+", str(url or "")):
             raise UserError(
                 f"source.url={url!r}: not an http(s) URL; for a local file use "
@@ -72,6 +75,9 @@ class UrlSource(Source):
         name = re.sub(r"[^A-Za-z0-9._-]", "_", name)[-100:]
         key = hashlib.sha256(self.url.encode()).hexdigest()[:16]
         return self.cache_dir / f"{key}-{name}"
+
+    def files(self, progress: bool = True) -> list[InputFile]:
+        return input_files([self.local_path(progress)], self.options)
 
     def local_path(self, progress: bool = True) -> Path:
         path = self.cache_path()

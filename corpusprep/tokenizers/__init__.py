@@ -26,8 +26,9 @@ class Tokenizer(ABC):
     #: known: the text is then encoded whole.
     cut_at: Optional[bytes] = None
 
-    def fit(self, charset: str) -> None:  # noqa: B027 - optional hook, most tokenizers skip it
-        """Learn from the corpus before encoding; given every distinct character in it."""
+    def fit(self, charset: str, eot: bool = False) -> None:  # noqa: B027 - optional hook
+        """Learn from the corpus before encoding; given every distinct character in it.
+        `eot`: documents will be separated, so an end-of-text id is needed (char adds one)."""
 
     @property
     def needs_fit(self) -> bool:
@@ -37,6 +38,11 @@ class Tokenizer(ABC):
     @abstractmethod
     def vocab_size(self) -> int:
         """Number of ids; nanoGPT's train.py sizes the model's embedding with it."""
+
+    @property
+    def eot_id(self) -> Optional[int]:
+        """The id that separates documents (eot=append|prepend), or None if there is none."""
+        return None
 
     @property
     def max_id(self) -> int:

@@ -18,7 +18,9 @@ from corpusprep.tokenizers import Tokenizer
 
 
 class CharTokenizer(Tokenizer):
-    def __init__(self, chars: Optional[str] = None) -> None:
+    def __init__(self, chars: Optional[str] = None, separator: str = "<|endoftext|>") -> None:
+        self.separator = separator  # the end-of-text "character" between documents, if used
+        self.eot = False
         self.chars: Optional[list[str]] = None
         self._lut: Optional[np.ndarray] = None  # id of each code point (vocab_size: unknown)
         self._pairs: Optional[np.ndarray] = None  # ids of two ASCII characters at once
@@ -29,10 +31,16 @@ class CharTokenizer(Tokenizer):
     def needs_fit(self) -> bool:
         return True
 
-    def fit(self, charset: str) -> None:
-        # sorted, as nanoGPT: the same text always gives the same ids
+    def fit(self, charset: str, eot: bool = False) -> None:
+        # sorted, as nanoGPT: the same text always gives the same ids; a document separator,
+        # when documents are separated, takes the next id after the characters
         self.chars = sorted(set(charset))
+        self.eot = eot
         self._lut = self._pairs = None
+
+    @property
+    def eot_id(self) -> Optional[int]:
+        return len(self._fitted()) if self.eot else None
 
     def _fitted(self) -> list[str]:
         if self.chars is None:
@@ -51,7 +59,7 @@ class CharTokenizer(Tokenizer):
 
     @property
     def vocab_size(self) -> int:
-        return len(self._fitted())
+        return len(self._fitted()) + self.eot
 
     def encode(self, text: str) -> np.ndarray:
         lut = self._table()
@@ -109,22 +117,25 @@ class CharTokenizer(Tokenizer):
         return chars
 
     def decode(self, ids: Iterable[int]) -> str:
-        chars = self._fitted()
+        chars = self._fitted() + ([self.separator] if self.eot else [])
         return "".join([chars[i] for i in ids])
 
     def meta(self) -> dict[str, Any]:
         # Exactly nanoGPT's dict, built the same way, so meta.pkl is byte-identical: pickle
         # memoises the shared character objects, so even object identity matters here.
-        chars = self._fitted()
+        chars = self._fitted() + ([self.separator] if self.eot else [])
         stoi = {ch: i for i, ch in enumerate(chars)}
         itos = {i: ch for i, ch in enumerate(chars)}
         return {"vocab_size": len(chars), "itos": itos, "stoi": stoi}
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": "char", "vocab_size": self.vocab_size, "chars": "".join(self._fitted())}
+        out = {"kind": "char", "vocab_size": self.vocab_size, "chars": "".join(self._fitted())}
+        if self.eot:
+            out.update(separator=self.separator, eot_id=self.eot_id)
+        return out
 
     def restore(self, description: dict[str, Any]) -> None:
-        self.fit(description["chars"])
+        self.fit(description["chars"], eot="separator" in description)
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_lut": None, "_pairs": None}  # rebuilt in each worker

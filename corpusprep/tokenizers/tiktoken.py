@@ -159,6 +159,10 @@ class TiktokenTokenizer(Tokenizer):
     def max_id(self) -> int:
         return self._enc().max_token_value
 
+    @property
+    def eot_id(self) -> Optional[int]:
+        return self._enc()._special_tokens.get("<|endoftext|>")
+
     def encode(self, text: str) -> np.ndarray:
         # encode_to_numpy with nothing allowed or disallowed == encode_ordinary, minus the list
         return self._enc().encode_to_numpy(text, disallowed_special=())

@@ -1,0 +1,145 @@
+"""Formats turn one shard of an input file into documents. One module per format:
+
+    text     a text file is one document (nanoGPT's reading rules), or several separated
+             by a line such as "<|endoftext|>" (source.doc_separator, TinyStories)
+    jsonl    one JSON object per line, the text at source.text_field (nested: "a.b")
+    parquet  one row per document, the text in column source.text_field (needs pyarrow)
+
+Each format cuts a file into segments (byte ranges, or row groups) and reads a segment as
+Parts: the text of one document, or of the piece of a long document inside the segment.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from corpusprep.errors import UserError
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input file (or zip member), and how to read it."""
+
+    path: str
+    format: str  # text | jsonl | parquet
+    compression: str = "none"  # none | gzip | bz2 | xz | zstd | zip
+    size: int = 0  # bytes on disk
+    member: Optional[str] = None  # a zip archive's member
+    text_field: str = "text"  # jsonl / parquet: where the text is
+    doc_separator: Optional[str] = None  # text: a line that separates documents
+    skip_invalid: bool = False  # skip documents that are not valid UTF-8 instead of failing
+
+    @property
+    def name(self) -> str:
+        return f"{self.path}!{self.member}" if self.member else self.path
+
+    @property
+    def seekable(self) -> bool:
+        return self.compression == "none"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Units [start, end) of one file: bytes, or parquet row groups."""
+
+    file: InputFile
+    start: int
+    end: int
+    nbytes: int  # about how many input bytes: for packing shards, progress and ETA
+
+    @property
+    def whole_file(self) -> bool:
+        return self.start == 0 and self.nbytes == self.file.size
+
+
+@dataclass
+class Part:
+    """Text of one document, or of the part of a long document that lies in one shard."""
+
+    pieces: Iterable[str]
+    starts: bool = True  # the document begins here
+    ends: bool = True  # ... and ends here
+    whole: Optional[str] = None  # the full text, when the document is small and in one piece
+
+
+@dataclass
+class Census:
+    """What the scan pass learns from a shard: characters, distinct characters, documents."""
+
+    chars: int = 0
+    docs: int = 0
+    skipped: int = 0  # invalid documents left out (skip_invalid)
+    seen: set = field(default_factory=set)
+    _known: bytes = b"\r"  # ASCII bytes already seen; "\r" never reaches a text
+
+    def add_text(self, text: str) -> None:
+        self.chars += len(text)
+        self._collect(text.encode("utf-8"))
+
+    def add_ascii(self, raw: bytes, chars: int) -> None:
+        """Raw ASCII bytes already checked, holding `chars` characters (after newlines)."""
+        self.chars += chars
+        if b"\r" in raw:
+            self.seen.add("\n")
+        self._collect(raw)
+
+    def _collect(self, raw: bytes) -> None:
+        # Drop the ASCII bytes already seen (bytes.translate runs at GB/s); whatever is left
+        # is new ASCII or non-ASCII text, usually a few bytes, and goes through a set.
+        rest = raw.translate(None, self._known)
+        if rest:
+            self.seen.update(rest.decode("utf-8"))
+            self._known = b"\r" + bytes(sorted(ord(c) for c in self.seen if c.isascii()))
+
+
+class Format(ABC):
+    name: str
+
+    @abstractmethod
+    def plan(self, file: InputFile, shard_bytes: int, boundary: Optional[re.Pattern]) -> list:
+        """The file's segments as (start, end, nbytes), never depending on the worker count.
+        `boundary`: where a long text may be cut (None: nowhere)."""
+
+    @abstractmethod
+    def parts(self, segment: Segment) -> Iterator[Part]:
+        """The segment's documents (or document pieces), in order."""
+
+    def scan(self, segment: Segment) -> Census:
+        census = Census()
+        for part in self.parts(segment):
+            census.docs += part.starts
+            for text in part.pieces:
+                census.add_text(text)
+        return census
+
+
+FORMATS = {"text": "corpusprep.formats.text", "jsonl": "corpusprep.formats.jsonl",
+           "parquet": "corpusprep.formats.parquet"}  # fmt: skip
+SUFFIX_FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl",
+                  ".parquet": "parquet"}  # anything else is text  # fmt: skip
+
+
+def get_format(name: str) -> Format:
+    if name not in FORMATS:
+        raise UserError(f"source.format={name}: unknown format; use one of {', '.join(FORMATS)}")
+    return importlib.import_module(FORMATS[name]).FORMAT
+
+
+def format_from_name(name: str) -> str:
+    """'shard-0001.jsonl.zst' -> 'jsonl'; anything unknown is text."""
+    from corpusprep.compression import strip_suffix
+
+    return SUFFIX_FORMATS.get(Path(strip_suffix(name)).suffix.lower(), "text")
+
+
+def line_number(file: InputFile, offset: int) -> int:
+    """The 1-based line at byte `offset` of an uncompressed file (for error messages)."""
+    with open(file.path, "rb") as f:
+        head = f.read(offset)
+    return head.count(b"\n") + 1

@@ -1,0 +1,107 @@
+"""JSON Lines: one JSON object per line, the document's text at source.text_field
+(a dotted path reaches into nested objects: "meta.body"). Blank lines are skipped.
+The text is used as it is in the JSON (no newline translation).
+
+An uncompressed file is cut into shards at line ends; a compressed one is one segment.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Optional
+
+from corpusprep.compression import open_stream
+from corpusprep.errors import UserError
+from corpusprep.formats import Format, InputFile, Part, Segment, line_number
+from corpusprep.text import plan_shards
+
+_LINE_END = re.compile(rb"\n")
+
+
+class JsonlFormat(Format):
+    name = "jsonl"
+
+    def plan(self, file: InputFile, shard_bytes: int, boundary: Optional[re.Pattern]) -> list:
+        if not file.seekable:
+            return [(0, file.size, file.size)]
+        return [(a, b, b - a) for a, b in plan_shards(file.path, file.size, shard_bytes, _LINE_END)]
+
+    def _lines(self, segment: Segment) -> Iterator[bytes]:
+        file = segment.file
+        if file.seekable:
+            with open(file.path, "rb") as f:
+                f.seek(segment.start)
+                left = segment.end - segment.start
+                while left > 0:
+                    line = f.readline(left)
+                    if not line:
+                        raise UserError(f"{file.name}: the file got shorter while it was read")
+                    left -= len(line)
+                    yield line
+        else:
+            with open_stream(file.path, file.compression, file.member) as f:
+                yield from f
+
+    def parts(self, segment: Segment) -> Iterator[Part]:
+        file = segment.file
+        path = file.text_field.split(".")
+        for number, line in enumerate(self._lines(segment)):
+            if not line.strip():
+                continue
+            where = _Where(segment, number)
+            try:
+                value = json.loads(line)
+            except UnicodeDecodeError:
+                if file.skip_invalid:
+                    continue
+                raise UserError(
+                    f"{where}: not valid UTF-8; fix the line or set source.skip_invalid=true"
+                ) from None
+            except ValueError as e:
+                raise UserError(
+                    f"{where}: not valid JSON ({getattr(e, 'msg', e)}, column "
+                    f"{getattr(e, 'colno', '?')}); fix or remove the line"
+                ) from None
+            for key in path:
+                if not isinstance(value, dict) or key not in value:
+                    found = sorted(value) if isinstance(value, dict) else type(value).__name__
+                    raise UserError(
+                        f"{where}: no field {file.text_field!r} (found {found}); "
+                        "set source.text_field to the key that holds the text"
+                    )
+                value = value[key]
+            if not isinstance(value, str):
+                raise UserError(
+                    f"{where}: {file.text_field!r} is {type(value).__name__}, not a string; "
+                    "set source.text_field to the key that holds the text"
+                )
+            if not value.isascii() and not _encodable(value):
+                if file.skip_invalid:
+                    continue
+                raise UserError(f"{where}: the text holds a lone surrogate (\\ud800-\\udfff)")
+            yield Part([value], whole=value)
+
+
+class _Where:
+    """file:line for messages; the line number is only worked out when one is printed."""
+
+    def __init__(self, segment: Segment, number: int) -> None:
+        self.segment, self.number = segment, number
+
+    def __str__(self) -> str:
+        file = self.segment.file
+        first = line_number(file, self.segment.start) if file.seekable else 1
+        return f"{file.name}:{first + self.number}"
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+FORMAT = JsonlFormat()
