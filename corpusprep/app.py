@@ -90,13 +90,25 @@ def _check_group_choices(args: list[str]) -> None:
         from hydra._internal.utils import get_args_parser
         from hydra.core.override_parser.overrides_parser import OverridesParser
         from hydra.core.override_parser.types import ChoiceSweep
+        from hydra.errors import OverrideParseException
 
         ns, _ = get_args_parser().parse_known_args(args)
         if ns.config_dir or ns.help or ns.hydra_help or ns.info or ns.config_path:
             return  # other config folders, or no run: Hydra knows best
-        overrides = OverridesParser.create().parse_overrides(ns.overrides)
+        parser = OverridesParser.create()
+        for arg in ns.overrides:
+            try:
+                parser.parse_overrides([arg])
+            except OverrideParseException:
+                fail(
+                    f"{arg}: cannot parse this override; quote a value holding special "
+                    """characters, e.g. 'key="<|endoftext|>"' or 'source.url="https://h/x?a=1"'"""
+                )
+        overrides = parser.parse_overrides(ns.overrides)
+    except SystemExit:
+        raise
     except Exception:
-        return  # a malformed override: Hydra's own message says where
+        return  # anything unexpected: Hydra's own message says where
     if any(o.key_or_group.startswith("hydra.searchpath") for o in overrides):
         return
     available = None
@@ -118,15 +130,27 @@ def _check_group_choices(args: list[str]) -> None:
 
 def summary(m: dict[str, Any], out_dir: str) -> str:
     src = m["source"]
+    files = src.get("files", [])
     where = src.get("url") or src.get("path") or src["file"]
+    if len(files) > 1:
+        where = f"{', '.join(src['glob']) if 'glob' in src else where} ({len(files):,} files)"
+    docs = m.get("documents", {})
     lines = [
         f"corpusprep: {m['name']} -> {out_dir}",
         f"  source     {where} ({src['bytes']:,} bytes, sha256 {src['sha256'][:12]}...)",
         f"  tokenizer  {m['tokenizer']['kind']}, vocab {m['vocab_size']:,}, dtype {m['dtype']}",
         f"  train.bin  {m['tokens']['train']:,} tokens",
         f"  val.bin    {m['tokens']['val']:,} tokens",
-        f"  {m['chars_per_token']} chars/token, {m['seconds']['total']:.2f} s",
     ]
+    if docs.get("total", 1) > 1:
+        dup = docs.get("exact_duplicates_across_splits")
+        lines.append(
+            f"  documents  {docs['train']:,} train / {docs['val']:,} val (split by "
+            f"{m['split']['by']}, eot {m['eot']['mode']})"
+            + (f", {dup:,} val duplicated in train" if dup else "")
+            + (f", {docs['skipped_invalid']:,} invalid skipped" if docs["skipped_invalid"] else "")
+        )
+    lines.append(f"  {m['chars_per_token']} chars/token, {m['seconds']['total']:.2f} s")
     if "nanogpt_note" in m:
         lines.append(f"  note: {m['nanogpt_note']}")
     return "\n".join(lines)

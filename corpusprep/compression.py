@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import lzma
 import zipfile
 from collections.abc import Iterator
@@ -94,4 +95,5 @@ def _zstd_open(path: Path) -> IO[bytes]:
         raise UserError(
             f"{path}: zstd-compressed; install the optional package: pip install 'corpusprep[zstd]'"
         ) from None
-    return zstandard.open(path, "rb")
+    # the reader has read()/readinto() but no readline(): buffer it like any binary file
+    return io.BufferedReader(zstandard.open(path, "rb"), 1 << 16)
