@@ -26,6 +26,9 @@ class Tokenizer(ABC):
     #: known: the text is then encoded whole.
     cut_at: Optional[bytes] = None
 
+    #: The id that separates documents (eot=append|prepend), or None if there is none.
+    eot_id: Optional[int] = None
+
     def fit(self, charset: str, eot: bool = False) -> None:  # noqa: B027 - optional hook
         """Learn from the corpus before encoding; given every distinct character in it.
         `eot`: documents will be separated, so an end-of-text id is needed (char adds one)."""
@@ -38,11 +41,6 @@ class Tokenizer(ABC):
     @abstractmethod
     def vocab_size(self) -> int:
         """Number of ids; nanoGPT's train.py sizes the model's embedding with it."""
-
-    @property
-    def eot_id(self) -> Optional[int]:
-        """The id that separates documents (eot=append|prepend), or None if there is none."""
-        return None
 
     @property
     def max_id(self) -> int:
