@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import traceback
 from typing import Any, NoReturn
 
 import hydra
@@ -26,24 +27,44 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 
 @hydra.main(version_base="1.3", config_path=config_path(), config_name="config")
-def _run(cfg: DictConfig) -> dict[str, Any]:
+def _run(cfg: DictConfig) -> Any:
     from hydra.core.hydra_config import HydraConfig
 
-    from corpusprep.prepare import prepare
+    from corpusprep.sweep import job_dir, write_record
 
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    folder = job_dir()  # in a sweep: a failed job is recorded, and the others go on
     try:
         _check_required(cfg)
-        manifest = prepare(cfg, overrides)
-    except UserError as e:
-        fail(str(e))
-    except OmegaConfBaseException as e:
-        fail(f"config: {str(e).splitlines()[0]}")
+        if cfg.get("dry_run"):
+            from corpusprep.estimate import estimate
+
+            result = estimate(cfg)
+        else:
+            from corpusprep.prepare import prepare
+
+            result = prepare(cfg, overrides)
+    except (UserError, OmegaConfBaseException) as e:
+        message = str(e) if isinstance(e, UserError) else f"config: {str(e).splitlines()[0]}"
+        if folder is None:
+            fail(message)
+        print(f"corpusprep: error: {message}", file=sys.stderr)
+        write_record(folder, cfg, "failed", reason=message)
+        return None
     except KeyboardInterrupt:
         fail("interrupted; the previous outputs in out_dir are untouched", code=130)
-    if not cfg.get("quiet"):
-        print(summary(manifest, cfg.out_dir))
-    return manifest
+    except Exception as e:
+        if folder is None:
+            raise  # a bug: its traceback is the useful report
+        traceback.print_exc()
+        write_record(folder, cfg, "failed", reason=f"{type(e).__name__}: {e}")
+        return None
+    status = "estimate" if cfg.get("dry_run") else "skipped" if result.get("skipped") else "ok"
+    if folder is not None:
+        write_record(folder, cfg, status, **({"estimate": result} if status == "estimate" else {}))
+    if not cfg.get("quiet") or status == "skipped":
+        print(summary(result, cfg.out_dir))
+    return result
 
 
 def main() -> None:
@@ -129,6 +150,15 @@ def _check_group_choices(args: list[str]) -> None:
 
 
 def summary(m: dict[str, Any], out_dir: str) -> str:
+    if m.get("dry_run"):
+        from corpusprep.estimate import describe
+
+        return describe(m, out_dir)
+    if m.get("skipped"):
+        return (
+            f"corpusprep: {out_dir} is up to date (same input sha256 and settings, made "
+            f"{m['created']}); skipped, force=true redoes it"
+        )
     src = m["source"]
     files = src.get("files", [])
     where = src.get("url") or src.get("path") or src["file"]

@@ -39,8 +39,29 @@ def _stdlib() -> str:
     return sysconfig.get_paths()["stdlib"]
 
 
+def _out_dir(run_default: str) -> str:
+    """out_dir's default: data/<name> in a plain run; in a sweep, the job's own folder."""
+    from corpusprep.sweep import job_dir
+
+    folder = job_dir()
+    return run_default if folder is None else str(folder)
+
+
+def _safe(name: str) -> str:
+    """A folder name from a job's overrides: no "/" (paths, URLs), bounded in length."""
+    import hashlib
+    import re
+
+    name = re.sub(r"[/\\:*?\"<>|]+", "_", str(name)) or "job"
+    if len(name) > 120:
+        name = f"{name[:100]}-{hashlib.sha256(name.encode()).hexdigest()[:12]}"
+    return name
+
+
 def register_resolvers() -> None:
-    for name, fn in (("cp.stem", _stem), ("cp.first", _first), ("cp.stdlib", _stdlib)):
+    resolvers = (("cp.stem", _stem), ("cp.first", _first), ("cp.stdlib", _stdlib),
+                 ("cp.out_dir", _out_dir), ("cp.safe", _safe))  # fmt: skip
+    for name, fn in resolvers:
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
 
@@ -79,6 +100,8 @@ class Settings:
     out_dir: str
     shard_bytes: int
     quiet: bool
+    force: bool
+    dry_run: bool
     split_by: str
     seed: int
     eot: str
@@ -118,4 +141,6 @@ def read_settings(cfg: DictConfig) -> Settings:
         out_dir=str(out_dir),
         shard_bytes=shard_bytes,
         quiet=bool(cfg.get("quiet")),
+        force=bool(cfg.get("force")),
+        dry_run=bool(cfg.get("dry_run")),
     )

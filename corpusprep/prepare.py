@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import platform
 import re
@@ -62,6 +63,12 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
 
     files = source.files(progress=not settings.quiet)
     clock.lap("source")
+    hashes: dict[str, bytes] = {}
+    previous = None if settings.force else finished_manifest(settings.out_dir)
+    if previous is not None:  # a finished run is there: redo it only if something changed
+        hashes = _hashes(files)
+        if previous.get("fingerprint") == fingerprint(cfg, tokenizer, input_sha256(files, hashes)):
+            return {**previous, "skipped": True}
     before = {f.path: os.stat(f.path) for f in files}
     # one text, nanoGPT's case: split by position and no end-of-text tokens, unless asked
     single = len(files) == 1 and files[0].format == "text" and not files[0].doc_separator
@@ -86,7 +93,8 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
         eot_id = tokenizer.eot_id if eot != "none" else None
         dtype = dtype or choose_dtype(settings.dtype, tokenizer.max_id)
         # documents spread over several shards are assigned by their file's hash: known first
-        hashes = _hashes(files) if split_by == "document" else {}
+        if split_by == "document" and not hashes:
+            hashes = _hashes(files)
 
         with OutputWriter(settings.out_dir) as out:
             tasks, parts = _encode_tasks(shards, scans, settings, split_by, split_char, eot,
@@ -108,7 +116,7 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
                     )
             manifest = _manifest(cfg, overrides, settings, source, tokenizer, executor, files,
                                  hashes, shards, scans, results, split_by, split_char, eot, eot_id,
-                                 dtype, clock)  # fmt: skip
+                                 dtype, clock, doc_index=not single)  # fmt: skip
             out.write_pickle("meta.pkl", tokenizer.meta())
             out.write_json("manifest.json", manifest)
             out.commit()
@@ -221,6 +229,45 @@ def _hashes(files: list[InputFile]) -> dict[str, bytes]:
     return {f.name: _member_digest(digests[f.path], f.member) for f in files}
 
 
+def input_sha256(files: list[InputFile], hashes: dict[str, bytes]) -> str:
+    """The sha256 of the input: of the file itself when there is one, else a digest of
+    every file's name and sha256."""
+    if len(files) == 1 and files[0].member is None:
+        return hashes[files[0].name].hex()
+    lines = "".join(f"{f.name}\t{hashes[f.name].hex()}\n" for f in files)
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+# keys that change where or how fast a run goes, never what it writes
+NOT_IN_FINGERPRINT = {"out_dir", "quiet", "force", "dry_run", "executor", "shard_bytes", "name"}
+SOURCE_NOT_IN_FINGERPRINT = {"cache_dir", "timeout", "retries", "name"}
+
+
+def fingerprint(cfg: DictConfig, tokenizer: Tokenizer, input_digest: str) -> str:
+    """What the outputs depend on: the input bytes, the resolved settings that shape the
+    output, corpusprep's version and the tokenizer's (its library version, its files)."""
+    settings = OmegaConf.to_container(cfg, resolve=True)
+    settings = {k: v for k, v in settings.items() if k not in NOT_IN_FINGERPRINT}
+    settings["source"] = {k: v for k, v in settings.get("source", {}).items()
+                          if k not in SOURCE_NOT_IN_FINGERPRINT}  # fmt: skip
+    data = {"input": input_digest, "settings": settings, "corpusprep": corpusprep.__version__,
+            "tokenizer": {} if tokenizer.needs_fit else tokenizer.describe()}  # fmt: skip
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def finished_manifest(out_dir: str) -> Optional[dict[str, Any]]:
+    """The manifest of a finished run in out_dir, if its outputs are all there and whole."""
+    folder = Path(out_dir)
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+        sizes = manifest["files"]
+        if all((folder / name).stat().st_size == size for name, size in sizes.items()):
+            return manifest if (folder / "meta.pkl").is_file() else None
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
 def _member_digest(digest: bytes, member: Optional[str]) -> bytes:
     return digest if member is None else hashlib.sha256(digest + member.encode()).digest()
 
@@ -277,7 +324,8 @@ class _Clock:
 
 
 def _manifest(cfg, overrides, settings: Settings, source, tokenizer, executor, files, hashes,
-              shards, scans, results, split_by, split_char, eot, eot_id, dtype, clock):  # fmt: skip
+              shards, scans, results, split_by, split_char, eot, eot_id, dtype, clock,
+              doc_index):  # fmt: skip
     import hydra
 
     train = sum(r.train_tokens for r in results)
@@ -289,15 +337,12 @@ def _manifest(cfg, overrides, settings: Settings, source, tokenizer, executor, f
          "sha256": hashes[f.name].hex() if f.member is None else None}
         for f in files
     ]  # fmt: skip
-    if len(files) == 1 and files[0].member is None:
-        sha256 = listed[0]["sha256"]
-    else:  # a digest of the whole input: every file's name and content
-        lines = "".join(f"{f.name}\t{hashes[f.name].hex()}\n" for f in files)
-        sha256 = hashlib.sha256(lines.encode()).hexdigest()
+    sha256 = input_sha256(files, hashes)
     train_keys = np.concatenate([r.train_keys for r in results])
     val_keys = np.concatenate([r.val_keys for r in results])
     manifest: dict[str, Any] = {
         "corpusprep": corpusprep.__version__,
+        "fingerprint": fingerprint(cfg, tokenizer, sha256),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "name": cfg.get("name"),
         "source": {
@@ -345,6 +390,9 @@ def _manifest(cfg, overrides, settings: Settings, source, tokenizer, executor, f
             "hydra": hydra.__version__,
         },  # fmt: skip
     }
+    if doc_index:  # where each document starts: uint64 token offsets
+        for side in SIDES:
+            manifest["files"][f"{side}.docs.bin"] = 8 * manifest["documents"][side]
     if split_by == "position":
         manifest["documents"].pop("exact_duplicates_across_splits")
     if dtype != "uint16":

@@ -1,0 +1,172 @@
+"""Sweeps (Hydra multirun): a folder per job, a clash check before any work, and a table
+comparing the jobs at the end.
+
+Each job leaves a small record (corpusprep_job.json) in its Hydra job folder: ok, skipped
+(up to date), estimate (dry_run) or failed with its one-line reason. The table is built
+from those records and the manifests they point to, on disk, in the parent process: so
+it works with any launcher (basic, joblib, submitit, ray), where jobs run elsewhere.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any, Optional
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+RECORD = "corpusprep_job.json"
+COLUMNS = ["job", "corpus", "tokenizer", "split", "dtype", "vocab", "train_tokens", "val_tokens",
+           "bytes_on_disk", "chars_per_token", "seconds", "status", "reason"]  # fmt: skip
+
+
+def job_dir() -> Optional[Path]:
+    """This job's Hydra folder in a sweep; None outside one."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    return Path(HydraConfig.get().runtime.output_dir)
+
+
+def write_record(folder: Path, cfg: DictConfig, status: str, **fields: Any) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    hc = HydraConfig.get()
+    record = {"job": hc.job.num, "overrides": list(hc.overrides.task), "status": status,
+              **_labels(cfg), **fields}  # fmt: skip
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / RECORD).write_text(json.dumps(record, indent=2, default=str) + "\n")
+
+
+def _labels(cfg: DictConfig) -> dict[str, Any]:
+    """What the job was meant to make, even when its config cannot be fully resolved."""
+    out = {}
+    for key, path in (("corpus", "name"), ("tokenizer", "tokenizer.name"), ("split", "split"),
+                      ("out_dir", "out_dir")):  # fmt: skip
+        try:
+            out[key] = OmegaConf.select(cfg, path)
+        except Exception:
+            out[key] = ""
+    out["out_dir"] = str(Path(str(out["out_dir"] or "")).absolute())
+    return out
+
+
+def row(record: dict[str, Any]) -> dict[str, Any]:
+    """One line of the table, from a job record and, when it made one, its manifest."""
+    out = {c: record.get(c, "") for c in COLUMNS}
+    manifest = record.get("manifest")
+    if manifest is None and record["status"] in ("ok", "skipped"):
+        path = Path(record["out_dir"]) / "manifest.json"
+        manifest = json.loads(path.read_text()) if path.is_file() else None
+    if manifest:
+        tokens = manifest["tokens"]
+        out.update(
+            corpus=manifest.get("name"),
+            tokenizer=_tokenizer_name(manifest["tokenizer"]),
+            split=manifest["split"]["fraction"],
+            dtype=manifest["dtype"],
+            vocab=manifest["vocab_size"],
+            train_tokens=tokens["train"],
+            val_tokens=tokens["val"],
+            bytes_on_disk=sum(manifest["files"].values()),
+            chars_per_token=manifest["chars_per_token"],
+            seconds=manifest["seconds"]["total"],
+        )
+    estimate = record.get("estimate")
+    if estimate:
+        out.update({k: estimate.get(k, "") for k in COLUMNS if k in estimate})
+    return out
+
+
+def _tokenizer_name(desc: dict[str, Any]) -> str:
+    return desc.get("encoding") or desc.get("kind", "?")
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    def cell(v: Any) -> str:
+        return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
+
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cell(r[c]).replace("|", "\\|") for c in COLUMNS) + " |"
+              for r in rows]  # fmt: skip
+    return "\n".join(lines)
+
+
+def expand(config: DictConfig) -> list[list[str]]:
+    """The overrides of every job a basic-style sweep makes from the command line."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    # unresolved: "out_dir=o/${split}" must stay as the user wrote it, to resolve per job
+    task = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
+    overrides = OverridesParser.create().parse_overrides(task)
+    return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+
+
+class SweepCallback(Callback):
+    """Registered in conf/config.yaml (hydra.callbacks)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        check_clashes(config)
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep = Path(config.hydra.sweep.dir)
+        records = [json.loads(p.read_text()) for p in sweep.glob(f"*/{RECORD}")]
+        records.sort(key=lambda r: r["job"])
+        rows = [row(r) for r in records]
+        launched = _count_jobs(config)
+        for missing in sorted(set(range(launched)) - {r["job"] for r in records}):
+            reason = "the job left no record (it crashed or was killed)"
+            rows.append({**dict.fromkeys(COLUMNS, ""), "job": missing, "status": "failed",
+                         "reason": reason})  # fmt: skip
+        rows.sort(key=lambda r: r["job"])
+        (sweep / "summary.md").write_text(markdown(rows) + "\n")
+        with open(sweep / "summary.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, COLUMNS)
+            writer.writeheader()
+            writer.writerows(rows)
+        counts = Counter(r["status"] for r in rows)
+        tally = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        print(f"\ncorpusprep sweep: {len(rows)} jobs ({tally}) -> {sweep}")
+        print(markdown(rows))
+        if counts.get("failed"):
+            sys.exit(1)
+
+
+def _count_jobs(config: DictConfig) -> int:
+    try:
+        return len(expand(config))
+    except Exception:  # a sweeper this code does not know: count what was recorded
+        return 0
+
+
+def check_clashes(config: DictConfig) -> None:
+    """Stop before any work if two jobs of the sweep would write to the same out_dir.
+    A job's default out_dir is its own sweep folder; only explicit ones can clash."""
+    from hydra import compose
+
+    seen: dict[str, int] = {}
+    try:
+        jobs = expand(config)
+    except Exception:
+        return  # another sweeper (e.g. an optimizer): its jobs are not known in advance
+    for number, overrides in enumerate(jobs):
+        cfg = compose(config_name="config", overrides=overrides)
+        if "cp.out_dir" in str(cfg._get_node("out_dir")._value()):
+            continue  # the default: unique per job
+        out_dir = str(Path(str(cfg.out_dir)).absolute())
+        if out_dir in seen:
+            print(
+                f"corpusprep: error: jobs {seen[out_dir]} and {number} of this sweep would both "
+                f"write to out_dir={cfg.out_dir}; put a swept value in it, e.g. "
+                "'out_dir=data/${name}-${split}', or leave out_dir to get a folder per job",
+                file=sys.stderr,
+            )
+            sys.exit(1)
+        seen[out_dir] = number

@@ -1,0 +1,162 @@
+"""Sweeps through the real CLI: a folder per job, clash check, the comparison table from
+any launcher, failed jobs as rows, idempotent re-runs, and dry runs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers import REPO, assert_one_line_error, run_cli
+
+
+@pytest.fixture
+def work(tmp_path):
+    (tmp_path / "a.txt").write_text("hello world, this is a.\n" * 300)
+    (tmp_path / "b.txt").write_text("and here is b, another text!\n" * 300)
+    return tmp_path
+
+
+def sweep_dir(root):
+    (d,) = [p for p in (root / "multirun").glob("*/*") if p.is_dir()]
+    return d
+
+
+def table(folder):
+    with open(folder / "summary.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_a_folder_per_job_and_a_table(work):
+    r = run_cli("-m", "source=file", "source.path=a.txt,b.txt", "split=0.8,0.9", cwd=work)
+    assert r.returncode == 0, r.stderr
+    folder = sweep_dir(work)
+    rows = table(folder)
+    assert len(rows) == 4 and {row["status"] for row in rows} == {"ok"}
+    assert {row["split"] for row in rows} == {"0.8", "0.9"}
+    assert {row["corpus"] for row in rows} == {"a", "b"}
+    jobs = sorted(p.name for p in folder.iterdir() if p.is_dir())
+    assert "source.path=a.txt,source=file,split=0.8" in jobs  # named after the overrides
+    for job in jobs:
+        assert (folder / job / "train.bin").is_file()
+    assert "| job | corpus | tokenizer |" in (folder / "summary.md").read_text()
+    assert "corpusprep sweep: 4 jobs (4 ok)" in r.stdout
+    assert not (work / "data").exists()  # nothing outside the sweep folder
+
+
+def test_the_issue_example_over_presets(work, seeded_cache, tiktoken_cache):
+    r = run_cli("-m", "dataset=shakespeare_char,shakespeare", "split=0.8,0.9", cwd=work)
+    assert r.returncode == 0, r.stderr
+    rows = table(sweep_dir(work))
+    assert [(row["corpus"], row["tokenizer"], row["split"]) for row in rows] == [
+        ("shakespeare_char", "char", "0.8"), ("shakespeare_char", "char", "0.9"),
+        ("shakespeare", "gpt2", "0.8"), ("shakespeare", "gpt2", "0.9"),
+    ]  # fmt: skip
+    assert rows[1]["train_tokens"] == "1003854" and rows[3]["train_tokens"] == "301966"
+
+
+def test_paths_and_encodings_sweep(work, tiktoken_cache):
+    r = run_cli("-m", f"source.path={work}/a.txt,{work}/b.txt", "source=file", "tokenizer=tiktoken",
+                "tokenizer.encoding=gpt2,cl100k_base", cwd=work)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = table(sweep_dir(work))
+    assert len(rows) == 4 and {row["dtype"] for row in rows} == {"uint16", "uint32"}
+    assert all("/" not in p.name for p in sweep_dir(work).iterdir())  # paths made safe
+
+
+def test_jobs_that_would_share_a_folder_stop_the_sweep_first(work):
+    r = run_cli("-m", "source=file", "source.path=a.txt", "split=0.8,0.9", "out_dir=data/x",
+                cwd=work)  # fmt: skip
+    assert_one_line_error(r, "jobs 0 and 1", "out_dir=data/x")
+    assert not (work / "data").exists()
+
+
+def test_a_failed_job_is_a_row_and_the_others_are_kept(work):
+    r = run_cli("-m", "source=file", "source.path=a.txt,missing.txt,b.txt", cwd=work)
+    assert r.returncode == 1
+    rows = table(sweep_dir(work))
+    assert [row["status"] for row in rows] == ["ok", "failed", "ok"]
+    assert "missing.txt: no such file" in rows[1]["reason"]
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
+def test_launchers(work, launcher):
+    plugin = {"joblib": "joblib", "submitit_local": "submitit"}[launcher]
+    pytest.importorskip(f"hydra_plugins.hydra_{plugin}_launcher")
+    extra = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else []
+    r = run_cli("-m", f"hydra/launcher={launcher}", *extra, "source=file",
+                "source.path=a.txt,b.txt,missing.txt", cwd=work)  # fmt: skip
+    assert r.returncode == 1, r.stdout + r.stderr
+    rows = table(sweep_dir(work))
+    assert [row["status"] for row in rows] == ["ok", "ok", "failed"]
+    assert rows[0]["train_tokens"] and "no such file" in rows[2]["reason"]
+
+
+def test_two_sweeps_in_the_same_second_get_two_folders(work):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "corpusprep", "-m", "source=file", "source.path=a.txt,b.txt"]
+    procs = [subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE) for _ in range(2)]  # fmt: skip
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    folders = [p for p in (work / "multirun").glob("*/*") if p.is_dir()]
+    assert len(folders) == 2
+    assert all(len(table(f)) == 2 for f in folders)
+
+
+def test_an_up_to_date_run_is_skipped(work):
+    assert run_cli("source=file", "source.path=a.txt", "out_dir=out", cwd=work).returncode == 0
+    stamp = (work / "out" / "train.bin").stat().st_mtime_ns
+    time.sleep(0.01)
+    r = run_cli("source=file", "source.path=a.txt", "out_dir=out", "quiet=true", cwd=work)
+    assert r.returncode == 0 and "is up to date" in r.stdout and "force=true" in r.stdout
+    assert len(r.stdout.strip().splitlines()) == 1
+    assert (work / "out" / "train.bin").stat().st_mtime_ns == stamp
+    # a run that does not change the output (more workers) is still up to date
+    r = run_cli("source=file", "source.path=a.txt", "out_dir=out", "executor.workers=1", cwd=work)
+    assert "is up to date" in r.stdout
+    for change in (["force=true"], ["split=0.8"], ["dtype=uint32"]):
+        r = run_cli("source=file", "source.path=a.txt", "out_dir=out", *change, cwd=work)
+        assert r.returncode == 0 and "up to date" not in r.stdout, change
+    (work / "a.txt").write_text("changed text\n" * 100)
+    r = run_cli("source=file", "source.path=a.txt", "out_dir=out", "dtype=uint32", cwd=work)
+    assert "up to date" not in r.stdout
+    m = json.loads((work / "out" / "manifest.json").read_text())
+    assert m["tokens"]["train"] + m["tokens"]["val"] == 1300
+
+
+def test_a_damaged_output_is_not_up_to_date(work):
+    assert run_cli("source=file", "source.path=a.txt", "out_dir=out", cwd=work).returncode == 0
+    with open(work / "out" / "val.bin", "ab") as f:
+        f.write(b"xx")
+    r = run_cli("source=file", "source.path=a.txt", "out_dir=out", cwd=work)
+    assert r.returncode == 0 and "up to date" not in r.stdout
+    assert (work / "out" / "val.bin").stat().st_size == 2 * 720
+
+
+def test_skipped_jobs_in_a_sweep(work):
+    args = ["-m", "source=file", "source.path=a.txt", "split=0.8,0.9", "out_dir=o/${split}"]
+    assert run_cli(*args, cwd=work).returncode == 0
+    r = run_cli(*args, cwd=work)
+    assert r.returncode == 0
+    latest = max((p for p in (work / "multirun").glob("*/*") if p.is_dir()), key=lambda p: p.name)
+    assert [row["status"] for row in table(latest)] == ["skipped", "skipped"]
+
+
+def test_dry_run_estimates_and_writes_nothing(work, shakespeare):
+    r = run_cli("source=file", f"source.path={shakespeare}", "dry_run=true", "out_dir=o",
+                cwd=work)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "dry run" in r.stdout and "tokens" in r.stdout and "dtype uint16" in r.stdout
+    assert "~1,115,394" in r.stdout  # tiny shakespeare is one sample: exact
+    assert not (work / "o").exists()
+    r = run_cli("-m", "source=file", f"source.path={shakespeare}", "dry_run=true",
+                "tokenizer=char,byte", cwd=work)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = table(sweep_dir(work))
+    assert [row["status"] for row in rows] == ["estimate", "estimate"]
+    assert not list(sweep_dir(work).glob("*/train.bin"))
