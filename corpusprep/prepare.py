@@ -226,7 +226,8 @@ def _hashes(files: list[InputFile]) -> dict[str, bytes]:
     for file in files:
         if file.path not in digests:
             digests[file.path] = bytes.fromhex(sha256_file(Path(file.path)))
-    return {f.name: _member_digest(digests[f.path], f.member) for f in files}
+    # by name for documents (a zip member's own key), by path for the files on disk
+    return {**digests, **{f.name: _member_digest(digests[f.path], f.member) for f in files}}
 
 
 def input_sha256(files: list[InputFile], hashes: dict[str, bytes]) -> str:
@@ -334,7 +335,7 @@ def _manifest(cfg, overrides, settings: Settings, source, tokenizer, executor, f
     listed = [
         {"path": str(Path(f.path).resolve()), **({"member": f.member} if f.member else {}),
          "format": f.format, "compression": f.compression, "bytes": os.path.getsize(f.path),
-         "sha256": hashes[f.name].hex() if f.member is None else None}
+         "sha256": hashes[f.path].hex()}  # of the file on disk (a zip: the archive)
         for f in files
     ]  # fmt: skip
     sha256 = input_sha256(files, hashes)

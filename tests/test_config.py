@@ -57,8 +57,8 @@ def test_help_lists_the_groups_and_options(tmp_path):
     r = run_cli("--help", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     for word in (
-        "dataset: shakespeare, shakespeare_char",
-        "source: file, files, url",
+        "shakespeare, shakespeare_char",
+        "source: file, files, hf, url",
         "executor: local",
     ):
         assert word in r.stdout, r.stdout

@@ -59,13 +59,16 @@ class TextFormat(Format):
 
     def scan(self, segment: Segment) -> Census:
         file = segment.file
-        if file.doc_separator or (file.skip_invalid and segment.whole_file):
+        if file.doc_separator:
+            return super().scan(segment)
+        if file.skip_invalid and segment.whole_file:  # as parts(): checked whole, or left out
             try:
-                return super().scan(segment)
+                text = "".join(self.text(segment))
             except UserError:
-                if file.doc_separator or not file.skip_invalid:
-                    raise
                 return Census(skipped=1)
+            census = Census(docs=1)
+            census.add_text(text)
+            return census
         census = Census(docs=int(segment.start == 0))
         for offset, raw in self.raw(segment):
             if raw.isascii():  # valid UTF-8 already: count without decoding

@@ -51,9 +51,11 @@ class UrlSource(Source):
         cache_dir: Optional[str] = None,
         timeout: float = 30,
         retries: int = 3,
+        headers: Optional[dict[str, str]] = None,
         **options: Any,
     ) -> None:
         super().__init__(**options)
+        self.headers = dict(headers or {})  # e.g. authorization for gated files (source=hf)
         if not re.match(r"^https?://[^/]+", str(url or "")):
             raise UserError(
                 f"source.url={url!r}: not an http(s) URL; for a local file use "
@@ -128,7 +130,7 @@ class UrlSource(Source):
                 self.url,
                 stream=True,
                 timeout=(self.timeout, self.timeout),
-                headers={"Accept-Encoding": "identity"},
+                headers={**self.headers, "Accept-Encoding": "identity"},
             ) as r:
                 if r.status_code >= 500 or r.status_code == 429:
                     raise _Transient(f"HTTP {r.status_code} {r.reason}")
