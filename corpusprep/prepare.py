@@ -34,6 +34,7 @@ import corpusprep
 from corpusprep.config import Settings, build, read_settings
 from corpusprep.errors import UserError
 from corpusprep.executors import Executor
+from corpusprep.exporters import Exporter, Streams
 from corpusprep.formats import InputFile, Segment, get_format
 from corpusprep.shards import (
     SIDES,
@@ -57,6 +58,7 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
     source: Source = build(cfg.source, "source")
     tokenizer: Tokenizer = build(cfg.tokenizer, "tokenizer")
     executor: Executor = build(cfg.executor, "executor")
+    exporter: Exporter = build(cfg.format, "format")
     # a tokenizer that does not learn knows its ids now: a too-small dtype fails before any work
     dtype = None if tokenizer.needs_fit else choose_dtype(settings.dtype, tokenizer.max_id)
     clock = _Clock()
@@ -114,9 +116,17 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
                         f"{_name(files)}: split={settings.split} by {split_by} leaves {side} "
                         f"empty ({docs:,} documents); use more documents or another split"
                     )
+            produced = exporter.export(
+                Streams(out.path_of("train.bin"), out.path_of("val.bin"),
+                        out.path_of("train.docs.bin"), out.path_of("val.docs.bin"), dtype,
+                        tokenizer.vocab_size, eot_id, str(cfg.get("name"))),
+                out,
+            )  # fmt: skip
             manifest = _manifest(cfg, overrides, settings, source, tokenizer, executor, files,
                                  hashes, shards, scans, results, split_by, split_char, eot, eot_id,
-                                 dtype, clock, doc_index=not single)  # fmt: skip
+                                 dtype, clock)  # fmt: skip
+            manifest["files"] = produced
+            manifest["format"] = exporter.describe()
             out.write_pickle("meta.pkl", tokenizer.meta())
             out.write_json("manifest.json", manifest)
             out.commit()
@@ -325,8 +335,7 @@ class _Clock:
 
 
 def _manifest(cfg, overrides, settings: Settings, source, tokenizer, executor, files, hashes,
-              shards, scans, results, split_by, split_char, eot, eot_id, dtype, clock,
-              doc_index):  # fmt: skip
+              shards, scans, results, split_by, split_char, eot, eot_id, dtype, clock):  # fmt: skip
     import hydra
 
     train = sum(r.train_tokens for r in results)
@@ -376,10 +385,6 @@ def _manifest(cfg, overrides, settings: Settings, source, tokenizer, executor, f
         },
         "tokens": {"train": train, "val": val},
         "chars_per_token": round(chars / (train + val), 4),
-        "files": {
-            "train.bin": train * np.dtype(dtype).itemsize,
-            "val.bin": val * np.dtype(dtype).itemsize,
-        },  # fmt: skip
         "shards": {"count": len(shards), "shard_bytes": settings.shard_bytes},
         "executor": executor.describe(),
         "seconds": {**clock.laps, "total": clock.total()},
@@ -391,9 +396,6 @@ def _manifest(cfg, overrides, settings: Settings, source, tokenizer, executor, f
             "hydra": hydra.__version__,
         },  # fmt: skip
     }
-    if doc_index:  # where each document starts: uint64 token offsets
-        for side in SIDES:
-            manifest["files"][f"{side}.docs.bin"] = 8 * manifest["documents"][side]
     if split_by == "position":
         manifest["documents"].pop("exact_duplicates_across_splits")
     if dtype != "uint16":

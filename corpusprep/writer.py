@@ -15,7 +15,7 @@ import secrets
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -84,6 +84,15 @@ class OutputWriter:
                 f"out_dir={self.out_dir}: cannot write {path.name}: {e.strerror}"
             ) from None
         return path
+
+    def path_of(self, name: str) -> Optional[Path]:
+        """The temporary path of a file that will become `name`, if there is one."""
+        return self._temps.get(name)
+
+    def drop(self, name: str) -> None:
+        """Keep a temporary file out of the final folder (it becomes scratch)."""
+        path = self._temps.pop(name)
+        self._scratch.append(path)
 
     def scratch(self, name: str) -> Path:
         """A temporary file for intermediate data: removed on commit or abort."""
