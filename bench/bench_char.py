@@ -13,318 +13,31 @@
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import resource
-import shutil
-import subprocess
 import sys
-import sysconfig
-import tempfile
-import threading
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
-REPO = Path(__file__).resolve().parent.parent
-NANOGPT = REPO / "tests" / "nanogpt_reference.py"
-OUTPUTS = ("train.bin", "val.bin", "meta.pkl")
-MB = 1_000_000  # decimal megabytes, for corpus sizes and MB/s alike
+from common import (
+    NANOGPT,
+    clean_up,
+    corpusprep_phases,
+    open_workdir,
+    parse_args,
+    prepare_corpus,
+    print_memory_notes,
+    print_table,
+    run_all,
+)
 
-SAMPLE_SECONDS = 0.005  # how often the RSS of the process tree is read
-# Finding descendants means reading /proc/*/stat for every process (~0.5 ms here, and this
-# kernel has no /proc/<pid>/task/*/children). Doing it on every sample would take ~10% of a
-# core away from the benchmark on a 2-core machine; pool workers live for the whole run, so
-# looking for new ones every 5th sample (~25 ms) misses nothing that matters.
-RESCAN_EVERY = 5
-
-
-# --- the corpus ------------------------------------------------------------------------------
-
-
-def stdlib_sources() -> list[Path]:
-    """This Python's standard library .py files that are valid UTF-8, in sorted order."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    files = []
-    for path in sorted(root.rglob("*.py")):
-        if "site-packages" in path.relative_to(root).parts:
-            continue  # installed packages differ between machines; the stdlib does not
-        try:
-            path.read_bytes().decode("utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue  # a few test files are latin-1 on purpose; nanoGPT would reject them
-        files.append(path)
-    if not files:
-        sys.exit(f"no UTF-8 .py files under {root}")
-    return files
-
-
-def utf8_prefix(data: bytes, n: int) -> int:
-    """The largest length <= n at which `data` can be cut without splitting a character."""
-    while 0 < n < len(data) and (data[n] & 0xC0) == 0x80:  # a continuation byte
-        n -= 1
-    return n
-
-
-def corpus_pieces(files: list[Path], target: int) -> Iterator[bytes]:
-    """The files' bytes, concatenated and repeated up to `target` bytes, trimmed to a
-    character boundary. One file at a time, never the whole text: whatever this process
-    holds raises its own peak RSS, which Linux passes on to the ru_maxrss of the children
-    it starts (see run_measured)."""
-    left = target
-    while left > 0:
-        for path in files:
-            data = path.read_bytes()
-            if len(data) >= left:
-                yield data[: utf8_prefix(data, left)]
-                return
-            yield data
-            left -= len(data)
-
-
-def ensure_corpus(path: Path, target: int) -> tuple[int, bool]:
-    """Write the corpus unless `path` already holds one of exactly the right size.
-    Returns (size, reused)."""
-    files = stdlib_sources()
-    size = sum(len(piece) for piece in corpus_pieces(files, target))  # page cache: fast
-    if path.is_file() and path.stat().st_size == size:
-        return size, True
-    partial = path.with_name(path.name + ".partial")  # an interrupted write is never reused
-    with open(partial, "wb") as f:
-        for piece in corpus_pieces(files, target):
-            f.write(piece)
-    partial.replace(path)
-    return size, False
-
-
-# --- measuring one process tree --------------------------------------------------------------
-
-
-def descendants(root: int) -> set[int]:
-    """`root` and every process below it, from the parent pid in /proc/*/stat."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue  # exited while we looked
-        # the command name (field 2) may contain spaces and ")": parse from the last ")"
-        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(name))
-    tree, todo = set(), [root]
-    while todo:
-        pid = todo.pop()
-        tree.add(pid)
-        todo.extend(children.get(pid, ()))
-    return tree
-
-
-def vm_rss(pid: int) -> int:
-    """VmRSS of `pid` in bytes; 0 once it has exited (a zombie has no VmRSS line)."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def pss(pid: int) -> int:
-    """Pss of `pid` in bytes (shared pages divided among the processes sharing them), 0 if
-    gone. Summed over a tree, this is the memory the tree really holds."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
-            for line in f:
-                if line.startswith(b"Pss:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-class TreeRssSampler(threading.Thread):
-    """Samples the summed RSS of a process and its descendants until stop(); keeps the max.
-
-    The sum over-counts: pool workers are forked, and pages they still share with the
-    parent (the interpreter, imported modules) are counted once per process.
-    """
-
-    def __init__(self, root: int) -> None:
-        super().__init__(daemon=True)
-        self.root = root
-        self.peak_sum = 0
-        self.peak_pss = 0
-        self.max_processes = 0
-        self._stopping = threading.Event()
-
-    def run(self) -> None:
-        tree = {self.root}
-        sample = 0
-        while not self._stopping.is_set():
-            if sample % RESCAN_EVERY == 0:
-                tree = descendants(self.root)
-            total = sum(vm_rss(pid) for pid in tree)
-            self.peak_sum = max(self.peak_sum, total)
-            if sample % 2 == 0:  # smaps_rollup costs more to read than status
-                self.peak_pss = max(self.peak_pss, sum(pss(pid) for pid in tree))
-            self.max_processes = max(self.max_processes, len(tree))
-            sample += 1
-            self._stopping.wait(SAMPLE_SECONDS)
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self.join()
-
-
-@dataclass
-class Run:
-    seconds: float
-    peak_tree_rss: int  # bytes: max over samples of the sum of VmRSS over the process tree
-    peak_tree_pss: int  # bytes: the same for Pss (shared pages counted once in all)
-    max_single_rss: int  # bytes: ru_maxrss of the largest single process in the tree
-    processes: int  # most processes seen in the tree at once
-
-
-def run_measured(cmd: list[str], cwd: Path, log: Path) -> Run:
-    """Run `cmd` to completion, timing it and sampling its memory; exit 1 if it fails."""
-    with open(log, "wb") as out:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
-        sampler = TreeRssSampler(proc.pid)
-        sampler.start()
-        # wait4 gives this child's own rusage (getrusage(RUSAGE_CHILDREN) would add up every
-        # run so far). Its ru_maxrss is the max over the child and the descendants it reaped,
-        # i.e. the largest single process of the tree, in KiB on Linux.
-        _, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - start
-        sampler.stop()
-    proc.returncode = os.waitstatus_to_exitcode(status)  # we reaped it, not Popen
-    if proc.returncode != 0:
-        tail = log.read_text(errors="replace").splitlines()[-20:]
-        print(f"\nFAILED (exit {proc.returncode}): {' '.join(cmd)}", file=sys.stderr)
-        print("\n".join(f"  | {line}" for line in tail), file=sys.stderr)
-        sys.exit(1)
-    return Run(
-        seconds, sampler.peak_sum, sampler.peak_pss, usage.ru_maxrss * 1024, sampler.max_processes
-    )
-
-
-# --- checking the outputs --------------------------------------------------------------------
-
-
-def first_difference(a: Path, b: Path, chunk: int = 1 << 20) -> Optional[int]:
-    """The offset of the first differing byte of two files, or None if they are identical."""
-    with open(a, "rb") as fa, open(b, "rb") as fb:
-        offset = 0
-        while True:
-            x, y = fa.read(chunk), fb.read(chunk)
-            if x != y:
-                return offset + next(
-                    (i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y))
-                )
-            if not x:
-                return None
-            offset += len(x)
-
-
-def output_differences(expected: Path, actual: Path) -> list[str]:
-    problems = []
-    for name in OUTPUTS:
-        a, b = expected / name, actual / name
-        if not a.is_file() or not b.is_file():
-            missing = ", ".join(str(p) for p in (a, b) if not p.is_file())
-            problems.append(f"{name}: missing ({missing})")
-            continue
-        at = first_difference(a, b)
-        if at is not None:
-            sizes = f"{a.stat().st_size:,} vs {b.stat().st_size:,} bytes"
-            problems.append(f"{name}: differs from byte {at:,} on ({sizes})")
-    return problems
-
-
-# --- the report ------------------------------------------------------------------------------
-
-
-def print_table(size: int, runs: dict[str, list[Run]]) -> dict[str, float]:
-    """One row per method: best time of the repeats, highest memory seen in any of them."""
-    header = (
-        f"{'method':<11} {'best s':>8} {'MB/s':>7} {'peak PSS, tree':>15} "
-        f"{'peak RSS, tree sum':>19} {'max 1-process RSS':>18} {'procs':>5}   all runs (s)"
-    )
-    print(header)
-    print("-" * len(header))
-    best = {}
-    for name, rs in runs.items():
-        best[name] = min(r.seconds for r in rs)
-        tree = max(r.peak_tree_rss for r in rs) / MB
-        tree_pss = max(r.peak_tree_pss for r in rs) / MB
-        single = max(r.max_single_rss for r in rs) / MB
-        procs = max(r.processes for r in rs)
-        times = ", ".join(f"{r.seconds:.2f}" for r in rs)
-        print(
-            f"{name:<11} {best[name]:>8.2f} {size / MB / best[name]:>7.1f} "
-            f"{tree_pss:>12,.0f} MB {tree:>16,.0f} MB {single:>15,.0f} MB {procs:>5}   {times}"
-        )
-    return best
-
-
-def corpusprep_phases(out_dir: Path) -> str:
-    """corpusprep's own timings from its manifest: what is left of the wall time is
-    interpreter and Hydra start-up, writing meta.pkl/manifest.json, fsync and exit."""
-    manifest = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
-    phases = ", ".join(f"{k} {v:.2f} s" for k, v in manifest["seconds"].items())
-    shards, workers = manifest["shards"]["count"], manifest["executor"]["workers"]
-    return f"{phases}; {shards} shards, {workers} workers"
-
-
-# --- main ------------------------------------------------------------------------------------
-
-
-def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mb", type=int, default=200, help="corpus size in MB (10**6 bytes)")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per method; the best counts")
-    parser.add_argument(
-        "--workdir",
-        type=Path,
-        help="where the corpus and outputs go (default: a new temporary folder under /tmp); "
-        "a corpus of the right size already there is reused",
-    )
-    parser.add_argument("--keep", action="store_true", help="keep the corpus and the outputs")
-    args = parser.parse_args(argv)
-    if args.mb < 1 or args.repeat < 1:
-        parser.error("--mb and --repeat must be at least 1")
-    return args
+OUTPUTS = ("train.bin", "val.bin", "meta.pkl")  # all three must be byte-identical
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    args = parse_args(argv)
-    temporary = args.workdir is None
-    if temporary:
-        workdir = Path(tempfile.mkdtemp(prefix="corpusprep-bench-", dir="/tmp"))
-    else:
-        workdir = args.workdir.resolve()
-        workdir.mkdir(parents=True, exist_ok=True)
-    corpus = workdir / f"stdlib-{args.mb}mb.txt"
+    args = parse_args(__doc__.split("\n\n")[0], default_mb=200, argv=argv)
+    workdir, temporary = open_workdir(args.workdir)
+    corpus, size = prepare_corpus(workdir, args.mb, args.repeat)
     outs = {"nanoGPT": workdir / "out-nanogpt", "corpusprep": workdir / "out-corpusprep"}
 
-    t = time.perf_counter()
-    size, reused = ensure_corpus(corpus, args.mb * MB)
-    how = "reused" if reused else f"built in {time.perf_counter() - t:.1f} s"
-    print(f"python     {sys.executable} ({sys.version.split()[0]})")
-    print(f"machine    {os.cpu_count()} cores")
-    print(f"corpus     {corpus} ({size:,} bytes, {how})")
-    print(f"repeat     {args.repeat} (best time counts)\n")
-
-    commands = {
+    commands = {  # the reference first: the others are compared against it
         "nanoGPT": [sys.executable, str(NANOGPT), "char", str(corpus), str(outs["nanoGPT"])],
         "corpusprep": [
             sys.executable,
@@ -336,46 +49,15 @@ def main(argv: Optional[list[str]] = None) -> int:
             "quiet=true",
         ],
     }
-    runs: dict[str, list[Run]] = {name: [] for name in commands}
-    for i in range(1, args.repeat + 1):
-        # alternate the methods, so slow drift (page cache, thermals) hits both alike
-        for name, cmd in commands.items():
-            # start empty: stale files from an earlier run must not pass the identity check
-            shutil.rmtree(outs[name], ignore_errors=True)
-            run = run_measured(cmd, workdir, workdir / f"{name}.log")
-            runs[name].append(run)
-            print(
-                f"run {i}/{args.repeat}  {name:<11} {run.seconds:6.2f} s  "
-                f"tree {run.peak_tree_rss / MB:6,.0f} MB  single {run.max_single_rss / MB:6,.0f} MB"
-            )
-        problems = output_differences(outs["nanoGPT"], outs["corpusprep"])
-        if problems:
-            print(f"\nOUTPUTS DIFFER (kept in {workdir}):", file=sys.stderr)
-            print("\n".join(f"  {p}" for p in problems), file=sys.stderr)
-            return 1
-    print(f"\noutputs identical: {', '.join(OUTPUTS)}\n")
+    runs = run_all(commands, outs, workdir, args.repeat, OUTPUTS)
+    if runs is None:
+        return 1  # the workdir is kept, to look at the outputs
 
     best = print_table(size, runs)
     print(f"\ncorpusprep/nanoGPT throughput: {best['nanoGPT'] / best['corpusprep']:.2f}x")
     print(f"corpusprep's own phases (last run): {corpusprep_phases(outs['corpusprep'])}")
-    floor = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / MB
-    print(
-        "\npeak PSS, tree: max over 10 ms samples of the summed Pss (smaps_rollup) of the process\n"
-        "  and its descendants: shared pages divided among their sharers, the memory really used.\n"
-        "peak RSS, tree sum: max over 5 ms samples of the summed VmRSS of the process and its\n"
-        "  descendants; over-counts pages that forked workers share with their parent.\n"
-        "max 1-process RSS: ru_maxrss of the largest single process (os.wait4); never below\n"
-        f"  this benchmark's own peak ({floor:,.0f} MB), which Linux carries into a child's\n"
-        "  ru_maxrss when it starts it."
-    )
-
-    if args.keep:
-        print(f"\nkept: {workdir}")
-    elif temporary:
-        shutil.rmtree(workdir)
-    else:  # a chosen workdir keeps its corpus, so the next run can reuse it
-        for out in outs.values():
-            shutil.rmtree(out, ignore_errors=True)
+    print_memory_notes()
+    clean_up(workdir, temporary, args.keep, outs)
     return 0
 
 

@@ -1,0 +1,98 @@
+"""Benchmark corpusprep's GPT-2 BPE path against nanoGPT's method on the same input.
+
+    python bench/bench_bpe.py [--mb 50] [--repeat 1] [--workdir DIR] [--keep]
+
+1. builds a corpus of --mb megabytes (10**6 bytes) from this Python's standard library
+   sources, repeated, or reuses one already in --workdir (the same corpus as bench_char.py);
+2. runs nanoGPT's data/shakespeare/prepare.py logic (tests/nanogpt_reference.py: the whole
+   text read, split by characters at int(n*0.9), tiktoken gpt2 encode_ordinary on each part)
+   and `python -m corpusprep ... tokenizer=tiktoken` on it, each in its own process;
+3. measures wall time and peak memory of each, and checks that train.bin and val.bin are
+   byte-identical (exit 1 if not; nanoGPT writes no meta.pkl for BPE);
+4. prints a table, the throughput ratio corpusprep/nanoGPT and whether corpusprep meets
+   its targets (informational: a missed target does not change the exit status).
+
+Both methods load tiktoken's gpt2 files: offline, set TIKTOKEN_CACHE_DIR to a folder that
+holds them; the children inherit this process's environment.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Optional
+
+from common import (
+    MB,
+    NANOGPT,
+    Run,
+    clean_up,
+    corpusprep_phases,
+    open_workdir,
+    parse_args,
+    prepare_corpus,
+    print_memory_notes,
+    print_table,
+    run_all,
+)
+
+OUTPUTS = ("train.bin", "val.bin")  # nanoGPT's BPE prepare writes no meta.pkl
+TARGET_RATIO = 1.8  # corpusprep's throughput over nanoGPT's, at least
+TARGET_MEMORY = 300 * MB  # corpusprep's peak memory, below
+
+
+def report_targets(ratio: float, corpusprep: list[Run]) -> None:
+    """One line per target. Memory is judged on the tree's PSS (what the tree really holds);
+    the RSS sum, which counts pages shared with forked workers twice, is shown beside it."""
+    pss = max(r.peak_tree_pss for r in corpusprep)
+    rss = max(r.peak_tree_rss for r in corpusprep)
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT MET"
+
+    ok = ratio >= TARGET_RATIO
+    print(f"target: throughput ratio >= {TARGET_RATIO}x: {ratio:.2f}x, {verdict(ok)}")
+    print(
+        f"target: corpusprep peak memory < {TARGET_MEMORY / MB:.0f} MB: PSS, tree {pss / MB:,.0f} "
+        f"MB, {verdict(pss < TARGET_MEMORY)} (RSS, tree sum {rss / MB:,.0f} MB, "
+        f"{verdict(rss < TARGET_MEMORY)})"
+    )
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_args(__doc__.split("\n\n")[0], default_mb=50, argv=argv)
+    workdir, temporary = open_workdir(args.workdir)
+    cache = os.environ.get("TIKTOKEN_CACHE_DIR", "(unset: tiktoken downloads into a temp dir)")
+    corpus, size = prepare_corpus(workdir, args.mb, args.repeat, [f"tiktoken   {cache}"])
+    outs = {"nanoGPT": workdir / "out-nanogpt-bpe", "corpusprep": workdir / "out-corpusprep-bpe"}
+
+    commands = {  # the reference first: the others are compared against it
+        "nanoGPT": [sys.executable, str(NANOGPT), "bpe", str(corpus), str(outs["nanoGPT"])],
+        "corpusprep": [
+            sys.executable,
+            "-m",
+            "corpusprep",
+            "source=file",
+            f"source.path={corpus}",
+            "tokenizer=tiktoken",
+            "tokenizer.encoding=gpt2",
+            f"out_dir={outs['corpusprep']}",
+            "quiet=true",
+        ],
+    }
+    runs = run_all(commands, outs, workdir, args.repeat, OUTPUTS)
+    if runs is None:
+        return 1  # the workdir is kept, to look at the outputs
+
+    best = print_table(size, runs)
+    ratio = best["nanoGPT"] / best["corpusprep"]
+    print(f"\ncorpusprep/nanoGPT throughput: {ratio:.2f}x")
+    print(f"corpusprep's own phases (last run): {corpusprep_phases(outs['corpusprep'])}")
+    report_targets(ratio, runs["corpusprep"])
+    print_memory_notes()
+    clean_up(workdir, temporary, args.keep, outs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
