@@ -1,25 +1,74 @@
-"""Executors decide where shard tasks run. They know nothing about what a task does:
-they take a function and a list of tasks and give the results back in task order."""
+"""Executors decide where shard tasks run: this machine's cores (local), a Ray cluster
+(ray), or a Slurm cluster (slurm). Each is a class in its own module here, with a config
+file of the same name in conf/executor/. They know nothing about what a task does.
+
+An executor only implements run(): start the tasks, and report each one's result (or the
+exception it raised) as it finishes. The base class turns that into map(): results in
+task order, whatever the finishing order, and failed tasks tried again (up to `retries`
+times) unless the failure is the user's (a UserError: trying again cannot help).
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, TypeVar, Union
+
+from corpusprep.errors import UserError
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 
 class Executor(ABC):
-    """Use as a context manager: workers may live across several map() calls."""
+    """Use as a context manager: workers (or a cluster connection) live across map() calls."""
+
+    retries: int = 2
 
     @abstractmethod
+    def run(
+        self, fn: Callable[[T], R], tasks: Sequence[T]
+    ) -> Iterator[tuple[int, Union[R, BaseException]]]:
+        """Run fn on every task; yield (task index, result or exception) as each finishes."""
+
     def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[R]:
-        """Run fn on every task; yield the results in task order (never completion order)."""
+        """fn on every task; results in task order (never finishing order)."""
+        remaining = dict(enumerate(tasks))
+        attempts = dict.fromkeys(remaining, 0)
+        done: dict[int, R] = {}
+        following = 0
+        while remaining:
+            order = sorted(remaining)
+            failed: dict[int, BaseException] = {}
+            for k, outcome in self.run(fn, [remaining[i] for i in order]):
+                index = order[k]
+                if isinstance(outcome, BaseException):
+                    if isinstance(outcome, (UserError, KeyboardInterrupt)):
+                        raise outcome
+                    failed[index] = outcome
+                    continue
+                done[index] = outcome
+                del remaining[index]
+                while following in done:  # hand results over in order, as soon as possible
+                    yield done.pop(following)
+                    following += 1
+            for index, error in failed.items():
+                attempts[index] += 1
+                if attempts[index] > self.retries:
+                    raise RuntimeError(
+                        f"shard {index} failed {attempts[index]} times; last: {error!r}"
+                    ) from error
+                self.on_retry(index, error)
+
+    def on_retry(self, index: int, error: BaseException) -> None:  # noqa: B027 - optional
+        """Called before a failed task is tried again (executors may log or reconnect)."""
 
     def describe(self) -> dict[str, Any]:
         return {"kind": type(self).__name__}
+
+    #: whether shards may write into one shared output file at their own offsets; engines
+    #: whose workers may sit on other machines write part files instead
+    shared_files: bool = False
 
     def __enter__(self) -> Executor:
         return self

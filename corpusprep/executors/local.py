@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections import deque
+import sys
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from typing import Any, Callable, Optional
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Callable, Optional, Union
 
 from corpusprep.errors import UserError
 from corpusprep.executors import Executor, R, T
@@ -20,7 +21,11 @@ def available_cores() -> int:
 
 
 class LocalExecutor(Executor):
-    def __init__(self, workers: Optional[int] = None, start_method: Optional[str] = None) -> None:
+    shared_files = True  # one machine, one file system
+
+    def __init__(
+        self, workers: Optional[int] = None, start_method: Optional[str] = None, retries: int = 2
+    ) -> None:
         if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
             raise UserError(f"executor.workers={workers!r}: must be a positive number (or null)")
         methods = multiprocessing.get_all_start_methods()
@@ -30,38 +35,64 @@ class LocalExecutor(Executor):
             )
         self.workers = int(workers) if workers is not None else available_cores()
         self.start_method = start_method
+        self.retries = int(retries)
         self._pool: Optional[ProcessPoolExecutor] = None
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "local", "workers": self.workers, "start_method": self.start_method}
 
-    def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[R]:
-        if self.workers == 1 or len(tasks) <= 1:
-            return (fn(task) for task in tasks)  # no process start-up for small jobs
+    def run(
+        self, fn: Callable[[T], R], tasks: Sequence[T]
+    ) -> Iterator[tuple[int, Union[R, BaseException]]]:
+        if self.workers == 1 or len(tasks) <= 1:  # no process start-up for small jobs
+            for i, task in enumerate(tasks):
+                try:
+                    yield i, fn(task)
+                except Exception as e:
+                    yield i, e
+            return
         pool = self._get_pool()
-        # At most 2 tasks per worker in flight: results wait in order, memory stays bounded.
-        window = 2 * self.workers
-        pending: deque[Future] = deque(pool.submit(fn, t) for t in tasks[:window])
-        return self._drain(pool, fn, pending, iter(tasks[window:]))
+        # At most 2 tasks per worker in flight: memory stays bounded however many shards.
+        todo = iter(enumerate(tasks))
+        running: dict[Future, int] = {}
 
-    @staticmethod
-    def _drain(pool, fn, pending: deque, rest: Iterator) -> Iterator:
+        def submit_next() -> None:
+            nxt = next(todo, None)
+            if nxt is not None:
+                running[pool.submit(fn, nxt[1])] = nxt[0]
+
+        for _ in range(2 * self.workers):
+            submit_next()
         try:
-            while pending:
-                result = pending.popleft().result()
-                nxt = next(rest, None)
-                if nxt is not None:
-                    pending.append(pool.submit(fn, nxt))
-                yield result
+            while running:
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    index = running.pop(future)
+                    error = future.exception()
+                    yield index, future.result() if error is None else error
+                    if isinstance(error, BrokenProcessPool):
+                        self._discard_pool()  # a worker died: the next attempt gets a new pool
+                    elif self._pool is pool:
+                        submit_next()
+            for index, task in todo:  # the pool broke: report the rest so they are retried
+                yield index, BrokenProcessPool("not run: the process pool broke")
         finally:
-            for f in pending:
-                f.cancel()
+            for future in running:
+                future.cancel()
+
+    def on_retry(self, index: int, error: BaseException) -> None:
+        print(f"corpusprep: shard {index} failed ({error!r}); trying again", file=sys.stderr)
 
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
             context = multiprocessing.get_context(self.start_method)
             self._pool = ProcessPoolExecutor(self.workers, mp_context=context)
         return self._pool
+
+    def _discard_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
     def close(self) -> None:
         if self._pool is not None:
