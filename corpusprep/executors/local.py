@@ -74,7 +74,7 @@ class LocalExecutor(Executor):
                         self._discard_pool()  # a worker died: the next attempt gets a new pool
                     elif self._pool is pool:
                         submit_next()
-            for index, task in todo:  # the pool broke: report the rest so they are retried
+            for index, _ in todo:  # the pool broke: report the rest so they are retried
                 yield index, BrokenProcessPool("not run: the process pool broke")
         finally:
             for future in running:
