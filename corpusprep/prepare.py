@@ -43,6 +43,7 @@ from corpusprep.shards import (
     Shard,
     Target,
     encode_shard,
+    finished,
     scan_shard,
 )
 from corpusprep.sources import Source
@@ -79,7 +80,12 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
     eot = _eot_mode(settings.eot, single, tokenizer)
     shards = plan(files, settings.shard_bytes, tokenizer)
 
-    with executor:
+    # the writer first: engines on other machines need the work folder (in out_dir) from the
+    # start; a user error still leaves nothing behind (what the writer made is removed)
+    run_key = fingerprint(cfg, tokenizer, _stat_digest(files) + plan_digest(shards))[:20]
+    with executor, OutputWriter(settings.out_dir) as out:
+        if not executor.shared_files:
+            executor.attach(out.work(run_key))
         scans = list(_progress(executor.map(scan_shard, shards), shards, "scan", settings.quiet))
         clock.lap("scan")
         chars = sum(s.chars for s in scans)
@@ -98,38 +104,45 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
         if split_by == "document" and not hashes:
             hashes = _hashes(files)
 
-        with OutputWriter(settings.out_dir) as out:
-            tasks, parts = _encode_tasks(shards, scans, settings, split_by, split_char, eot,
-                                         eot_id, tokenizer, dtype, hashes, single, out)  # fmt: skip
-            results = executor.map(encode_shard, tasks)
-            if not hashes:
-                hashes = _hashes(files)  # here, while the workers encode and wait on the disk
-            results = list(_progress(results, shards, "encode", settings.quiet))
-            _check_unchanged(before)
-            if parts:
-                _merge(out, parts, results, np.dtype(dtype).itemsize)
-            clock.lap("encode")
-            counts = {side: sum(getattr(r, f"{side}_tokens") for r in results) for side in SIDES}
-            for side in SIDES:
-                if counts[side] == 0:
-                    raise UserError(
-                        f"{_name(files)}: split={settings.split} by {split_by} leaves {side} "
-                        f"empty ({docs:,} documents); use more documents or another split"
-                    )
-            produced = exporter.export(
-                Streams(out.path_of("train.bin"), out.path_of("val.bin"),
-                        out.path_of("train.docs.bin"), out.path_of("val.docs.bin"), dtype,
-                        tokenizer.vocab_size, eot_id, str(cfg.get("name"))),
-                out,
-            )  # fmt: skip
-            manifest = _manifest(cfg, overrides, settings, source, tokenizer, executor, files,
-                                 hashes, shards, scans, results, split_by, split_char, eot, eot_id,
-                                 dtype, clock)  # fmt: skip
-            manifest["files"] = produced
-            manifest["format"] = exporter.describe()
-            out.write_pickle("meta.pkl", tokenizer.meta())
-            out.write_json("manifest.json", manifest)
-            out.commit()
+        itemsize = np.dtype(dtype).itemsize
+        tasks, parts = _encode_tasks(shards, scans, settings, split_by, split_char, eot,
+                                     eot_id, tokenizer, dtype, hashes, single, out,
+                                     run_key, executor)  # fmt: skip
+        done = {t.shard.index: r for t in tasks if (r := finished(t, itemsize)) is not None}
+        todo = [t for t in tasks if t.shard.index not in done]
+        if done:
+            print(f"corpusprep: resuming: {len(done)} of {len(tasks)} shards were done by an "
+                  "earlier run", file=sys.stderr)  # fmt: skip
+        fresh = executor.map(encode_shard, todo)
+        if not hashes:
+            hashes = _hashes(files)  # here, while the workers encode and wait on the disk
+        fresh = _progress(fresh, [t.shard for t in todo], "encode", settings.quiet)
+        results = [done[t.shard.index] if t.shard.index in done else next(fresh) for t in tasks]
+        _check_unchanged(before)
+        if parts:
+            _merge(out, parts, results, itemsize)
+        clock.lap("encode")
+        counts = {side: sum(getattr(r, f"{side}_tokens") for r in results) for side in SIDES}
+        for side in SIDES:
+            if counts[side] == 0:
+                raise UserError(
+                    f"{_name(files)}: split={settings.split} by {split_by} leaves {side} "
+                    f"empty ({docs:,} documents); use more documents or another split"
+                )
+        produced = exporter.export(
+            Streams(out.path_of("train.bin"), out.path_of("val.bin"),
+                    out.path_of("train.docs.bin"), out.path_of("val.docs.bin"), dtype,
+                    tokenizer.vocab_size, eot_id, str(cfg.get("name"))),
+            out,
+        )  # fmt: skip
+        manifest = _manifest(cfg, overrides, settings, source, tokenizer, executor, files,
+                             hashes, shards, scans, results, split_by, split_char, eot, eot_id,
+                             dtype, clock)  # fmt: skip
+        manifest["files"] = produced
+        manifest["format"] = exporter.describe()
+        out.write_pickle("meta.pkl", tokenizer.meta())
+        out.write_json("manifest.json", manifest)
+        out.commit()
     return manifest
 
 
@@ -163,18 +176,23 @@ def plan(files: list[InputFile], shard_bytes: int, tokenizer: Tokenizer) -> list
 
 
 def _encode_tasks(shards, scans, settings, split_by, split_char, eot, eot_id, tokenizer, dtype,
-                  hashes, single, out: OutputWriter):  # fmt: skip
+                  hashes, single, out: OutputWriter, run_key, executor):  # fmt: skip
     """Where each shard writes. For one text split by position, when the token count
-    follows from the character count (char tokenizer), shards write straight into
-    train.bin / val.bin at known places; otherwise each writes part files of its own,
-    merged in plan order afterwards (plus where documents start, unless one text)."""
+    follows from the character count (char tokenizer) and the workers share this machine,
+    shards write straight into train.bin / val.bin at known places. Otherwise each writes
+    part files of its own (plus where documents start, unless one text) and a completion
+    marker, in a work folder a re-run can resume from; parts are merged in plan order."""
     itemsize = np.dtype(dtype).itemsize
     firsts = np.cumsum([0] + [s.chars for s in scans[:-1]]).tolist()
     first_docs = np.cumsum([0] + [s.docs for s in scans[:-1]]).tolist()
     sides = [_side_chars(f, s.chars, split_char) for f, s in zip(firsts, scans)]
     counts = [(tokenizer.tokens_for(t), tokenizer.tokens_for(v)) for t, v in sides]
-    in_place = single and split_by == "position" and eot == "none" and all(
-        t is not None and v is not None for t, v in counts)  # fmt: skip
+    known = all(t is not None and v is not None for t, v in counts)
+    in_place = executor.shared_files and single and split_by == "position" and eot == "none"
+    in_place = in_place and known
+    work = None if in_place else out.work(run_key)
+    if work is not None:
+        executor.attach(work)
     if in_place:
         totals = [sum(c[k] for c in counts) for k in (0, 1)]
         paths = [out.temp(f"{side}.bin", totals[k] * itemsize) for k, side in enumerate(SIDES)]
@@ -188,17 +206,18 @@ def _encode_tasks(shards, scans, settings, split_by, split_char, eot, eot_id, to
                 targets.append(Target(str(paths[k]), position[k]) if chars[k] else None)
                 position[k] += count[k] or 0
                 continue
-            part = out.scratch(f"{side}.{shard.index:06d}.part")
-            targets.append(Target(str(part)))
+            part = work / f"{side}.{shard.index:06d}.part"
+            targets.append(Target(str(part), fresh=True))
             if not single:
-                index[k] = str(out.scratch(f"{side}.{shard.index:06d}.docs"))
+                index[k] = str(work / f"{side}.{shard.index:06d}.docs")
             parts.append((shard.index, side, part, index[k]))
         keys = {
             s.file.name: doc_keys[s.file.name] for s in shard.segments if s.file.name in doc_keys
         }
+        marker = None if work is None else str(work / f"{shard.index:06d}.done")
         tasks.append(EncodeTask(shard, tokenizer, dtype, settings.split, split_by, split_char,
                                 first, first_doc, settings.seed, keys, eot, eot_id,
-                                targets[0], targets[1], index[0], index[1]))  # fmt: skip
+                                targets[0], targets[1], index[0], index[1], marker))  # fmt: skip
     return tasks, parts
 
 
@@ -218,7 +237,6 @@ def _merge(out: OutputWriter, parts, results: list[EncodeResult], itemsize: int)
             for _, part, _ in mine:
                 with open(part, "rb") as src:
                     shutil.copyfileobj(src, dst, 1 << 20)
-                Path(part).unlink()
             if dst.tell() != total * itemsize:
                 raise RuntimeError(f"{side}.bin: merged {dst.tell()} bytes, not {total * itemsize}")
         if mine and mine[0][2] is not None:
@@ -227,7 +245,6 @@ def _merge(out: OutputWriter, parts, results: list[EncodeResult], itemsize: int)
                 for (_, _, index), result in zip(mine, results):
                     (np.fromfile(index, dtype=np.uint64) + np.uint64(base)).tofile(dst)
                     base += getattr(result, f"{side}_tokens")
-                    Path(index).unlink()
 
 
 def _hashes(files: list[InputFile]) -> dict[str, bytes]:
@@ -279,6 +296,21 @@ def finished_manifest(out_dir: str) -> Optional[dict[str, Any]]:
     return None
 
 
+def plan_digest(shards: list[Shard]) -> str:
+    """A digest of the shard plan: which units of which files each shard covers."""
+    text = "\n".join(
+        f"{shard.index}:" + ";".join(f"{s.file.name}@{s.start}-{s.end}" for s in shard.segments)
+        for shard in shards
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _stat_digest(files: list[InputFile]) -> str:
+    """Cheap stand-in for the input's hash when naming a work folder: paths, sizes, times."""
+    stats = sorted({(f.path, os.stat(f.path).st_size, os.stat(f.path).st_mtime_ns) for f in files})
+    return hashlib.sha256(repr(stats).encode()).hexdigest()
+
+
 def _member_digest(digest: bytes, member: Optional[str]) -> bytes:
     return digest if member is None else hashlib.sha256(digest + member.encode()).digest()
 
@@ -302,7 +334,7 @@ def _progress(results: Iterable, shards: list[Shard], what: str, quiet: bool) ->
         return
     from tqdm import tqdm
 
-    docs = tokens = 0
+    docs = tokens = count = 0
     with tqdm(total=sum(s.nbytes for s in shards), unit="B", unit_scale=True, desc=what,
               leave=False, dynamic_ncols=True) as bar:  # fmt: skip
         for shard, result in zip(shards, results):
@@ -310,7 +342,8 @@ def _progress(results: Iterable, shards: list[Shard], what: str, quiet: bool) ->
             tokens += getattr(result, "train_tokens", 0) + getattr(result, "val_tokens", 0)
             bar.update(shard.nbytes)
             elapsed = max(bar.format_dict["elapsed"], 1e-9)
-            rates = f"{docs / elapsed:,.0f} docs/s" + (
+            count += 1
+            rates = f"{count}/{len(shards)} shards, {docs / elapsed:,.0f} docs/s" + (
                 f", {tokens / elapsed:,.0f} tok/s" if tokens else "")  # fmt: skip
             bar.set_postfix_str(rates, refresh=False)
             yield result
@@ -385,7 +418,11 @@ def _manifest(cfg, overrides, settings: Settings, source, tokenizer, executor, f
         },
         "tokens": {"train": train, "val": val},
         "chars_per_token": round(chars / (train + val), 4),
-        "shards": {"count": len(shards), "shard_bytes": settings.shard_bytes},
+        "shards": {
+            "count": len(shards),
+            "shard_bytes": settings.shard_bytes,
+            "plan_sha256": plan_digest(shards),
+        },  # fmt: skip
         "executor": executor.describe(),
         "seconds": {**clock.laps, "total": clock.total()},
         "config": OmegaConf.to_container(cfg, resolve=True),

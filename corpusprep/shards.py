@@ -11,6 +11,8 @@ were or which finished first.
 
 from __future__ import annotations
 
+import os
+import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -68,6 +70,7 @@ class Target:
 
     path: str
     position: int = 0
+    fresh: bool = False  # a part file of this shard's own: start it empty (a retry may redo it)
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ class EncodeTask:
     val: Optional[Target]
     train_index: Optional[str] = None  # where document starts go (uint64 token offsets)
     val_index: Optional[str] = None
+    marker: Optional[str] = None  # written last, when the shard's parts are complete
 
 
 @dataclass
@@ -106,7 +110,8 @@ class _Writer:
     shards, each at its own place, or a part file of its own)."""
 
     def __init__(self, target: Target, dtype: np.dtype) -> None:
-        self.file = open(target.path, "r+b", buffering=0)  # noqa: SIM115 - closed in close()
+        mode = "wb" if target.fresh else "r+b"
+        self.file = open(target.path, mode, buffering=0)  # noqa: SIM115 - closed in close()
         self.start = target.position * dtype.itemsize
         self.file.seek(self.start)
         self.dtype = dtype
@@ -156,7 +161,33 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
         index = getattr(task, f"{side}_index")
         if index is not None:
             np.array(starts[side], dtype=np.uint64).tofile(index)
+    if task.marker is not None:  # the shard is done: a re-run can take it as it is
+        tmp = f"{task.marker}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            pickle.dump(result, f)
+        os.replace(tmp, task.marker)
     return result
+
+
+def finished(task: EncodeTask, itemsize: int) -> Optional[EncodeResult]:
+    """The result of a shard a previous run completed, if its marker and parts are whole."""
+    if task.marker is None or not os.path.exists(task.marker):
+        return None
+    try:
+        with open(task.marker, "rb") as f:
+            result = pickle.load(f)
+        for side in SIDES:
+            target = getattr(task, side)
+            tokens = getattr(result, f"{side}_tokens")
+            if target is not None and os.path.getsize(target.path) != tokens * itemsize:
+                return None
+            index = getattr(task, f"{side}_index")
+            docs = getattr(result, f"{side}_docs")
+            if index is not None and os.path.getsize(index) != 8 * docs:
+                return None
+        return result
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
+        return None
 
 
 def _encode_part(task, part, doc, key, position, writers, starts, keys, eot) -> None:

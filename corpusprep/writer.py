@@ -8,10 +8,12 @@ interrupted run removes its temporary files and leaves the previous outputs as t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
 import secrets
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -22,6 +24,7 @@ import numpy as np
 from corpusprep.errors import UserError
 
 DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
+WORK = ".corpusprep-work"  # resumable shard parts, inside out_dir
 
 
 def choose_dtype(requested: str, max_id: int) -> str:
@@ -40,10 +43,12 @@ class OutputWriter:
     """Use as `with OutputWriter(out_dir) as out: ...; out.commit()`."""
 
     def __init__(self, out_dir: str | Path) -> None:
-        self.out_dir = Path(out_dir)
+        self.label = str(out_dir)  # as the user wrote it, for messages
+        self.out_dir = Path(out_dir).absolute()  # workers may run in another directory
         self._tag = f"{os.getpid()}-{secrets.token_hex(3)}"
         self._temps: dict[str, Path] = {}  # final name -> temporary path, in commit order
         self._scratch: list[Path] = []
+        self._work: Optional[Path] = None
         self._made_dirs: list[Path] = []
         self.committed = False
 
@@ -57,20 +62,22 @@ class OutputWriter:
             self.out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise UserError(
-                f"out_dir={self.out_dir}: cannot create it ({e.strerror}); "
-                "choose a writable out_dir"
+                f"out_dir={self.label}: cannot create it ({e.strerror}); choose a writable out_dir"
             ) from None
         self._made_dirs = missing
         if not self.out_dir.is_dir():
-            raise UserError(f"out_dir={self.out_dir}: exists and is not a folder")
+            raise UserError(f"out_dir={self.label}: exists and is not a folder")
         if not os.access(self.out_dir, os.W_OK | os.X_OK):
             self._remove_made_dirs()
-            raise UserError(f"out_dir={self.out_dir}: not writable; choose another out_dir")
+            raise UserError(f"out_dir={self.label}: not writable; choose another out_dir")
         return self
 
     def __exit__(self, exc_type: Any, *exc: object) -> None:
         if not self.committed:
-            self.abort()
+            # finished shards stay for a re-run after a failure the user did not cause (a
+            # dead node, retries used up); a user error or Ctrl-C tidies everything away
+            keep = exc_type is not None and not issubclass(exc_type, (UserError, KeyboardInterrupt))
+            self.abort(keep_work=keep)
 
     def temp(self, name: str, nbytes: int = 0) -> Path:
         """A new temporary file that becomes `name` on commit, preallocated to `nbytes`."""
@@ -81,13 +88,21 @@ class OutputWriter:
                 f.truncate(nbytes)
         except OSError as e:
             raise UserError(
-                f"out_dir={self.out_dir}: cannot write {path.name}: {e.strerror}"
+                f"out_dir={self.label}: cannot write {path.name}: {e.strerror}"
             ) from None
         return path
 
     def path_of(self, name: str) -> Optional[Path]:
         """The temporary path of a file that will become `name`, if there is one."""
         return self._temps.get(name)
+
+    def work(self, key: str) -> Path:
+        """A folder for shard parts and completion markers that outlives a failed run, so
+        that a re-run with the same input, settings and plan (`key`) redoes only missing
+        shards. It lives in out_dir (shared by every worker, on a shared file system)."""
+        self._work = self.out_dir / WORK / key
+        self._work.mkdir(parents=True, exist_ok=True)
+        return self._work
 
     def drop(self, name: str) -> None:
         """Keep a temporary file out of the final folder (it becomes scratch)."""
@@ -131,11 +146,16 @@ class OutputWriter:
             if old is not None:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old)
         _fsync_dir(self.out_dir)
+        shutil.rmtree(self.out_dir / WORK, ignore_errors=True)  # this run's and stale ones
 
-    def abort(self) -> None:
+    def abort(self, keep_work: bool = False) -> None:
         for path in [*self._temps.values(), *self._scratch]:
             path.unlink(missing_ok=True)
         self._temps.clear()
+        if self._work is not None and not keep_work:
+            shutil.rmtree(self._work, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                (self.out_dir / WORK).rmdir()
         self._remove_made_dirs()
 
     def _remove_made_dirs(self) -> None:

@@ -37,3 +37,32 @@ class SlowCharTokenizer(CharTokenizer):
         for ids in super().encode_pieces(pieces):
             time.sleep(self.delay)
             yield ids
+
+
+class CrashOnceCharTokenizer(CharTokenizer):
+    """Kills its worker process (no exception, no cleanup) the first time anything is
+    encoded, once per `flag` file: a worker or node dying mid-shard."""
+
+    def __init__(self, flag: str = "", **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.flag = flag
+
+    def encode_pieces(self, pieces):
+        import os
+
+        if self.flag and not os.path.exists(self.flag):
+            open(self.flag, "w").close()
+            os._exit(3)
+        yield from super().encode_pieces(pieces)
+
+
+class FailOnceCharTokenizer(CrashOnceCharTokenizer):
+    """Raises (a bug, not an input error) the first time, once per `flag` file."""
+
+    def encode_pieces(self, pieces):
+        import os
+
+        if self.flag and not os.path.exists(self.flag):
+            open(self.flag, "w").close()
+            raise RuntimeError("injected failure, once")
+        yield from CharTokenizer.encode_pieces(self, pieces)

@@ -12,12 +12,32 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Callable, TypeVar, Union
 
 from corpusprep.errors import UserError
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class _UserFailure:
+    message: str
+
+
+class _Guarded:
+    """Runs the task; a UserError comes back as a value, so it keeps its meaning through
+    any engine (some only report "the job failed" with a traceback string)."""
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, task: Any) -> Any:
+        try:
+            return self.fn(task)
+        except UserError as e:
+            return _UserFailure(str(e))
 
 
 class Executor(ABC):
@@ -40,8 +60,10 @@ class Executor(ABC):
         while remaining:
             order = sorted(remaining)
             failed: dict[int, BaseException] = {}
-            for k, outcome in self.run(fn, [remaining[i] for i in order]):
+            for k, outcome in self.run(_Guarded(fn), [remaining[i] for i in order]):
                 index = order[k]
+                if isinstance(outcome, _UserFailure):
+                    raise UserError(outcome.message)
                 if isinstance(outcome, BaseException):
                     if isinstance(outcome, (UserError, KeyboardInterrupt)):
                         raise outcome
@@ -59,6 +81,9 @@ class Executor(ABC):
                         f"shard {index} failed {attempts[index]} times; last: {error!r}"
                     ) from error
                 self.on_retry(index, error)
+
+    def attach(self, work: Any) -> None:  # noqa: B027 - optional hook
+        """Given the run's work folder (in out_dir) before tasks start: engines keep logs there."""
 
     def on_retry(self, index: int, error: BaseException) -> None:  # noqa: B027 - optional
         """Called before a failed task is tried again (executors may log or reconnect)."""

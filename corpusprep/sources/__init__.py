@@ -55,7 +55,7 @@ def input_files(paths: list[Path], options: ReadOptions) -> list[InputFile]:
                 fmt = format_from_name(member or path.name)
             files.append(
                 InputFile(
-                    path=str(path),
+                    path=str(path.absolute()),  # workers may run elsewhere (another cwd, node)
                     format=fmt,
                     compression=compression,
                     size=path.stat().st_size // len(names),

@@ -1,0 +1,119 @@
+"""Shards run as a Slurm job array, submitted with submitit from the machine where
+corpusprep runs (a login node). An optional extra: pip install 'corpusprep[slurm]'.
+
+Every compute node must see the same Python environment and out_dir at the same paths
+(a shared file system): shards write their parts there, and submitit its logs and
+results (in out_dir/.corpusprep-work/.../slurm). Slurm does not rerun a task that failed:
+corpusprep submits the failed shards again (retries), and a re-run of the whole command
+after a crash, a timeout or a cancelled job redoes only the shards with no completion
+marker.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+from corpusprep.errors import UserError
+from corpusprep.executors import Executor, R, T
+
+
+class _NoSacctNoise(logging.Filter):
+    """Clusters without accounting make submitit warn on every poll; say it once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "sacct" not in record.getMessage()
+
+
+class SlurmExecutor(Executor):
+    def __init__(
+        self,
+        partition: Optional[str] = None,
+        max_parallel: int = 64,
+        timeout_min: int = 240,
+        cpus_per_task: int = 1,
+        mem_gb: float = 4,
+        retries: int = 2,
+        poll_seconds: float = 2.0,
+        slurm: Optional[dict[str, Any]] = None,
+    ) -> None:
+        self.partition = partition
+        self.max_parallel = int(max_parallel)
+        self.timeout_min = int(timeout_min)
+        self.cpus_per_task = int(cpus_per_task)
+        self.mem_gb = float(mem_gb)
+        self.retries = int(retries)
+        self.poll_seconds = float(poll_seconds)
+        self.extra = dict(slurm or {})  # any other submitit slurm_* parameter
+        self.folder: Optional[Path] = None
+
+    def attach(self, work: Path) -> None:
+        self.folder = work / "slurm"
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "slurm", "partition": self.partition, "max_parallel": self.max_parallel}
+
+    def _executor(self) -> Any:
+        try:
+            import submitit
+        except ImportError:
+            raise UserError(
+                "executor=slurm needs submitit: pip install 'corpusprep[slurm]'"
+            ) from None
+        if self.folder is None:
+            raise RuntimeError("SlurmExecutor.attach() was not called")
+        try:
+            executor = submitit.AutoExecutor(folder=self.folder / "%j", cluster="slurm")
+        except Exception as e:
+            raise UserError(
+                f"executor=slurm: no Slurm cluster here ({e}); run on a login node"
+            ) from None
+        params: dict[str, Any] = {
+            "slurm_array_parallelism": self.max_parallel,
+            "timeout_min": self.timeout_min,
+            "cpus_per_task": self.cpus_per_task,
+            "mem_gb": self.mem_gb,
+            "name": "corpusprep",
+            **{k if k.startswith("slurm_") else f"slurm_{k}": v for k, v in self.extra.items()},
+        }
+        if self.partition:
+            params["slurm_partition"] = self.partition
+        executor.update_parameters(**params)
+        logging.getLogger("submitit").addFilter(_NoSacctNoise())
+        return executor
+
+    def run(
+        self, fn: Callable[[T], R], tasks: Sequence[T]
+    ) -> Iterator[tuple[int, Union[R, BaseException]]]:
+        try:
+            jobs = self._executor().map_array(fn, list(tasks))
+        except subprocess.CalledProcessError as e:
+            raise UserError(
+                f"executor=slurm: sbatch refused the job array (exit {e.returncode}, see its "
+                "message above); check executor.partition, mem_gb, cpus_per_task, timeout_min"
+            ) from None
+        pending = dict(enumerate(jobs))
+        try:
+            while pending:
+                for i, job in list(pending.items()):
+                    if job.done():
+                        del pending[i]
+                        try:
+                            yield i, job.result()
+                        except Exception as e:  # failed, timed out, cancelled, node lost
+                            yield i, e
+                if pending:
+                    time.sleep(self.poll_seconds)
+        finally:
+            for job in pending.values():  # interrupted: leave nothing queued behind
+                job.cancel(check=False)
+
+    def on_retry(self, index: int, error: BaseException) -> None:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        print(f"corpusprep: shard {index} failed on Slurm ({first}); submitting it again",
+              file=sys.stderr)  # fmt: skip

@@ -1,0 +1,169 @@
+"""One corpus over many workers or machines gives the same bytes as one local worker:
+retries, resume after a crash, a real 2-node Ray cluster (with a node killed mid-run) and
+a real single-node Slurm. Every cluster is started and stopped here, by PID."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from clusters import cmdline, descendants, ray_cluster, slurm_cluster
+from helpers import REPO, run_cli
+
+TESTS = REPO / "tests"
+ENV = {"PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)])}
+OUTPUTS = ("train.bin", "val.bin", "train.docs.bin", "val.docs.bin", "meta.pkl")
+ARGS = ["source=files", "source.glob=corpus/*.jsonl", "shard_bytes=6000", "quiet=true"]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """Four JSONL files of documents, and what one local worker makes of them."""
+    root = tmp_path_factory.mktemp("dist")
+    (root / "corpus").mkdir()
+    rng = random.Random(6)
+    words = [
+        "the",
+        "quick",
+        "brown",
+        "fox",
+        "jumps",
+        "over",
+        "a",
+        "lazy",
+        "dog",
+        "while",
+        "bytes",
+        "fly",
+        "123",
+        "é",
+    ]
+    for f in range(4):
+        with open(root / "corpus" / f"part{f}.jsonl", "w") as out:
+            for _ in range(80):
+                text = " ".join(rng.choice(words) for _ in range(rng.randint(5, 80)))
+                out.write(json.dumps({"text": text}) + "\n")
+    r = run_cli(*ARGS, "executor.workers=1", "out_dir=reference", cwd=root, env=ENV)
+    assert r.returncode == 0, r.stderr
+    return root
+
+
+def same_as_reference(root, out):
+    for name in OUTPUTS:
+        assert (root / out / name).read_bytes() == (root / "reference" / name).read_bytes(), name
+    assert not (root / out / ".corpusprep-work").exists()
+
+
+def test_a_worker_that_dies_is_replaced_and_its_shard_redone(corpus):
+    flag = corpus / "crashed.flag"
+    r = run_cli(*ARGS, "executor.workers=2", "out_dir=crash",
+                "tokenizer._target_=fault_tokenizers.CrashOnceCharTokenizer",
+                f"+tokenizer.flag={flag}", cwd=corpus, env=ENV)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert flag.exists() and "trying again" in r.stderr
+    same_as_reference(corpus, "crash")
+
+
+def test_a_failing_shard_is_retried_then_reported(corpus):
+    flag = corpus / "failed.flag"
+    r = run_cli(*ARGS, "executor.workers=2", "out_dir=fail",
+                "tokenizer._target_=fault_tokenizers.FailOnceCharTokenizer",
+                f"+tokenizer.flag={flag}", cwd=corpus, env=ENV)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    same_as_reference(corpus, "fail")
+    flag.unlink()
+    r = run_cli(*ARGS, "executor.workers=2", "executor.retries=0", "out_dir=fail0",
+                "tokenizer._target_=fault_tokenizers.FailOnceCharTokenizer",
+                f"+tokenizer.flag={flag}", cwd=corpus, env=ENV)  # fmt: skip
+    assert r.returncode != 0 and "injected failure" in r.stderr
+    assert not (corpus / "fail0" / "train.bin").exists()
+
+
+def _slow(corpus, out, *extra):
+    return subprocess.Popen(
+        [sys.executable, "-m", "corpusprep", *ARGS, f"out_dir={out}", *extra,
+         "tokenizer._target_=fault_tokenizers.SlowCharTokenizer", "+tokenizer.delay=0.02"],
+        cwd=corpus, env={**os.environ, **ENV, "RAY_AUTH_MODE": "disabled"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def _wait_for_markers(folder, proc, count=1, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if len(list(folder.glob(".corpusprep-work/*/*.done"))) >= count:
+            return
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError("no shard finished in time")
+
+
+def test_a_rerun_after_a_crash_redoes_only_missing_shards(corpus):
+    proc = _slow(corpus, "resume", "executor.workers=2")
+    try:
+        _wait_for_markers(corpus / "resume", proc, count=2)
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its workers, no cleanup
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert not (corpus / "resume" / "train.bin").exists()
+    r = run_cli(*ARGS, "out_dir=resume", "tokenizer._target_=fault_tokenizers.SlowCharTokenizer",
+                "+tokenizer.delay=0.02", cwd=corpus, env=ENV)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "resuming:" in r.stderr and "shards were done by an earlier run" in r.stderr
+    same_as_reference(corpus, "resume")
+
+
+def test_ray_two_nodes_on_loopback_same_bytes(corpus):
+    with ray_cluster(ENV) as (address, _):
+        r = run_cli(*ARGS, "executor=ray", f"executor.address={address}",
+                    "executor.node_ip_address=127.0.0.2", "out_dir=ray", cwd=corpus,
+                    env={**ENV, "RAY_AUTH_MODE": "disabled"})  # fmt: skip
+        assert r.returncode == 0, r.stderr
+    same_as_reference(corpus, "ray")
+    m = json.loads((corpus / "ray" / "manifest.json").read_text())
+    assert m["executor"]["kind"] == "ray" and m["shards"]["count"] > 4
+
+
+def test_ray_worker_node_killed_mid_run(corpus):
+    with ray_cluster(ENV) as (address, procs):
+        proc = _slow(corpus, "raykill", "executor=ray", f"executor.address={address}",
+                     "executor.node_ip_address=127.0.0.2")  # fmt: skip
+        try:
+            _wait_for_markers(corpus / "raykill", proc, count=1)
+            raylets = [p for p in descendants(procs[1].pid) if "raylet" in cmdline(p)]
+            assert raylets, "the worker node has no raylet"
+            for pid in raylets:
+                os.kill(pid, signal.SIGKILL)  # the worker node dies with tasks in flight
+            _, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, err
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    same_as_reference(corpus, "raykill")
+
+
+def test_slurm_single_node_same_bytes_and_resubmits(corpus):
+    with slurm_cluster() as env:
+        r = run_cli(*ARGS, "executor=slurm", "executor.partition=debug", "executor.mem_gb=1",
+                    "executor.poll_seconds=0.3", "out_dir=slurm", cwd=corpus,
+                    env={**ENV, **env}, timeout=600)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        same_as_reference(corpus, "slurm")
+        flag = corpus / "slurm-failed.flag"
+        r = run_cli(*ARGS, "executor=slurm", "executor.mem_gb=1", "executor.poll_seconds=0.3",
+                    "out_dir=slurm2",
+                    "tokenizer._target_=fault_tokenizers.FailOnceCharTokenizer",
+                    f"+tokenizer.flag={flag}", cwd=corpus, env={**ENV, **env},
+                    timeout=600)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert "submitting it again" in r.stderr
+    same_as_reference(corpus, "slurm2")
