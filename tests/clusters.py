@@ -4,8 +4,13 @@ ray_cluster():   a 2-node Ray cluster on loopback, head on 127.0.0.2, worker on 
                  (Ray treats 127.0.0.1 as "localhost" and swaps in another interface; the
                  other loopback addresses it takes as they are: see NOTES/distributed.md).
 slurm_cluster(): a single-node Slurm (Debian's slurm-wlm + munge), installed with apt if
-                 missing; needs root. Its daemons bind 0.0.0.0 (Slurm has no bind option);
-                 all traffic goes to 127.0.0.1.
+                 missing; needs root.
+
+Ray binds some ports on every interface: the Ray tests run the cluster, with the
+corpusprep command that uses it, inside a network namespace of their own that has only a
+loopback interface (loopback_only(), when root), where 0.0.0.0 is loopback and nothing
+else. Slurm 22.05 cannot start in such a namespace; its daemons listen on 0.0.0.0 of the
+host (Slurm has no bind option) and all its traffic goes to 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -25,6 +30,25 @@ import pytest
 from helpers import REPO
 
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+@contextmanager
+def loopback_only():
+    """A network namespace with only `lo` (up); yields the prefix that runs a command in it."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        yield []
+        return
+    name = f"cp{os.getpid()}x{int(time.monotonic() * 1000) % 100000}"
+    r = subprocess.run(["ip", "netns", "add", name], capture_output=True)
+    if r.returncode != 0:
+        yield []
+        return
+    try:
+        wrap = ["ip", "netns", "exec", name]
+        subprocess.run([*wrap, "ip", "link", "set", "lo", "up"], check=True)
+        yield wrap
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
 def free_port(host: str) -> int:
@@ -77,33 +101,34 @@ def stop(procs: list[subprocess.Popen], grace: float = 15) -> None:
 
 
 @contextmanager
-def ray_cluster(env: dict[str, str]):
+def ray_cluster(env: dict[str, str], wrap: list[str]):
     pytest.importorskip("ray")
     ray = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
     if ray is None:
         pytest.skip("the ray command is not installed")
     temp = tempfile.mkdtemp(prefix="cpr", dir="/tmp")  # short: Ray's unix sockets
-    port = free_port("127.0.0.2")
+    port = 6390 if wrap else free_port("127.0.0.2")  # a namespace of its own: nothing else there
     full = {**os.environ, **RAY_ENV, **env}
     common = ["--block", "--num-cpus=1", "--disable-usage-stats"]
     procs = [subprocess.Popen(
-        [ray, "start", "--head", "--node-ip-address=127.0.0.2", f"--port={port}",
+        [*wrap, ray, "start", "--head", "--node-ip-address=127.0.0.2", f"--port={port}",
          f"--temp-dir={temp}", "--include-dashboard=false", *common],
         env=full, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]  # fmt: skip
     address = f"127.0.0.2:{port}"
     try:
-        _wait_for_nodes(address, 1, full)
+        _wait_for_nodes(address, 1, full, wrap)
         procs.append(subprocess.Popen(
-            [ray, "start", f"--address={address}", "--node-ip-address=127.0.0.3", *common],
+            [*wrap, ray, "start", f"--address={address}", "--node-ip-address=127.0.0.3", *common],
             env=full, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))  # fmt: skip
-        _wait_for_nodes(address, 2, full)
+        _wait_for_nodes(address, 2, full, wrap)
         yield address, procs
     finally:
         stop(procs)
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def _wait_for_nodes(address: str, count: int, env: dict[str, str], timeout: float = 90) -> None:
+def _wait_for_nodes(address: str, count: int, env: dict[str, str], wrap: list[str],
+                    timeout: float = 90) -> None:  # fmt: skip
     probe = (
         "import ray, sys\n"
         f"ray.init(address='{address}', _node_ip_address='127.0.0.2', log_to_driver=False)\n"
@@ -112,7 +137,7 @@ def _wait_for_nodes(address: str, count: int, env: dict[str, str], timeout: floa
     )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        r = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+        r = subprocess.run([*wrap, sys.executable, "-c", probe], env=env, capture_output=True,
                            text=True, timeout=60)  # fmt: skip
         if r.returncode == 0 and r.stdout.strip().isdigit() and int(r.stdout.strip()) >= count:
             return
@@ -175,7 +200,7 @@ def _install_slurm() -> None:
 
 
 @contextmanager
-def slurm_cluster():
+def slurm_cluster(wrap: list[str]):
     if os.geteuid() != 0:
         pytest.skip("a local Slurm needs root")
     _install_slurm()
@@ -193,16 +218,18 @@ def slurm_cluster():
     procs = []
     try:
         procs.append(subprocess.Popen(
-            ["runuser", "-u", "munge", "--", "munged", "--foreground", f"--socket={m}/munge.socket",
-             f"--pid-file={m}/munged.pid", f"--log-file={m}/munged.log",
-             f"--seed-file={m}/munged.seed"], stdout=subprocess.DEVNULL,
+            [*wrap, "runuser", "-u", "munge", "--", "munged", "--foreground",
+             f"--socket={m}/munge.socket", f"--pid-file={m}/munged.pid",
+             f"--log-file={m}/munged.log", f"--seed-file={m}/munged.seed"],
+            stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL))  # fmt: skip
         for daemon in (["slurmctld", "-D", "-i"], ["slurmd", "-D"]):
-            procs.append(subprocess.Popen(daemon, env=env, stdout=subprocess.DEVNULL,
+            procs.append(subprocess.Popen([*wrap, *daemon], env=env, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL))  # fmt: skip
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            r = subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True)
+            r = subprocess.run([*wrap, "sinfo", "-h", "-o", "%t"], env=env, capture_output=True,
+                               text=True)  # fmt: skip
             if "idle" in r.stdout:
                 break
             time.sleep(0.2)
@@ -216,4 +243,4 @@ def slurm_cluster():
         shutil.rmtree(folder, ignore_errors=True)
 
 
-__all__ = ["REPO", "cmdline", "descendants", "ray_cluster", "slurm_cluster", "stop"]
+__all__ = ["REPO", "cmdline", "descendants", "loopback_only", "ray_cluster", "slurm_cluster"]

@@ -10,13 +10,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300):
-    """`python -m corpusprep ARGS` in a fresh process, as a user runs it."""
+def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300,
+            wrap: list[str] | None = None):  # fmt: skip
+    """`python -m corpusprep ARGS` in a fresh process, as a user runs it (`wrap`: a command
+    prefix, e.g. to enter a test network namespace)."""
     full_env = {**os.environ, **(env or {})}
     # a bare checkout (not installed) still runs: put the repo first on the path
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), full_env.get("PYTHONPATH")]))
     return subprocess.run(
-        [sys.executable, "-m", "corpusprep", *args],
+        [*(wrap or []), sys.executable, "-m", "corpusprep", *args],
         cwd=cwd,
         env=full_env,
         capture_output=True,

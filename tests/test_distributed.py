@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from clusters import cmdline, descendants, ray_cluster, slurm_cluster
+from clusters import cmdline, descendants, loopback_only, ray_cluster, slurm_cluster
 from helpers import REPO, run_cli
 
 TESTS = REPO / "tests"
@@ -85,9 +85,9 @@ def test_a_failing_shard_is_retried_then_reported(corpus):
     assert not (corpus / "fail0" / "train.bin").exists()
 
 
-def _slow(corpus, out, *extra):
+def _slow(corpus, out, *extra, wrap=()):
     return subprocess.Popen(
-        [sys.executable, "-m", "corpusprep", *ARGS, f"out_dir={out}", *extra,
+        [*wrap, sys.executable, "-m", "corpusprep", *ARGS, f"out_dir={out}", *extra,
          "tokenizer._target_=fault_tokenizers.SlowCharTokenizer", "+tokenizer.delay=0.02"],
         cwd=corpus, env={**os.environ, **ENV, "RAY_AUTH_MODE": "disabled"},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -123,10 +123,10 @@ def test_a_rerun_after_a_crash_redoes_only_missing_shards(corpus):
 
 
 def test_ray_two_nodes_on_loopback_same_bytes(corpus):
-    with ray_cluster(ENV) as (address, _):
+    with loopback_only() as wrap, ray_cluster(ENV, wrap) as (address, _):
         r = run_cli(*ARGS, "executor=ray", f"executor.address={address}",
                     "executor.node_ip_address=127.0.0.2", "out_dir=ray", cwd=corpus,
-                    env={**ENV, "RAY_AUTH_MODE": "disabled"})  # fmt: skip
+                    env={**ENV, "RAY_AUTH_MODE": "disabled"}, wrap=wrap)  # fmt: skip
         assert r.returncode == 0, r.stderr
     same_as_reference(corpus, "ray")
     m = json.loads((corpus / "ray" / "manifest.json").read_text())
@@ -134,9 +134,9 @@ def test_ray_two_nodes_on_loopback_same_bytes(corpus):
 
 
 def test_ray_worker_node_killed_mid_run(corpus):
-    with ray_cluster(ENV) as (address, procs):
+    with loopback_only() as wrap, ray_cluster(ENV, wrap) as (address, procs):
         proc = _slow(corpus, "raykill", "executor=ray", f"executor.address={address}",
-                     "executor.node_ip_address=127.0.0.2")  # fmt: skip
+                     "executor.node_ip_address=127.0.0.2", wrap=wrap)  # fmt: skip
         try:
             _wait_for_markers(corpus / "raykill", proc, count=1)
             raylets = [p for p in descendants(procs[1].pid) if "raylet" in cmdline(p)]
@@ -152,10 +152,14 @@ def test_ray_worker_node_killed_mid_run(corpus):
 
 
 def test_slurm_single_node_same_bytes_and_resubmits(corpus):
-    with slurm_cluster() as env:
+    # Slurm 22.05 cannot start its message engine in a loopback-only namespace, so it runs
+    # on the host network: its daemons listen on 0.0.0.0 (no bind option), all traffic is
+    # to 127.0.0.1
+    wrap: list[str] = []
+    with slurm_cluster(wrap) as env:
         r = run_cli(*ARGS, "executor=slurm", "executor.partition=debug", "executor.mem_gb=1",
                     "executor.poll_seconds=0.3", "out_dir=slurm", cwd=corpus,
-                    env={**ENV, **env}, timeout=600)  # fmt: skip
+                    env={**ENV, **env}, timeout=600, wrap=wrap)  # fmt: skip
         assert r.returncode == 0, r.stderr
         same_as_reference(corpus, "slurm")
         flag = corpus / "slurm-failed.flag"
@@ -163,7 +167,7 @@ def test_slurm_single_node_same_bytes_and_resubmits(corpus):
                     "out_dir=slurm2",
                     "tokenizer._target_=fault_tokenizers.FailOnceCharTokenizer",
                     f"+tokenizer.flag={flag}", cwd=corpus, env={**ENV, **env},
-                    timeout=600)  # fmt: skip
+                    timeout=600, wrap=wrap)  # fmt: skip
         assert r.returncode == 0, r.stderr
         assert "submitting it again" in r.stderr
     same_as_reference(corpus, "slurm2")
