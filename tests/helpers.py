@@ -58,3 +58,47 @@ def compose(*overrides: str):
 def same_files(a: Path, b: Path, names=("train.bin", "val.bin", "meta.pkl")) -> None:
     for name in names:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name
+
+
+class LocalHTTPServer:
+    """An HTTP server on 127.0.0.1 in a thread of the test process: its root URL, how often
+    each path was asked for (count), and stop(), which shuts it down and joins the thread.
+    `handler_for(server)` returns the request handler class."""
+
+    def __init__(self, handler_for) -> None:
+        import threading
+        from collections import Counter
+        from http.server import ThreadingHTTPServer
+
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(self))
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        # poll for shutdown every 50 ms (the default 0.5 s slows every teardown)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
+        self._thread.start()
+        self._stopped = False
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def count(self, path: str) -> int:
+        with self._lock:
+            return self.counts[path]
+
+    def hit(self, path: str) -> int:
+        """Count a request for path; returns how many there have been, this one included."""
+        with self._lock:
+            self.counts[path] += 1
+            return self.counts[path]
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=10)
+        assert not self._thread.is_alive()

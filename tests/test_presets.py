@@ -15,15 +15,13 @@ import os
 import pickle
 import random
 import sysconfig
-import threading
 import zipfile
-from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import assert_one_line_error, compose, run_cli
+from helpers import LocalHTTPServer, assert_one_line_error, compose, run_cli
 
 from corpusprep.config import build
 from corpusprep.errors import UserError
@@ -40,44 +38,20 @@ OWT = "/api/datasets/Skylion007/openwebtext/parquet/plain_text/train"
 TINY = "/api/datasets/test/tiny/parquet/default/train"
 
 
-class Server:
+class Server(LocalHTTPServer):
     """Serves `routes` (path -> body, JSON for lists) on 127.0.0.1; counts requests and
     keeps their headers; anything else is a 404."""
 
     def __init__(self) -> None:
         self.routes: dict[str, bytes] = {}
-        self.counts: Counter[str] = Counter()
         self.headers: dict[str, dict[str, str]] = {}
-        self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer((HOST, 0), _handler_for(self))
-        self._httpd.daemon_threads = True
-        self.port = self._httpd.server_address[1]
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
-        self._thread.start()
-        self._stopped = False
-
-    @property
-    def root(self) -> str:
-        return f"http://{HOST}:{self.port}"
+        super().__init__(_handler_for)
 
     def serve(self, path: str, body: bytes | list) -> str:
         if isinstance(body, list):  # a Hub listing: absolute URLs of this server
             body = json.dumps([self.root + p for p in body]).encode()
         self.routes[path] = body
         return self.root + path
-
-    def count(self, path: str) -> int:
-        with self._lock:
-            return self.counts[path]
-
-    def stop(self) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=10)
-        assert not self._thread.is_alive()
 
 
 def _handler_for(server: Server) -> type[BaseHTTPRequestHandler]:

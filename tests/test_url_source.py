@@ -10,14 +10,12 @@ import hashlib
 import json
 import pickle
 import socket
-import threading
-from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import assert_one_line_error, run_cli
+from helpers import LocalHTTPServer, assert_one_line_error, run_cli
 
 from corpusprep.errors import UserError
 from corpusprep.sources.url import UrlSource
@@ -28,42 +26,16 @@ VAL_TOKENS = 111_540
 WRONG_SHA = "0" * 64
 
 
-class LocalServer:
+class LocalServer(LocalHTTPServer):
     """What the tests see of the server: its URLs, how often each path was asked for, stop()."""
 
     def __init__(self, body: bytes) -> None:
         self.body = body
         self.sha256 = hashlib.sha256(body).hexdigest()
-        self.counts: Counter[str] = Counter()
-        self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer((HOST, 0), _handler_for(self))
-        self._httpd.daemon_threads = True
-        self.port = self._httpd.server_address[1]
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
-        self._thread.start()
-        self._stopped = False
+        super().__init__(_handler_for)
 
     def url(self, path: str) -> str:
-        return f"http://{HOST}:{self.port}{path}"
-
-    def count(self, path: str) -> int:
-        with self._lock:
-            return self.counts[path]
-
-    def hit(self, path: str) -> int:
-        """Count a request for path; returns how many there have been, this one included."""
-        with self._lock:
-            self.counts[path] += 1
-            return self.counts[path]
-
-    def stop(self) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=10)
-        assert not self._thread.is_alive()
+        return f"{self.root}{path}"
 
 
 def _handler_for(server: LocalServer) -> type[BaseHTTPRequestHandler]:

@@ -36,7 +36,7 @@ import numpy as np
 
 from corpusprep.errors import UserError
 from corpusprep.tokenizers import NOWHERE, Tokenizer
-from corpusprep.tokenizers.tiktoken import CUT_AT, last_cut
+from corpusprep.tokenizers.tiktoken import CUT_AT, encode_at_cuts
 
 MIN_SEGMENT = 1 << 16  # encode at least this many characters at once: fewer calls into Rust
 
@@ -215,19 +215,7 @@ class HfTokenizer(Tokenizer):
         return np.array(self._hf().encode(text, add_special_tokens=False).ids, dtype=np.uint32)
 
     def encode_pieces(self, pieces: Iterable[str]) -> Iterator[np.ndarray]:
-        if not self.cut_at:
-            yield self.encode("".join(pieces))  # no proven cut: the text is encoded whole
-            return
-        buf = ""
-        for piece in pieces:
-            buf += piece
-            if len(buf) >= MIN_SEGMENT:
-                cut = last_cut(buf)
-                if cut:
-                    yield self.encode(buf[:cut])
-                    buf = buf[cut:]
-        if buf:
-            yield self.encode(buf)
+        return encode_at_cuts(self.encode, pieces, bool(self.cut_at), MIN_SEGMENT)
 
     def decode(self, ids: Iterable[int]) -> str:
         return self._hf().decode([int(i) for i in ids], skip_special_tokens=False)

@@ -23,7 +23,7 @@ import hashlib
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -168,19 +168,7 @@ class TiktokenTokenizer(Tokenizer):
         return self._enc().encode_to_numpy(text, disallowed_special=())
 
     def encode_pieces(self, pieces: Iterable[str]) -> Iterator[np.ndarray]:
-        if not self.cut_at:
-            yield self.encode("".join(pieces))  # no proven cut: the text is encoded whole
-            return
-        buf = ""
-        for piece in pieces:
-            buf += piece
-            if len(buf) >= MIN_SEGMENT:
-                cut = last_cut(buf)
-                if cut:
-                    yield self.encode(buf[:cut])
-                    buf = buf[cut:]
-        if buf:
-            yield self.encode(buf)
+        return encode_at_cuts(self.encode, pieces, bool(self.cut_at), MIN_SEGMENT)
 
     def decode(self, ids: Iterable[int]) -> str:
         return self._enc().decode([int(i) for i in ids])
@@ -225,6 +213,26 @@ def _is_token(enc, i: int) -> bool:
         return True
     except KeyError:
         return False
+
+
+def encode_at_cuts(
+    encode: Callable[[str], np.ndarray], pieces: Iterable[str], cuttable: bool, min_segment: int
+) -> Iterator[np.ndarray]:
+    """Encode a text arriving in pieces, in segments of at least `min_segment` characters
+    cut only where CUT_AT allows: the ids of encoding it whole. Not `cuttable`: it is."""
+    if not cuttable:
+        yield encode("".join(pieces))  # no proven cut: the text is encoded whole
+        return
+    buf = ""
+    for piece in pieces:
+        buf += piece
+        if len(buf) >= min_segment:
+            cut = last_cut(buf)
+            if cut:
+                yield encode(buf[:cut])
+                buf = buf[cut:]
+    if buf:
+        yield encode(buf)
 
 
 def last_cut(text: str) -> int:
