@@ -1,8 +1,14 @@
-"""A look at what a run made: `python -m corpusprep.inspect DIR [--top N] [--verify]`.
+"""A look at what a run made: `python -m corpusprep.inspect DIR [--top N] [--verify]
+[--plot FILE.png]`.
 
 Prints the manifest as a table, the most frequent tokens, characters and bytes per token,
 and the first tokens of val decoded. --verify decodes train + val and compares them with
-the source text, byte for byte (for lossless tokenizers: char, byte, tiktoken).
+the source text, byte for byte (for lossless tokenizers: char, byte, tiktoken). --plot
+draws token frequencies, document lengths and chars per token (corpusprep.plot; needs
+matplotlib). Any output format reads back (nanogpt, llmc, npy, megatron).
+
+DIR may also be a sweep folder (summary.csv and a folder per job): its jobs are compared,
+as a table, and with --plot in one figure.
 """
 
 from __future__ import annotations
@@ -23,11 +29,22 @@ CHUNK = 1 << 22  # tokens per step: memory stays flat however big the files are
 
 
 def token_counts(ds: PreparedDataset) -> np.ndarray:
-    counts = np.zeros(ds.manifest["vocab_size"], dtype=np.int64)
-    for _, ids in ds.splits():
-        for i in range(0, len(ids), CHUNK):
-            counts += np.bincount(ids[i : i + CHUNK], minlength=len(counts))[: len(counts)]
-    return counts
+    from corpusprep.plot import token_counts as count  # numbers only: no matplotlib
+
+    return count(ds.splits(), ds.manifest["vocab_size"])
+
+
+def describe_format(ds: PreparedDataset) -> str:
+    fmt = ds.manifest.get("format") or {}
+    files = {side: len(ds.files.get(side, [])) for side in ("train", "val")}
+    text = f"{ds.format}: {files['train']} train + {files['val']} val files"
+    if "shard_tokens" in fmt:
+        text += f", shard_tokens {fmt['shard_tokens']:,}"
+    if "magic" in fmt:
+        text += f", magic {fmt['magic']} version {fmt['version']}"
+    if "dtype_code" in fmt:
+        text += f", dtype code {fmt['dtype_code']} ({fmt['token_dtype']})"
+    return text
 
 
 def summary(ds: PreparedDataset, top: int = 10, head: int = 64) -> str:
@@ -46,6 +63,7 @@ def summary(ds: PreparedDataset, top: int = 10, head: int = 64) -> str:
         ),  # fmt: skip
         ("vocab_size", f"{m['vocab_size']:,}"),
         ("dtype", m["dtype"]),
+        ("format", describe_format(ds)),
         ("train", f"{m['tokens']['train']:,} tokens  ({ds.train.nbytes:,} bytes)"),
         ("val", f"{m['tokens']['val']:,} tokens  ({ds.val.nbytes:,} bytes)"),
         ("chars/token", f"{m['chars'] / tokens:.3f}"),
@@ -111,6 +129,22 @@ def _first_difference(a: Iterator[bytes], b: Iterator[bytes]) -> Optional[int]:
         xa, xb, offset = xa[n:], xb[n:], offset + n
 
 
+def _need_matplotlib() -> None:
+    """--plot without matplotlib: one line saying how to get it, before any work."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        from corpusprep.plot import MATPLOTLIB_HINT
+
+        raise UserError(MATPLOTLIB_HINT) from None
+
+
+def _is_sweep(folder: Path) -> bool:
+    from corpusprep.plot import is_sweep
+
+    return is_sweep(folder)
+
+
 def _short(value: object) -> bool:
     return not isinstance(value, (dict, list)) and len(str(value)) <= 80
 
@@ -122,12 +156,34 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("dir", help="an out_dir of a finished run")
     parser.add_argument("--top", type=int, default=10, help="how many frequent tokens to show")
     parser.add_argument("--verify", action="store_true", help="decode and compare with source")
+    parser.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="draw a figure (token frequency, document lengths, chars per token; for a sweep "
+        "folder: its jobs compared); needs matplotlib",
+    )
     args = parser.parse_args(argv)
     try:
-        ds = load(args.dir)
-        print(summary(ds, args.top))
-        if args.verify:
-            print("\n" + verify(ds))
+        if args.plot:
+            _need_matplotlib()
+        if _is_sweep(Path(args.dir)):
+            from corpusprep import plot
+
+            if args.verify:
+                raise UserError(f"{args.dir}: --verify takes a run's out_dir, not a sweep folder")
+            data = plot.plot_sweep(args.dir, args.plot) if args.plot else plot.sweep_data(args.dir)
+            print(f"{args.dir}: {len(data['labels'])} jobs\n" + plot.sweep_table(data))
+        else:
+            ds = load(args.dir)
+            print(summary(ds, args.top))
+            if args.verify:
+                print("\n" + verify(ds))
+            if args.plot:
+                from corpusprep.plot import plot_run
+
+                plot_run(ds, args.plot)
+        if args.plot:
+            print(f"\nwrote {args.plot}")
     except UserError as e:
         print(f"corpusprep.inspect: error: {e}", file=sys.stderr)
         sys.exit(1)

@@ -1,0 +1,135 @@
+"""llm.c's token files (karpathy/llm.c, dev/data/data_common.py `write_datafile`): each
+`.bin` is a header of 256 int32 (little-endian) followed by the tokens:
+
+    header[0] magic    20240520 (GPT-2, tokens uint16) | 20240801 (Llama 3, tokens uint32)
+    header[1] version  1                               | 7
+    header[2] the number of tokens that follow the 1,024-byte header
+
+llm.c asserts fewer than 2**31 tokens per file, so the output is cut into shards named as
+dev/data/fineweb.py names them: one running index over the whole run, val first,
+`{name}_val_000000.bin`, then `{name}_train_000001.bin`, `{name}_train_000002.bin`, ...
+(llm.c's trainers take `-i '{name}_train_*.bin' -j '{name}_val_*.bin'`). The shards hold
+`shard_tokens` tokens each (the last of a split holds the rest); like fineweb.py they are
+cut at token counts, not at document boundaries.
+
+This module also holds the sharding shared with `npy` (build-nanogpt copied llm.c's
+fineweb.py, naming and all): a subclass only says how a shard file starts.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, BinaryIO, Optional
+
+import numpy as np
+
+from corpusprep.errors import UserError
+from corpusprep.exporters import Exporter, Streams
+from corpusprep.writer import OutputWriter
+
+MAX_SHARD_TOKENS = 2**31 - 1  # llm.c: assert len(toks) < 2**31
+DEFAULT_SHARD_TOKENS = 10**8  # llm.c's fineweb.py and build-nanogpt's fineweb.py: 100M
+COPY_BYTES = 1 << 24  # 16 MiB per step (8M uint16 tokens): memory stays flat
+SPLIT_ORDER = ("val", "train")  # fineweb.py's order: shard 0 is val
+
+HEADERS = {  # data_common.py HEADERS_INFO: "gpt-2" and "llama-3"
+    "uint16": {"magic": 20240520, "version": 1},
+    "uint32": {"magic": 20240801, "version": 7},
+}
+HEADER_INTS = 256
+HEADER_BYTES = HEADER_INTS * 4
+
+
+def check_shard_tokens(value: Any, limit: int = MAX_SHARD_TOKENS) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+        raise UserError(
+            f"shard_tokens={value!r}: must be a whole number of tokens from 1 to {limit:,} "
+            f"(e.g. shard_tokens={DEFAULT_SHARD_TOKENS})"
+        )
+    return value
+
+
+def file_stem(name: str) -> str:
+    """The run's name, safe as the start of a file name."""
+    return re.sub(r"[/\\:*?\"<>|\s]+", "_", name).strip("._") or "corpus"
+
+
+def copy_range(src: BinaryIO, dst: BinaryIO, offset: int, nbytes: int) -> None:
+    """Copy nbytes of src from offset to dst's current position, in bounded steps."""
+    src.seek(offset)
+    while nbytes > 0:
+        chunk = src.read(min(COPY_BYTES, nbytes))
+        if not chunk:
+            raise RuntimeError(f"{src.name}: ended {nbytes} bytes early")
+        dst.write(chunk)
+        nbytes -= len(chunk)
+
+
+class ShardedExporter(Exporter):
+    """val shards then train shards, one running index, `shard_tokens` tokens each."""
+
+    kind = "sharded"
+    suffix = ".bin"
+
+    def __init__(self, shard_tokens: int = DEFAULT_SHARD_TOKENS) -> None:
+        self.shard_tokens = check_shard_tokens(shard_tokens)
+        self._shards: dict[str, list[dict[str, Any]]] = {}
+        self._dtype: Optional[str] = None
+        self._index = False
+
+    def write_header(self, f: BinaryIO, count: int, dtype: np.dtype) -> None:
+        raise NotImplementedError
+
+    def export(self, streams: Streams, out: OutputWriter) -> dict[str, int]:
+        dtype = np.dtype(streams.dtype).newbyteorder("<")
+        stem = file_stem(streams.name)
+        produced: dict[str, int] = {}
+        self._dtype, self._shards, index = dtype.name, {}, 0
+        for side in SPLIT_ORDER:
+            src = Path(getattr(streams, side))
+            total = src.stat().st_size // dtype.itemsize
+            self._shards[side] = []
+            with open(src, "rb") as f:
+                for start in range(0, total, self.shard_tokens):
+                    count = min(self.shard_tokens, total - start)
+                    name = f"{stem}_{side}_{index:06d}{self.suffix}"
+                    path = out.temp(name)
+                    with open(path, "r+b") as dst:
+                        self.write_header(dst, count, dtype)
+                        copy_range(f, dst, start * dtype.itemsize, count * dtype.itemsize)
+                    produced[name] = path.stat().st_size
+                    self._shards[side].append({"file": name, "tokens": count})
+                    index += 1
+            out.drop(f"{side}.bin")
+        # the document index stays, as in the nanogpt format: offsets into the whole split
+        # (all its shards end to end), so a sampler can keep windows inside documents
+        self._index = streams.train_docs is not None
+        for side in ("train", "val"):
+            docs = getattr(streams, f"{side}_docs")
+            if docs is not None:
+                produced[f"{side}.docs.bin"] = Path(docs).stat().st_size
+        return produced
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "shard_tokens": self.shard_tokens}
+        if self._dtype is not None:
+            out.update(token_dtype=self._dtype, shards=self._shards, document_index=self._index)
+        return out
+
+
+class LlmcExporter(ShardedExporter):
+    kind = "llmc"
+    suffix = ".bin"
+
+    def write_header(self, f: BinaryIO, count: int, dtype: np.dtype) -> None:
+        info = HEADERS[dtype.name]
+        header = np.zeros(HEADER_INTS, dtype="<i4")
+        header[0], header[1], header[2] = info["magic"], info["version"], count
+        f.write(header.tobytes())
+
+    def describe(self) -> dict[str, Any]:
+        out = super().describe()
+        if self._dtype is not None:
+            out.update(HEADERS[self._dtype], header_bytes=HEADER_BYTES)
+        return out

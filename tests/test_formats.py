@@ -1,0 +1,369 @@
+"""Output formats (`format=llmc|npy|megatron`) checked against each format's published
+layout: the readers here are written from the specs (llm.c's `_load_data_shard`, np.load,
+Megatron-LM's indexed_dataset.py `.idx` layout), never from corpusprep's writers, and
+the tokens they read must equal the nanoGPT output of the same run (`format=nanogpt`)."""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import assert_one_line_error, compose, run_cli
+
+import corpusprep
+from corpusprep.dataset import ShardedTokens
+from corpusprep.errors import UserError
+from corpusprep.prepare import prepare
+
+SHARD = 100_000  # tiny shakespeare in gpt2: 301,966 train tokens -> 4 shards, val 36,059 -> 1
+
+
+# --- readers from the published layouts ------------------------------------------------
+
+
+def read_llmc(path: Path) -> tuple[np.ndarray, int, int]:
+    """llm.c's _load_data_shard (train_gpt2.py), for both headers of data_common.py."""
+    with open(path, "rb") as f:
+        header = np.frombuffer(f.read(256 * 4), dtype="<i4")
+        magic, version, ntok = (int(x) for x in header[:3])
+        dtype = {(20240520, 1): "<u2", (20240801, 7): "<u4"}[(magic, version)]
+        tokens = np.frombuffer(f.read(), dtype=dtype)
+    assert len(tokens) == ntok, "number of tokens read does not match header"
+    assert not header[3:].any()  # the rest of the header is zeros
+    return tokens, magic, version
+
+
+MEGATRON_DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64,
+                   6: np.float64, 7: np.float32, 8: np.uint16}  # fmt: skip
+
+
+def read_megatron(prefix: Path) -> dict:
+    """Megatron-LM's _IndexReader + IndexedDataset, from indexed_dataset.py's layout."""
+    with open(f"{prefix}.idx", "rb") as f:
+        assert f.read(9) == b"MMIDIDX\x00\x00", "bad header"
+        assert struct.unpack("<Q", f.read(8))[0] == 1, "bad version"
+        code = struct.unpack("<B", f.read(1))[0]
+        sequence_count = struct.unpack("<Q", f.read(8))[0]
+        document_count = struct.unpack("<Q", f.read(8))[0]
+        lengths = np.frombuffer(f.read(4 * sequence_count), dtype=np.int32)
+        pointers = np.frombuffer(f.read(8 * sequence_count), dtype=np.int64)
+        document_indices = np.frombuffer(f.read(8 * document_count), dtype=np.int64)
+        assert f.read() == b""  # nothing else (no multimodal sequence modes)
+    # IndexedDataset.__init__'s own checks
+    assert lengths.shape[0] == document_indices[-1] == sequence_count
+    dtype = MEGATRON_DTYPES[code]
+    data = np.fromfile(f"{prefix}.bin", dtype=dtype)
+    size = np.dtype(dtype).itemsize
+    sequences = [data[p // size : p // size + n] for p, n in zip(pointers, lengths)]
+    documents = [
+        np.concatenate(sequences[a:b]) if b > a else np.zeros(0, dtype)
+        for a, b in zip(document_indices[:-1], document_indices[1:])
+    ]
+    return {"code": code, "dtype": dtype, "data": data, "lengths": lengths,
+            "pointers": pointers, "document_indices": document_indices,
+            "sequences": sequences, "documents": documents}  # fmt: skip
+
+
+# --- runs ------------------------------------------------------------------------------
+
+
+def run(src: Path | str, out: Path, *extra: str, source: str = "file") -> Path:
+    key = "source.path" if source == "file" else "source.glob"
+    prepare(compose(f"source={source}", f"{key}={src}", f"out_dir={out}", "quiet=true", *extra))
+    return out
+
+
+def nanogpt(out: Path, side: str) -> np.ndarray:
+    m = json.loads((out / "manifest.json").read_text())
+    return np.fromfile(out / f"{side}.bin", dtype=m["dtype"])
+
+
+def shards(out: Path, stem: str, suffix: str) -> list[Path]:
+    """The shard files (as llm.c's loaders glob them), in the order of their index."""
+    files = out.glob(f"{stem}_*_[0-9][0-9][0-9][0-9][0-9][0-9]{suffix}")
+    return sorted(files, key=lambda f: int(f.name[-len(suffix) - 6 : -len(suffix)]))
+
+
+@pytest.fixture(scope="module")
+def corpus_docs(tmp_path_factory, shared_data) -> Path:
+    """tiny shakespeare cut into 60 files of whole paragraphs: a corpus of documents."""
+    folder = tmp_path_factory.mktemp("corpus") / "docs"  # the run's name: docs
+    folder.mkdir()
+    paragraphs = (shared_data / "tinyshakespeare" / "input.txt").read_text().split("\n\n")
+    k = len(paragraphs) // 60
+    for i in range(60):
+        part = paragraphs[i * k : (i + 1) * k if i < 59 else len(paragraphs)]
+        (folder / f"d{i:03d}.txt").write_text("\n\n".join(part))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def bpe_runs(tmp_path_factory, shared_data, corpus_docs) -> dict:
+    """Every format of the same two runs (one text; documents), GPT-2 BPE."""
+    root = tmp_path_factory.mktemp("runs")
+    text = shared_data / "tinyshakespeare" / "input.txt"
+    outs = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TIKTOKEN_CACHE_DIR", str(shared_data / "tiktoken"))
+        corpora = (("text", text, "file"), ("docs", corpus_docs / "*.txt", "files"))
+        for corpus, src, source in corpora:
+            for fmt in ("nanogpt", "llmc", "npy", "megatron"):
+                extra = [f"shard_tokens={SHARD}"] if fmt in ("llmc", "npy") else []
+                outs[corpus, fmt] = run(src, root / f"{corpus}-{fmt}", "tokenizer=tiktoken",
+                                        f"format={fmt}", *extra, source=source)  # fmt: skip
+    return outs
+
+
+# --- llm.c -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("corpus", ["text", "docs"])
+def test_llmc_shards_read_as_llmc_reads_them(bpe_runs, corpus):
+    out, ref = bpe_runs[corpus, "llmc"], bpe_runs[corpus, "nanogpt"]
+    stem = "input" if corpus == "text" else "docs"
+    files = shards(out, stem, ".bin")
+    names = [f.name for f in files]
+    val_n = -(-len(nanogpt(ref, "val")) // SHARD)
+    train_n = -(-len(nanogpt(ref, "train")) // SHARD)
+    # fineweb.py's names: one running index, val first
+    assert names == [f"{stem}_val_{i:06d}.bin" for i in range(val_n)] + [
+        f"{stem}_train_{i:06d}.bin" for i in range(val_n, val_n + train_n)
+    ]
+    for side in ("train", "val"):
+        parts = [read_llmc(f) for f in files if f"_{side}_" in f.name]
+        assert {(magic, version) for _, magic, version in parts} == {(20240520, 1)}
+        sizes = [len(t) for t, _, _ in parts]
+        assert all(s == SHARD for s in sizes[:-1]) and 0 < sizes[-1] <= SHARD
+        assert np.array_equal(np.concatenate([t for t, _, _ in parts]), nanogpt(ref, side))
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["format"]["kind"] == "llmc" and m["format"]["shard_tokens"] == SHARD
+    on_disk = {p.name: p.stat().st_size for p in out.iterdir()}
+    del on_disk["meta.pkl"], on_disk["manifest.json"]
+    assert m["files"] == on_disk
+    assert not (out / "train.bin").exists() and not (out / "val.bin").exists()
+    # the document index stays (offsets into the whole split) when there are documents
+    assert (out / "train.docs.bin").is_file() == (corpus == "docs")
+
+
+def test_llmc_uint32_is_the_llama3_header(shakespeare, tmp_path):
+    ref = run(shakespeare, tmp_path / "ref", "dtype=uint32")
+    out = run(shakespeare, tmp_path / "out", "dtype=uint32", "format=llmc")
+    for side, name in (("val", "input_val_000000.bin"), ("train", "input_train_000001.bin")):
+        tokens, magic, version = read_llmc(out / name)
+        assert (magic, version) == (20240801, 7) and tokens.dtype == np.uint32
+        assert np.array_equal(tokens, nanogpt(ref, side))
+    assert json.loads((out / "manifest.json").read_text())["format"]["shard_tokens"] == 10**8
+
+
+def test_several_val_shards_come_first(shakespeare, tmp_path):
+    ref = run(shakespeare, tmp_path / "ref")
+    out = run(shakespeare, tmp_path / "out", "format=llmc", "shard_tokens=40000")
+    names = [f.name for f in shards(out, "input", ".bin")]
+    val, train = len(nanogpt(ref, "val")), len(nanogpt(ref, "train"))  # 111,540 / 1,003,854
+    nv, nt = -(-val // 40000), -(-train // 40000)
+    assert nv == 3 and names[:nv] == [f"input_val_{i:06d}.bin" for i in range(nv)]
+    assert names[nv:] == [f"input_train_{i:06d}.bin" for i in range(nv, nv + nt)]
+
+
+# --- npy -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("corpus", ["text", "docs"])
+def test_npy_shards_load_with_numpy(bpe_runs, corpus):
+    out, ref = bpe_runs[corpus, "npy"], bpe_runs[corpus, "nanogpt"]
+    stem = "input" if corpus == "text" else "docs"
+    files = shards(out, stem, ".npy")
+    assert files[0].name == f"{stem}_val_000000.npy"  # build-nanogpt: shard 0 is val
+    assert [int(f.stem[-6:]) for f in files] == list(range(len(files)))
+    assert all("_val_" in f.name for f in files[:1]) and all("_train_" in f.name for f in files[1:])
+    for side in ("train", "val"):
+        parts = [np.load(f) for f in files if f"_{side}_" in f.name]  # no pickle, plain arrays
+        assert all(p.dtype == np.uint16 and p.ndim == 1 for p in parts)
+        assert all(len(p) == SHARD for p in parts[:-1])
+        assert np.array_equal(np.concatenate(parts), nanogpt(ref, side))
+
+
+def test_npy_uint32(shakespeare, tmp_path):
+    ref = run(shakespeare, tmp_path / "ref", "dtype=uint32")
+    out = run(shakespeare, tmp_path / "out", "dtype=uint32", "format=npy", "shard_tokens=300000")
+    train = [np.load(f) for f in shards(out, "input", ".npy") if "_train_" in f.name]
+    assert len(train) == 4 and all(t.dtype == np.uint32 for t in train)
+    assert np.array_equal(np.concatenate(train), nanogpt(ref, "train"))
+    assert np.array_equal(np.load(out / "input_val_000000.npy"), nanogpt(ref, "val"))
+
+
+# --- Megatron-LM -----------------------------------------------------------------------
+
+
+def test_megatron_documents(bpe_runs):
+    out, ref = bpe_runs["docs", "megatron"], bpe_runs["docs", "nanogpt"]
+    m = json.loads((out / "manifest.json").read_text())
+    for side in ("train", "val"):
+        ds = read_megatron(out / f"docs_{side}_text_document")
+        ids = nanogpt(ref, side)
+        starts = np.fromfile(ref / f"{side}.docs.bin", dtype=np.uint64).astype(np.int64)
+        n = len(starts)
+        assert n == m["documents"][side] and ds["code"] == 8  # uint16
+        assert np.array_equal(ds["data"], ids)
+        assert np.array_equal(ds["lengths"], np.diff(np.append(starts, len(ids))))
+        assert np.array_equal(ds["pointers"], starts * 2)  # bytes
+        assert np.array_equal(ds["document_indices"], np.arange(n + 1))  # one sequence each
+        bounds = np.append(starts, len(ids))
+        for i in (0, n // 2, n - 1):
+            assert np.array_equal(ds["documents"][i], ids[bounds[i] : bounds[i + 1]])
+            assert ds["documents"][i][-1] == 50256  # eot=append: each ends with <|endoftext|>
+    assert not (out / "train.docs.bin").exists()  # the .idx holds the document index
+
+
+def test_megatron_one_text_is_one_document_per_side(bpe_runs):
+    out, ref = bpe_runs["text", "megatron"], bpe_runs["text", "nanogpt"]
+    for side in ("train", "val"):
+        ds = read_megatron(out / f"input_{side}_text_document")
+        assert list(ds["document_indices"]) == [0, 1] and list(ds["pointers"]) == [0]
+        assert np.array_equal(ds["documents"][0], nanogpt(ref, side))
+        assert (out / f"input_{side}_text_document.bin").read_bytes() == (
+            ref / f"{side}.bin"
+        ).read_bytes()
+
+
+def test_megatron_uint32_is_int32(shakespeare, tmp_path):
+    ref = run(shakespeare, tmp_path / "ref", "dtype=uint32")
+    out = run(shakespeare, tmp_path / "out", "dtype=uint32", "format=megatron")
+    ds = read_megatron(out / "input_train_text_document")
+    assert ds["code"] == 4 and ds["data"].dtype == np.int32  # Megatron has no uint32
+    assert np.array_equal(ds["data"].astype(np.uint32), nanogpt(ref, "train"))
+    assert list(ds["pointers"]) == [0]
+
+
+def test_megatron_long_documents_become_several_sequences(tmp_path):
+    from corpusprep.exporters.megatron import write_index
+
+    starts = np.array([0, 25, 25, 30], dtype=np.uint64)  # lengths 25, 0 (empty), 5, 12
+    with open(tmp_path / "x.idx", "wb") as f:
+        assert write_index(f, starts, 42, "uint16", max_len=10) == (7, 4)
+    np.arange(42, dtype=np.uint16).tofile(tmp_path / "x.bin")
+    ds = read_megatron(tmp_path / "x")
+    assert list(ds["lengths"]) == [10, 10, 5, 0, 5, 10, 2]
+    assert list(ds["pointers"]) == [0, 20, 40, 50, 50, 60, 80]
+    assert list(ds["document_indices"]) == [0, 3, 4, 5, 7]
+    bounds = [0, 25, 25, 30, 42]
+    for i, doc in enumerate(ds["documents"]):
+        assert list(doc) == list(range(bounds[i], bounds[i + 1]))
+
+
+# --- corpusprep.load reads every format --------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["llmc", "npy", "megatron"])
+@pytest.mark.parametrize("corpus", ["text", "docs"])
+def test_load_reads_every_format(bpe_runs, fmt, corpus, tiktoken_cache):
+    ds = corpusprep.load(bpe_runs[corpus, fmt])
+    ref = corpusprep.load(bpe_runs[corpus, "nanogpt"])
+    assert ds.format == fmt and ds.dtype == np.uint16
+    for side in ("train", "val"):
+        a, b = getattr(ds, side), getattr(ref, side)
+        assert len(a) == len(b) and np.array_equal(a[:], b[:])
+        assert np.array_equal(a[SHARD - 5 : SHARD + 5], b[SHARD - 5 : SHARD + 5])
+        da, db = ds.docs(side), ref.docs(side)
+        assert (da is None) == (db is None) == (corpus == "text")
+        if da is not None:
+            assert np.array_equal(da, db)
+    if fmt != "megatron":  # several train shards: read through without joining them
+        assert isinstance(ds.train, ShardedTokens) and len(ds.train.shards) == 4
+        assert all(isinstance(s, np.memmap) for s in ds.train.shards)
+        assert isinstance(ds.val, np.memmap)  # one shard: the memmap itself
+    else:
+        assert isinstance(ds.train, np.memmap)
+    assert ds.tokenizer.decode(ds.val[:20]) == ref.tokenizer.decode(ref.val[:20])
+
+
+def test_sharded_tokens_index_like_an_array():
+    data = np.arange(100, dtype=np.uint16)
+    x = ShardedTokens([data[:30], data[30:31], data[31:70], data[70:]])
+    assert len(x) == 100 and x.shape == (100,) and x.nbytes == 200 and x.dtype == np.uint16
+    keys = [
+        slice(None),
+        slice(25, 75),
+        slice(29, 31),
+        slice(-10, None),
+        slice(5, 95, 7),
+        slice(90, 10, -3),
+        slice(50, 50),
+        [0, 99, 30, 31, 69, 70],
+        np.array([-1, 5]),
+    ]
+    for key in keys:
+        assert np.array_equal(x[key], data[key]), key
+    assert x[30] == 30 and x[-1] == 99 and x[np.int64(70)] == 70
+    assert np.array_equal(np.asarray(x), data)
+    with pytest.raises(IndexError):
+        x[100]
+    with pytest.raises(IndexError):
+        x[[0, 100]]
+
+
+def test_load_checks_every_file(bpe_runs, tmp_path, tiktoken_cache):
+    import shutil
+
+    out = tmp_path / "llmc"
+    shutil.copytree(bpe_runs["text", "llmc"], out)
+    shard = out / "input_train_000002.bin"
+    data = bytearray(shard.read_bytes())
+    data[0] ^= 1  # a wrong magic, same size
+    shard.write_bytes(bytes(data))
+    with pytest.raises(UserError, match="input_train_000002.bin: not an llm.c uint16"):
+        corpusprep.load(out)
+    shard.write_bytes(bytes(data[:-2]))  # one token short
+    with pytest.raises(UserError, match="input_train_000002.bin: .* but the manifest says"):
+        corpusprep.load(out)
+    shard.unlink()
+    with pytest.raises(UserError, match="input_train_000002.bin: missing"):
+        corpusprep.load(out)
+
+    meg = tmp_path / "megatron"
+    shutil.copytree(bpe_runs["docs", "megatron"], meg)
+    idx = meg / "docs_val_text_document.idx"
+    data = bytearray(idx.read_bytes())
+    data[34:38] = struct.pack("<i", struct.unpack("<i", bytes(data[34:38]))[0] + 1)
+    idx.write_bytes(bytes(data))
+    with pytest.raises(UserError, match="docs_val_text_document.idx: its sequences"):
+        corpusprep.load(meg)
+
+
+# --- the command line --------------------------------------------------------------------
+
+
+def test_the_issue_example(tmp_path, seeded_cache, tiktoken_cache):
+    r = run_cli("dataset=shakespeare", "format=llmc", "quiet=true", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "data" / "shakespeare"
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["manifest.json", "meta.pkl", "shakespeare_train_000001.bin",
+                     "shakespeare_val_000000.bin"]  # fmt: skip
+    tokens, magic, _ = read_llmc(out / "shakespeare_train_000001.bin")
+    assert magic == 20240520 and len(tokens) == 301_966  # nanoGPT's data/shakespeare count
+    r = run_cli("dataset=shakespeare", "format=npy", "shard_tokens=100000", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr  # another format: not "up to date", redone
+    assert "up to date" not in r.stdout
+    assert len(list(out.glob("shakespeare_train_*.npy"))) == 4
+    r = run_cli("dataset=shakespeare", "format=npy", "shard_tokens=100000", cwd=tmp_path)
+    assert "up to date" in r.stdout
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "2147483648", "1.5", "lots"])
+def test_bad_shard_tokens_is_one_line(tmp_path, shakespeare, value):
+    r = run_cli("source=file", f"source.path={shakespeare}", "format=npy",
+                f"shard_tokens={value}", f"out_dir={tmp_path / 'o'}", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(r, "shard_tokens=")
+    assert not (tmp_path / "o").exists()
+
+
+def test_each_format_config_names_its_exporter():
+    for fmt in ("llmc", "npy", "megatron"):
+        cfg = compose("source=file", "source.path=x.txt", f"format={fmt}")
+        assert cfg.format.name == fmt
+        assert re.match(rf"corpusprep\.exporters\.{fmt}\.\w+Exporter$", cfg.format._target_)
