@@ -18,7 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 from corpusprep._paths import config_dirs, config_path
 from corpusprep.errors import UserError
 
-GROUPS = ("dataset", "source", "tokenizer", "executor")
+GROUPS = ("dataset", "source", "tokenizer", "executor", "format")
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -165,12 +165,15 @@ def summary(m: dict[str, Any], out_dir: str) -> str:
     if len(files) > 1:
         where = f"{', '.join(src['glob']) if 'glob' in src else where} ({len(files):,} files)"
     docs = m.get("documents", {})
+    files = list(m.get("files", {}))
+    shown = ", ".join(files[:4]) + (f" and {len(files) - 4} more" if len(files) > 4 else "")
     lines = [
         f"corpusprep: {m['name']} -> {out_dir}",
         f"  source     {where} ({src['bytes']:,} bytes, sha256 {src['sha256'][:12]}...)",
         f"  tokenizer  {m['tokenizer']['kind']}, vocab {m['vocab_size']:,}, dtype {m['dtype']}",
-        f"  train.bin  {m['tokens']['train']:,} tokens",
-        f"  val.bin    {m['tokens']['val']:,} tokens",
+        f"  train      {m['tokens']['train']:,} tokens",
+        f"  val        {m['tokens']['val']:,} tokens",
+        f"  files      {shown} ({m.get('format', {}).get('kind', 'nanogpt')})",
     ]
     if docs.get("total", 1) > 1:
         dup = docs.get("exact_duplicates_across_splits")

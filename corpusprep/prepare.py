@@ -140,6 +140,11 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
                              dtype, clock)  # fmt: skip
         manifest["files"] = produced
         manifest["format"] = exporter.describe()
+        if manifest["format"].get("kind") != "nanogpt":
+            manifest.pop("nanogpt_note", None)
+        for name in _previous_files(out.out_dir):  # another format or fewer shards before
+            if name not in produced:
+                out.obsolete(name)
         out.write_pickle("meta.pkl", tokenizer.meta())
         out.write_json("manifest.json", manifest)
         out.commit()
@@ -309,6 +314,14 @@ def _stat_digest(files: list[InputFile]) -> str:
     """Cheap stand-in for the input's hash when naming a work folder: paths, sizes, times."""
     stats = sorted({(f.path, os.stat(f.path).st_size, os.stat(f.path).st_mtime_ns) for f in files})
     return hashlib.sha256(repr(stats).encode()).hexdigest()
+
+
+def _previous_files(folder: Path) -> list[str]:
+    """The output files a finished earlier run in `folder` listed in its manifest."""
+    try:
+        return list(json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
 
 
 def _member_digest(digest: bytes, member: Optional[str]) -> bytes:

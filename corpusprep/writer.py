@@ -48,6 +48,7 @@ class OutputWriter:
         self._tag = f"{os.getpid()}-{secrets.token_hex(3)}"
         self._temps: dict[str, Path] = {}  # final name -> temporary path, in commit order
         self._scratch: list[Path] = []
+        self._obsolete: list[Path] = []  # files of the previous run this one does not make
         self._work: Optional[Path] = None
         self._made_dirs: list[Path] = []
         self.committed = False
@@ -104,6 +105,12 @@ class OutputWriter:
         self._work.mkdir(parents=True, exist_ok=True)
         return self._work
 
+    def obsolete(self, name: str) -> None:
+        """A file of an earlier run (another format, more shards) to delete on commit: a
+        reader globbing the folder must not find stale files next to the new ones."""
+        if Path(name).name == name and name not in self._temps:
+            self._obsolete.append(self.out_dir / name)
+
     def drop(self, name: str) -> None:
         """Keep a temporary file out of the final folder (it becomes scratch)."""
         path = self._temps.pop(name)
@@ -139,6 +146,8 @@ class OutputWriter:
         try:
             for name, path in self._temps.items():
                 os.replace(path, self.out_dir / name)
+            for path in self._obsolete:
+                path.unlink(missing_ok=True)
             self.committed = True
         finally:
             for path in self._scratch:

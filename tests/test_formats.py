@@ -367,3 +367,19 @@ def test_each_format_config_names_its_exporter():
         cfg = compose("source=file", "source.path=x.txt", f"format={fmt}")
         assert cfg.format.name == fmt
         assert re.match(rf"corpusprep\.exporters\.{fmt}\.\w+Exporter$", cfg.format._target_)
+
+
+def test_switching_format_removes_the_old_files_only_on_success(tmp_path):
+    src = tmp_path / "t.txt"
+    src.write_text("some text for a format switch\n" * 400)
+    args = ["source=file", f"source.path={src}", "out_dir=out"]
+    assert run_cli(*args, "format=llmc", "shard_tokens=4000", cwd=tmp_path).returncode == 0
+    llmc = sorted(p.name for p in (tmp_path / "out").glob("t_*.bin"))
+    assert len(llmc) == 4
+    bad = run_cli(*args, "split=2", cwd=tmp_path)  # a failed run changes nothing
+    assert bad.returncode == 1
+    assert sorted(p.name for p in (tmp_path / "out").glob("t_*.bin")) == llmc
+    assert run_cli(*args, cwd=tmp_path).returncode == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "manifest.json", "meta.pkl", "train.bin", "val.bin",
+    ]  # fmt: skip
