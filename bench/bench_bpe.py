@@ -18,6 +18,7 @@ holds them; the children inherit this process's environment.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from typing import Optional
@@ -65,6 +66,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     cache = os.environ.get("TIKTOKEN_CACHE_DIR", "(unset: tiktoken downloads into a temp dir)")
     corpus, size = prepare_corpus(workdir, args.mb, args.repeat, [f"tiktoken   {cache}"])
     outs = {"nanoGPT": workdir / "out-nanogpt-bpe", "corpusprep": workdir / "out-corpusprep-bpe"}
+    fast = importlib.util.find_spec("riptoken") is not None  # the optional faster backend
+    if fast:
+        outs["corpusprep+rip"] = workdir / "out-corpusprep-riptoken"
 
     commands = {  # the reference first: the others are compared against it
         "nanoGPT": [sys.executable, str(NANOGPT), "bpe", str(corpus), str(outs["nanoGPT"])],
@@ -80,6 +84,13 @@ def main(argv: Optional[list[str]] = None) -> int:
             "quiet=true",
         ],
     }
+    if fast:  # the same command with tokenizer.backend=riptoken: the same bytes, faster
+        commands["corpusprep+rip"] = [
+            *commands["corpusprep"][:-2],
+            "tokenizer.backend=riptoken",
+            f"out_dir={outs['corpusprep+rip']}",
+            "quiet=true",
+        ]
     runs = run_all(commands, outs, workdir, args.repeat, OUTPUTS)
     if runs is None:
         return 1  # the workdir is kept, to look at the outputs
@@ -87,6 +98,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     best = print_table(size, runs)
     ratio = best["nanoGPT"] / best["corpusprep"]
     print(f"\ncorpusprep/nanoGPT throughput: {ratio:.2f}x")
+    if fast:
+        rip = best["nanoGPT"] / best["corpusprep+rip"]
+        print(f"corpusprep (tokenizer.backend=riptoken)/nanoGPT throughput: {rip:.2f}x")
     print(f"corpusprep's own phases (last run): {corpusprep_phases(outs['corpusprep'])}")
     report_targets(ratio, runs["corpusprep"])
     print_memory_notes()

@@ -104,3 +104,27 @@ def test_an_unknown_pattern_is_never_cut(tiktoken_cache, monkeypatch):
     monkeypatch.setattr(type(tok), "cut_at", property(lambda self: b""))
     out = list(tok.encode_pieces(["ab\ncd\n", "ef\ngh"]))
     assert len(out) == 1 and out[0].tolist() == tok._enc().encode_ordinary("ab\ncd\nef\ngh")
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_the_riptoken_backend_gives_tiktokens_ids(encoding, tiktoken_cache, shakespeare):
+    """The proof behind RIPTOKEN_PROVEN: same ids on real and adversarial text, pieces too."""
+    pytest.importorskip("riptoken")
+    from corpusprep.tokenizers.tiktoken import RIPTOKEN_PROVEN
+
+    assert encoding in RIPTOKEN_PROVEN
+    fast, slow = TiktokenTokenizer(encoding, backend="riptoken"), TiktokenTokenizer(encoding)
+    rng = random.Random(encoding)
+    texts = [shakespeare.read_text()] + [adversarial(rng, rng.randint(1, 3000)) for _ in range(60)]
+    for text in texts:
+        assert fast.encode(text).tolist() == slow._enc().encode_ordinary(text)
+        pieces = [text[i : i + 5000] for i in range(0, len(text), 5000)]
+        got = np.concatenate([np.zeros(0, np.uint32), *fast.encode_pieces(pieces)])
+        assert got.tolist() == slow._enc().encode_ordinary(text)
+
+
+def test_riptoken_refuses_unproven_encodings(tiktoken_cache):
+    from corpusprep.errors import UserError
+
+    with pytest.raises(UserError, match="proven identical"):
+        TiktokenTokenizer("o200k_base", backend="riptoken")

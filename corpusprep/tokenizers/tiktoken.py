@@ -33,6 +33,9 @@ from corpusprep.tokenizers import Tokenizer
 CUT_AT = rb"(?<=[\x21-\x7e])\n(?=[0-9A-Za-z])"
 _PREV_OK = frozenset(chr(c) for c in range(0x21, 0x7F))
 _NEXT_OK = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+# riptoken (an optional, faster Rust core) gave ids identical to tiktoken's on these, in
+# tests/test_bpe_cuts.py; any other encoding stays on tiktoken
+RIPTOKEN_PROVEN = {"gpt2", "r50k_base", "cl100k_base"}
 MIN_SEGMENT = 1 << 16  # encode at least this many characters at once: fewer calls into Rust
 
 # Patterns the cut rule is proven for (tests/test_bpe_cuts.py), by the encodings using them.
@@ -99,7 +102,18 @@ def read_ranks(path: Path) -> dict[bytes, int]:
 
 
 class TiktokenTokenizer(Tokenizer):
-    def __init__(self, encoding: str = "gpt2", ranks_file: Optional[str] = None) -> None:
+    def __init__(
+        self, encoding: str = "gpt2", ranks_file: Optional[str] = None, backend: str = "tiktoken"
+    ) -> None:
+        if backend not in ("tiktoken", "riptoken"):
+            raise UserError(f"tokenizer.backend={backend}: use tiktoken or riptoken")
+        if backend == "riptoken" and (ranks_file or encoding not in RIPTOKEN_PROVEN):
+            raise UserError(
+                f"tokenizer.backend=riptoken: its ids are proven identical to tiktoken's only "
+                f"for {', '.join(sorted(RIPTOKEN_PROVEN))} (tests/test_bpe_cuts.py); "
+                "use backend=tiktoken for this encoding"
+            )
+        self.backend = backend
         self.encoding = str(encoding)
         self.ranks_file = str(Path(ranks_file).expanduser().resolve()) if ranks_file else None
         self.ranks_sha256: Optional[str] = None
@@ -163,7 +177,28 @@ class TiktokenTokenizer(Tokenizer):
     def eot_id(self) -> Optional[int]:
         return self._enc()._special_tokens.get("<|endoftext|>")
 
+    def _fast(self):
+        """riptoken's Encoding over the same ranks, pattern and special tokens, per process."""
+        key = (*self._key(), "riptoken")
+        with _lock:
+            fast = _cache.get(key)
+        if fast is None:
+            try:
+                import riptoken
+            except ImportError:
+                raise UserError(
+                    "tokenizer.backend=riptoken needs riptoken: pip install 'corpusprep[riptoken]'"
+                ) from None
+            enc = self._enc()
+            core = riptoken.CoreBPE(enc._mergeable_ranks, enc._special_tokens, enc._pat_str)
+            fast = riptoken.Encoding(core, enc)
+            with _lock:
+                _cache[key] = fast
+        return fast
+
     def encode(self, text: str) -> np.ndarray:
+        if self.backend == "riptoken":
+            return np.array(self._fast().encode_ordinary(text), dtype=np.uint32)
         # encode_to_numpy with nothing allowed or disallowed == encode_ordinary, minus the list
         return self._enc().encode_to_numpy(text, disallowed_special=())
 
@@ -193,6 +228,8 @@ class TiktokenTokenizer(Tokenizer):
     def describe(self) -> dict[str, Any]:
         enc = self._enc()
         out: dict[str, Any] = {"kind": "tiktoken", "encoding": self.encoding}
+        if self.backend != "tiktoken":
+            out["backend"] = self.backend
         if self.ranks_file:
             out.update(ranks_file=self.ranks_file, ranks_sha256=self.ranks_sha256)
         out.update(
