@@ -215,11 +215,9 @@ class TiktokenTokenizer(Tokenizer):
         enc = self._enc()
         # itos/stoi (each token's text) let nanoGPT's sample.py run unchanged: it decodes
         # with itos and encodes a prompt character by character with stoi. See README.
-        itos = {
-            i: enc.decode_single_token_bytes(i).decode("utf-8", errors="replace")
-            for i in range(enc.n_vocab)
-            if i in enc._special_tokens.values() or _is_token(enc, i)
-        }
+        tokens = {rank: token for token, rank in enc._mergeable_ranks.items()}
+        tokens.update({i: special.encode() for special, i in enc._special_tokens.items()})
+        itos = {i: tokens[i].decode("utf-8", errors="replace") for i in sorted(tokens)}
         stoi: dict[str, int] = {}
         for i, s in itos.items():
             stoi.setdefault(s, i)
@@ -242,14 +240,6 @@ class TiktokenTokenizer(Tokenizer):
 
     def __getstate__(self) -> dict[str, Any]:
         return dict(self.__dict__)  # no Encoding inside: each worker loads its own, once
-
-
-def _is_token(enc, i: int) -> bool:
-    try:
-        enc.decode_single_token_bytes(i)
-        return True
-    except KeyError:
-        return False
 
 
 def encode_at_cuts(
