@@ -40,6 +40,7 @@ from typing import Optional
 from common import (
     MB,
     Run,
+    clean_up,
     corpusprep_origin,
     corpusprep_phases,
     open_workdir,
@@ -327,13 +328,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     report_targets(best, runs["corpusprep"])
     print_memory_notes()
 
-    if args.keep:
-        print(f"\nkept: {workdir}")
-    elif temporary:
-        shutil.rmtree(workdir)
-    else:  # a chosen workdir keeps its corpus, so the next run can reuse it
-        for out in outs.values():
-            shutil.rmtree(out, ignore_errors=True)
+    clean_up(workdir, temporary, args.keep, outs)
     return 0
 
 
