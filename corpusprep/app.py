@@ -82,14 +82,17 @@ def _interrupt(signum: int, frame: Any) -> NoReturn:
 def _check_required(cfg: DictConfig) -> None:
     """No corpus chosen at all gets a hint, not OmegaConf's missing-value message."""
     source = cfg.get("source")
-    # .keys(): `key in DictConfig` is False for a missing ("???") value
-    if source is not None and "url" in source.keys() and OmegaConf.is_missing(source, "url"):  # noqa: SIM118
+
+    def missing(key: str) -> bool:  # .keys(): `key in DictConfig` is False for "???" values
+        return source is not None and key in source.keys() and OmegaConf.is_missing(source, key)  # noqa: SIM118
+
+    if missing("url"):
         datasets = ", ".join(sorted(_available_options()["dataset"]))
         raise UserError(
             f"nothing to prepare: choose a preset with dataset=NAME ({datasets}) or your own "
             "text with source=file source.path=FILE (or source.url=URL)"
         )
-    if source is not None and "path" in source.keys() and OmegaConf.is_missing(source, "path"):  # noqa: SIM118
+    if missing("path"):
         raise UserError("source.path is required: set source.path=FILE")
 
 
@@ -117,15 +120,15 @@ def _check_group_choices(args: list[str]) -> None:
         if ns.config_dir or ns.help or ns.hydra_help or ns.info or ns.config_path:
             return  # other config folders, or no run: Hydra knows best
         parser = OverridesParser.create()
-        for arg in ns.overrides:
+        overrides = []
+        for arg in ns.overrides:  # one at a time: the message names the one at fault
             try:
-                parser.parse_overrides([arg])
+                overrides.append(parser.parse_override(arg))
             except OverrideParseException:
                 fail(
                     f"{arg}: cannot parse this override; quote a value holding special "
                     """characters, e.g. 'key="<|endoftext|>"' or 'source.url="https://h/x?a=1"'"""
                 )
-        overrides = parser.parse_overrides(ns.overrides)
     except SystemExit:
         raise
     except Exception:

@@ -14,7 +14,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from corpusprep.config import build, read_settings
-from corpusprep.prepare import _eot_mode, plan
+from corpusprep.prepare import eot_mode, is_single_text, plan
 from corpusprep.shards import scan_shard
 from corpusprep.writer import choose_dtype
 
@@ -27,8 +27,8 @@ def estimate(cfg: DictConfig) -> dict[str, Any]:
     tokenizer = build(cfg.tokenizer, "tokenizer")
     executor = build(cfg.executor, "executor")
     files = source.files(progress=not settings.quiet)
-    single = len(files) == 1 and files[0].format == "text" and not files[0].doc_separator
-    eot = _eot_mode(settings.eot, single, tokenizer)
+    single = is_single_text(files)
+    eot = eot_mode(settings.eot, single, tokenizer)
     shards = plan(files, settings.shard_bytes, tokenizer)
     total = sum(s.nbytes for s in shards) or 1
     count = max(1, min(len(shards), round(SAMPLE_BYTES / (total / len(shards)))))

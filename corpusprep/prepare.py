@@ -74,15 +74,15 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
             return {**previous, "skipped": True}
     before = {f.path: os.stat(f.path) for f in files}
     # one text, nanoGPT's case: split by position and no end-of-text tokens, unless asked
-    single = len(files) == 1 and files[0].format == "text" and not files[0].doc_separator
+    single = is_single_text(files)
     split_by = settings.split_by if settings.split_by != "auto" else (
         "position" if single else "document")  # fmt: skip
-    eot = _eot_mode(settings.eot, single, tokenizer)
+    eot = eot_mode(settings.eot, single, tokenizer)
     shards = plan(files, settings.shard_bytes, tokenizer)
 
     # the writer first: engines on other machines need the work folder (in out_dir) from the
     # start; a user error still leaves nothing behind (what the writer made is removed)
-    run_key = fingerprint(cfg, tokenizer, _stat_digest(files) + plan_digest(shards))[:20]
+    run_key = fingerprint(cfg, tokenizer, _stat_digest(before) + plan_digest(shards))[:20]
     with executor, OutputWriter(settings.out_dir) as out:
         if not executor.shared_files:
             executor.attach(out.work(run_key))
@@ -151,7 +151,12 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
     return manifest
 
 
-def _eot_mode(requested: str, single: bool, tokenizer: Tokenizer) -> str:
+def is_single_text(files: list[InputFile]) -> bool:
+    """One plain text, nanoGPT's case: split by position, no end-of-text tokens by default."""
+    return len(files) == 1 and files[0].format == "text" and not files[0].doc_separator
+
+
+def eot_mode(requested: str, single: bool, tokenizer: Tokenizer) -> str:
     if requested == "auto":  # nanoGPT's OpenWebText rule for documents, when there is a token
         return "append" if not single and tokenizer.eot_id is not None else "none"
     if requested != "none" and tokenizer.eot_id is None and not tokenizer.needs_fit:
@@ -288,17 +293,28 @@ def fingerprint(cfg: DictConfig, tokenizer: Tokenizer, input_digest: str) -> str
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def _read_manifest(folder: Path) -> Optional[dict[str, Any]]:
+    """The manifest.json an earlier run left in `folder`, if it is there and readable."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return (
+        manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
+    )
+
+
 def finished_manifest(out_dir: str) -> Optional[dict[str, Any]]:
     """The manifest of a finished run in out_dir, if its outputs are all there and whole."""
     folder = Path(out_dir)
+    manifest = _read_manifest(folder)
+    if manifest is None or not (folder / "meta.pkl").is_file():
+        return None
     try:
-        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-        sizes = manifest["files"]
-        if all((folder / name).stat().st_size == size for name, size in sizes.items()):
-            return manifest if (folder / "meta.pkl").is_file() else None
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return None
+        whole = all((folder / n).stat().st_size == size for n, size in manifest["files"].items())
+    except (OSError, TypeError):
+        return None
+    return manifest if whole else None
 
 
 def plan_digest(shards: list[Shard]) -> str:
@@ -310,18 +326,16 @@ def plan_digest(shards: list[Shard]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _stat_digest(files: list[InputFile]) -> str:
+def _stat_digest(stats: dict[str, os.stat_result]) -> str:
     """Cheap stand-in for the input's hash when naming a work folder: paths, sizes, times."""
-    stats = sorted({(f.path, os.stat(f.path).st_size, os.stat(f.path).st_mtime_ns) for f in files})
-    return hashlib.sha256(repr(stats).encode()).hexdigest()
+    seen = sorted((path, st.st_size, st.st_mtime_ns) for path, st in stats.items())
+    return hashlib.sha256(repr(seen).encode()).hexdigest()
 
 
 def _previous_files(folder: Path) -> list[str]:
     """The output files a finished earlier run in `folder` listed in its manifest."""
-    try:
-        return list(json.loads((folder / "manifest.json").read_text(encoding="utf-8"))["files"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return []
+    manifest = _read_manifest(folder)
+    return list(manifest["files"]) if manifest else []
 
 
 def _member_digest(digest: bytes, member: Optional[str]) -> bytes:
@@ -347,23 +361,18 @@ def _progress(results: Iterable, shards: list[Shard], what: str, quiet: bool) ->
         return
     from tqdm import tqdm
 
-    docs = tokens = count = 0
+    docs = tokens = 0
     with tqdm(total=sum(s.nbytes for s in shards), unit="B", unit_scale=True, desc=what,
               leave=False, dynamic_ncols=True) as bar:  # fmt: skip
-        for shard, result in zip(shards, results):
-            docs += getattr(result, "docs", 0) or result_docs(result)
-            tokens += getattr(result, "train_tokens", 0) + getattr(result, "val_tokens", 0)
+        for count, (shard, result) in enumerate(zip(shards, results), 1):
+            docs += result.docs  # scan and encode results both count documents
+            tokens += getattr(result, "tokens", 0)  # only encode results count tokens
             bar.update(shard.nbytes)
             elapsed = max(bar.format_dict["elapsed"], 1e-9)
-            count += 1
             rates = f"{count}/{len(shards)} shards, {docs / elapsed:,.0f} docs/s" + (
                 f", {tokens / elapsed:,.0f} tok/s" if tokens else "")  # fmt: skip
             bar.set_postfix_str(rates, refresh=False)
             yield result
-
-
-def result_docs(result: Any) -> int:
-    return getattr(result, "train_docs", 0) + getattr(result, "val_docs", 0)
 
 
 class _Clock:

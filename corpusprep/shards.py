@@ -104,6 +104,14 @@ class EncodeResult:
     train_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     val_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
 
+    @property
+    def docs(self) -> int:
+        return self.train_docs + self.val_docs
+
+    @property
+    def tokens(self) -> int:
+        return self.train_tokens + self.val_tokens
+
 
 class _Writer:
     """Writes ids into a file from a token position on (a preallocated file shared by

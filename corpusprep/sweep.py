@@ -158,7 +158,7 @@ def check_clashes(config: DictConfig) -> None:
         return  # another sweeper (e.g. an optimizer): its jobs are not known in advance
     for number, overrides in enumerate(jobs):
         cfg = compose(config_name="config", overrides=overrides)
-        if "cp.out_dir" in str(cfg._get_node("out_dir")._value()):
+        if "cp.out_dir" in str(OmegaConf.to_container(cfg, resolve=False)["out_dir"]):
             continue  # the default: unique per job
         out_dir = str(Path(str(cfg.out_dir)).absolute())
         if out_dir in seen:

@@ -47,7 +47,7 @@ class OutputWriter:
         self.out_dir = Path(out_dir).absolute()  # workers may run in another directory
         self._tag = f"{os.getpid()}-{secrets.token_hex(3)}"
         self._temps: dict[str, Path] = {}  # final name -> temporary path, in commit order
-        self._scratch: list[Path] = []
+        self._scratch: list[Path] = []  # dropped temporary files: deleted on commit or abort
         self._obsolete: list[Path] = []  # files of the previous run this one does not make
         self._work: Optional[Path] = None
         self._made_dirs: list[Path] = []
@@ -115,13 +115,6 @@ class OutputWriter:
         """Keep a temporary file out of the final folder (it becomes scratch)."""
         path = self._temps.pop(name)
         self._scratch.append(path)
-
-    def scratch(self, name: str) -> Path:
-        """A temporary file for intermediate data: removed on commit or abort."""
-        path = self.out_dir / f".{name}.{self._tag}.tmp"
-        self._scratch.append(path)
-        path.touch()
-        return path
 
     def write_pickle(self, name: str, obj: Any) -> None:
         with open(self.temp(name), "wb") as f:
