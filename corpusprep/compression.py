@@ -4,6 +4,9 @@ The compression is recognised by the file's first bytes (magic numbers), so a mi
 file still opens; the extension is only a fallback. gzip, bz2 and xz come with Python;
 zstd needs the optional `zstandard` package (pip install 'corpusprep[zstd]'). A zip
 archive is read member by member (see members()).
+
+Inputs may be hostile: a stream that ends before its end-of-stream marker (a cut download)
+is an error, never a short text, and `max_bytes` caps what a stream may decompress to.
 """
 
 from __future__ import annotations
@@ -13,10 +16,11 @@ import gzip
 import io
 import lzma
 import zipfile
+import zlib
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import IO
+from typing import IO, Optional
 
 from corpusprep.errors import UserError
 
@@ -47,45 +51,108 @@ def strip_suffix(name: str) -> str:
     return stem if dot and f".{ext.lower()}" in SUFFIXES else name
 
 
+# what the decompressors raise on bad data (zipfile's deflate: zlib.error)
+_CORRUPT = (OSError, EOFError, zipfile.BadZipFile, lzma.LZMAError, zlib.error)
+
+
 @contextmanager
-def open_stream(path: Path, compression: str, member: str | None = None) -> Iterator[IO[bytes]]:
-    """The decompressed bytes of `path` (of one `member` of a zip archive)."""
+def open_stream(
+    path: Path, compression: str, member: str | None = None, max_bytes: Optional[int] = None
+) -> Iterator[IO[bytes]]:
+    """The decompressed bytes of `path` (of one `member` of a zip archive); more than
+    `max_bytes` of them (source.max_bytes) is an error."""
     if compression not in NAMES:
         raise UserError(f"{path}: unknown compression {compression!r}; use one of {NAMES}")
+    name = f"{path}!{member}" if member else str(path)
     with ExitStack() as stack:
         try:
             f = stack.enter_context(_open(path, compression, member))
-        except (OSError, EOFError, zipfile.BadZipFile, lzma.LZMAError) as e:
-            raise UserError(f"{path}: cannot open as {compression}: {e}") from None
+        except _CORRUPT as e:
+            raise UserError(f"{name}: cannot open as {compression}: {e}") from None
+        if max_bytes is not None:
+            f = _Capped(f, max_bytes, name)
         try:
             yield f
-        except (OSError, EOFError, zipfile.BadZipFile, lzma.LZMAError) as e:
+        except EOFError:
             raise UserError(
-                f"{path}: corrupt or truncated {compression} data ({e}); check the file"
+                f"{name}: truncated {compression} data: the file ends before the end of its "
+                "compressed stream (a cut download or copy?); get the whole file again"
             ) from None
+        except _CORRUPT as e:
+            raise UserError(f"{name}: corrupt {compression} data ({e}); check the file") from None
         except Exception as e:  # zstandard raises its own ZstdError
             if type(e).__name__ == "ZstdError":
-                raise UserError(f"{path}: corrupt or truncated zstd data ({e})") from None
+                raise UserError(f"{name}: corrupt zstd data ({e}); check the file") from None
             raise
 
 
 def _open(path: Path, compression: str, member: str | None) -> IO[bytes]:
     if compression == "zip":
         archive = zipfile.ZipFile(path)
-        return archive.open(member or archive.namelist()[0])
+        info = archive.getinfo(member or archive.namelist()[0])
+        if info.flag_bits & 0x1:  # zipfile would raise a RuntimeError asking for a password
+            raise zipfile.BadZipFile(f"member {info.filename!r} is encrypted; extract it first")
+        try:
+            return archive.open(info)
+        except NotImplementedError as e:  # a compression method zipfile does not know
+            raise zipfile.BadZipFile(f"member {info.filename!r}: {e}") from None
     if compression == "zstd":
         return _zstd_open(path)
     opener = {"none": open, "gzip": gzip.open, "bz2": bz2.open, "xz": lzma.open}[compression]
     return opener(path, "rb")
 
 
+class _Capped(io.RawIOBase):
+    """A stream that fails once more than `limit` bytes have come out of it."""
+
+    def __init__(self, f: IO[bytes], limit: int, name: str) -> None:
+        self.f, self.limit, self.name, self.count = f, limit, name, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        return self._counted(self.f.readinto(b))
+
+    def read(self, size: Optional[int] = -1) -> bytes:
+        data = self.f.read(size)
+        self._counted(len(data))
+        return data
+
+    def readline(self, size: Optional[int] = -1) -> bytes:
+        line = self.f.readline(-1 if size is None else size)
+        self._counted(len(line))
+        return line
+
+    def _counted(self, n: int) -> int:
+        self.count += n
+        if self.count > self.limit:
+            raise UserError(
+                f"{self.name}: decompresses to more than source.max_bytes={self.limit} bytes; "
+                "raise source.max_bytes (or set it to null) if the file is genuine"
+            )
+        return n
+
+
 def members(path: Path) -> list[str]:
-    """The file members of a zip archive, in archive order."""
+    """The file members of a zip archive, in archive order; none, or two with one name
+    (only the last could be read), is an error."""
     try:
         with zipfile.ZipFile(path) as archive:
-            return [i.filename for i in archive.infolist() if not i.is_dir()]
+            names = [i.filename for i in archive.infolist() if not i.is_dir()]
     except (OSError, zipfile.BadZipFile) as e:
         raise UserError(f"{path}: not a readable zip archive ({e})") from None
+    if not names:
+        raise UserError(f"{path}: the zip archive holds no file; there is nothing to tokenize")
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise UserError(
+                f"{path}: the zip archive holds the member name {name!r} twice, and only the "
+                "last of them could be read: rebuild the archive with distinct names"
+            )
+        seen.add(name)
+    return names
 
 
 def _zstd_open(path: Path) -> IO[bytes]:
@@ -96,4 +163,57 @@ def _zstd_open(path: Path) -> IO[bytes]:
             f"{path}: zstd-compressed; install the optional package: pip install 'corpusprep[zstd]'"
         ) from None
     # the reader has read()/readinto() but no readline(): buffer it like any binary file
-    return io.BufferedReader(zstandard.open(path, "rb"), 1 << 16)
+    return io.BufferedReader(_ZstdReader(open(path, "rb"), zstandard), 1 << 16)  # noqa: SIM115
+
+
+class _ZstdReader(io.RawIOBase):
+    """Every frame of a zstd stream, and an EOFError when the stream ends inside a frame.
+
+    zstandard's own reader returns a short text at a cut without a word. Here each frame
+    goes through its own decompressobj, which says when the frame is complete (eof); the
+    compressed bytes go in ZSTD_IN bytes at a time, so one call decompresses to at most
+    about ZSTD_IN * 32 KiB (zstd's largest ratio: a 4-byte block repeating one byte 128 KiB
+    times) and memory stays bounded even for a bomb."""
+
+    ZSTD_IN = 256
+
+    def __init__(self, raw: IO[bytes], zstandard) -> None:
+        self.raw, self.zstd = raw, zstandard.ZstdDecompressor()
+        self.obj = self.zstd.decompressobj()
+        self.started = False  # the current frame has had input
+        self.out, self.pos = b"", 0
+        self.input = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        while self.pos == len(self.out):
+            if not self._fill():
+                return 0
+        n = min(len(b), len(self.out) - self.pos)
+        b[:n] = self.out[self.pos : self.pos + n]
+        self.pos += n
+        return n
+
+    def _fill(self) -> bool:
+        """Decompress the next bit of input; False at the end of the stream."""
+        if not self.input:
+            self.input = self.raw.read(1 << 16)
+            if not self.input:
+                if self.started or not self.raw.tell():
+                    raise EOFError("the stream ends inside a zstd frame")
+                return False
+        if self.obj.eof:  # the previous frame is complete: the next one starts here
+            self.obj, self.started = self.zstd.decompressobj(), False
+        chunk, self.input = self.input[: self.ZSTD_IN], self.input[self.ZSTD_IN :]
+        self.out, self.pos = self.obj.decompress(chunk), 0
+        self.started = True
+        if self.obj.eof:
+            self.input = self.obj.unused_data + self.input
+            self.started = False
+        return True
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()

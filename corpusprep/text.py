@@ -13,7 +13,7 @@ decodes on its own and shards can be read in parallel.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Optional
 
@@ -38,13 +38,17 @@ def _cut(buf: bytes) -> int:
     return n  # not UTF-8 near the end anyway: decoding will report it
 
 
+class InvalidText(UserError):
+    """Text that is not valid UTF-8 (source.skip_invalid leaves such documents out)."""
+
+
 def decode(raw: bytes, path: Path | str, offset: int) -> str:
     """Strict UTF-8 with universal newlines; `offset` is where `raw` starts in the file."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         bad = raw[e.start : e.start + 1].hex()
-        raise UserError(
+        raise InvalidText(
             f"{path}: not valid UTF-8 at byte {offset + e.start} (0x{bad}); "
             "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)"
         ) from None
@@ -86,6 +90,45 @@ def raw_pieces(
             yield offset, buf[:p]
         offset += p
         carry = buf[p:]
+
+
+def guard_cuts(
+    pieces: Iterable[tuple[int, bytes]], cut_at: Optional[bytes], limit: int, name: str
+) -> Iterator[tuple[int, bytes]]:
+    """The (offset, bytes) pieces of one text, failing before more than `limit` bytes pass
+    without a place where the tokenizer may cut it (`cut_at`: a tokenizer's rule; None
+    anywhere: nothing to check; b"" nowhere). A BPE tokenizer holds the text since its last
+    cut, so this bounds its memory (source.max_uncut_bytes) whatever the input."""
+    if cut_at is None:
+        yield from pieces
+        return
+    rule = re.compile(cut_at) if cut_at else None
+    last = None  # where the text could last be cut
+    for offset, raw in pieces:
+        if last is None:
+            last = offset  # a segment starts where the text may be cut
+        if rule is not None:
+            # the last cut is usually near the end; else any cut in the piece will do (the
+            # count since it is then a little too high, never too low)
+            tail = max(len(raw) - 4096, 0)
+            m = rule.search(raw, tail) or (rule.search(raw, 0, tail) if tail else None)
+            if m:
+                last = offset + m.end()
+        end = offset + len(raw)
+        if end - last > limit:
+            how = (
+                "has no place where this tokenizer may cut it (for BPE: a newline between a "
+                "non-space character and a letter or digit)"
+                if rule is not None
+                else "is one text, and this tokenizer never cuts a text (it encodes it whole)"
+            )
+            raise UserError(
+                f"{name}: the text from byte {last:,} to byte {end:,} {how}, more than "
+                f"source.max_uncut_bytes={limit} to hold at once; raise source.max_uncut_bytes, "
+                "or for a text without newlines use a tokenizer that can cut anywhere "
+                "(tokenizer=char or tokenizer=byte)"
+            )
+        yield offset, raw
 
 
 def read_text(

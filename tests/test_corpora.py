@@ -356,7 +356,7 @@ def test_bad_corpora(tmp_path, case):
 def test_corrupt_archives(tmp_path):
     (tmp_path / "d.jsonl.gz").write_bytes(gzip.compress(jsonl_bytes(make_docs(200)))[:-300])
     r = run_cli("source=files", "source.glob=d.jsonl.gz", "out_dir=out", cwd=tmp_path)
-    assert_one_line_error(r, "d.jsonl.gz", "corrupt or truncated gzip")
+    assert_one_line_error(r, "d.jsonl.gz", "truncated gzip")
     (tmp_path / "e.jsonl.zst").write_bytes(b"\x28\xb5\x2f\xfd" + b"garbage" * 10)
     r = run_cli("source=files", "source.glob=e.jsonl.zst", "out_dir=out", cwd=tmp_path)
     assert_one_line_error(r, "e.jsonl.zst", "zstd")

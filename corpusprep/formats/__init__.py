@@ -34,6 +34,8 @@ class InputFile:
     text_field: str = "text"  # jsonl / parquet: where the text is
     doc_separator: Optional[str] = None  # text: a line that separates documents
     skip_invalid: bool = False  # skip documents that are not valid UTF-8 instead of failing
+    max_uncut_bytes: int = 64 << 20  # the most text held at once without a cut
+    max_bytes: Optional[int] = None  # the most bytes read from the file (decompressed)
 
     @property
     def name(self) -> str:
@@ -52,6 +54,7 @@ class Segment:
     start: int
     end: int
     nbytes: int  # about how many input bytes: for packing shards, progress and ETA
+    cut_at: Optional[bytes] = None  # the tokenizer's rule for cutting a text (Tokenizer.cut_at)
 
     @property
     def whole_file(self) -> bool:
@@ -140,6 +143,12 @@ def format_from_name(name: str) -> str:
 
 def line_number(file: InputFile, offset: int) -> int:
     """The 1-based line at byte `offset` of an uncompressed file (for error messages)."""
+    lines = 1
     with open(file.path, "rb") as f:
-        head = f.read(offset)
-    return head.count(b"\n") + 1
+        while offset > 0:  # in blocks: the offset may be far into a big file
+            block = f.read(min(offset, 1 << 20))
+            if not block:
+                break
+            lines += block.count(b"\n")
+            offset -= len(block)
+    return lines

@@ -29,20 +29,29 @@ class JsonlFormat(Format):
         return [(a, b, b - a) for a, b in plan_shards(file.path, file.size, shard_bytes, _LINE_END)]
 
     def _lines(self, segment: Segment) -> Iterator[bytes]:
+        """The segment's lines, each read with a bound (source.max_uncut_bytes): a line is
+        held whole to be parsed, so a longer one is an error, never a read without end."""
         file = segment.file
+        limit = file.max_uncut_bytes
         if file.seekable:
             with open(file.path, "rb") as f:
                 f.seek(segment.start)
                 left = segment.end - segment.start
                 while left > 0:
-                    line = f.readline(left)
+                    line = f.readline(min(left, limit + 1))
                     if not line:
                         raise UserError(f"{file.name}: the file got shorter while it was read")
+                    _check_length(line, limit, segment, segment.end - left)
                     left -= len(line)
                     yield line
         else:
-            with open_stream(file.path, file.compression, file.member) as f:
-                yield from f
+            with open_stream(file.path, file.compression, file.member, file.max_bytes) as f:
+                offset = number = 0
+                while line := f.readline(limit + 1):
+                    number += 1
+                    _check_length(line, limit, segment, offset, number)
+                    offset += len(line)
+                    yield line
 
     def parts(self, segment: Segment) -> Iterator[Part]:
         file = segment.file
@@ -94,6 +103,20 @@ class _Where:
         file = self.segment.file
         first = line_number(file, self.segment.start) if file.seekable else 1
         return f"{file.name}:{first + self.number}"
+
+
+def _check_length(
+    line: bytes, limit: int, segment: Segment, offset: int, number: Optional[int] = None
+) -> None:
+    """A line read with readline(limit + 1) that did not reach its newline is too long."""
+    if len(line) > limit and not line.endswith(b"\n"):
+        file = segment.file
+        number = number or line_number(file, offset)
+        raise UserError(
+            f"{file.name}:{number}: a line longer than source.max_uncut_bytes={limit} bytes, "
+            f"at byte {offset:,}; a JSON line is held whole to be read: raise "
+            "source.max_uncut_bytes, or split the document"
+        )
 
 
 def _encodable(text: str) -> bool:

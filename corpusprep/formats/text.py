@@ -16,7 +16,7 @@ from typing import Optional
 from corpusprep.compression import open_stream
 from corpusprep.errors import UserError
 from corpusprep.formats import Census, Format, InputFile, Part, Segment
-from corpusprep.text import decode, plan_shards, raw_pieces, read_raw
+from corpusprep.text import InvalidText, decode, guard_cuts, plan_shards, raw_pieces, read_raw
 
 
 class TextFormat(Format):
@@ -35,7 +35,9 @@ class TextFormat(Format):
             yield from read_raw(file.path, segment.start, segment.end)
             return
         with ExitStack() as stack:
-            f = stack.enter_context(open_stream(file.path, file.compression, file.member))
+            f = stack.enter_context(
+                open_stream(file.path, file.compression, file.member, file.max_bytes)
+            )
             yield from raw_pieces(f, 0, None, file.name)
 
     def text(self, segment: Segment) -> Iterator[str]:
@@ -44,15 +46,28 @@ class TextFormat(Format):
     def parts(self, segment: Segment) -> Iterator[Part]:
         file = segment.file
         if file.doc_separator:
-            for doc in _split(self.text(segment), file.doc_separator):
+            ends = ((o + len(raw), decode(raw, file.name, o)) for o, raw in self.raw(segment))
+            for doc in _split(ends, file.doc_separator, file.max_uncut_bytes, file.name):
                 yield Part([doc], whole=doc)
             return
-        if file.skip_invalid and segment.whole_file:  # small enough to check before use
+        if file.skip_invalid and segment.whole_file:  # checked whole before use, or left out
+            held: Optional[list[str]] = []
+            size = 0
             try:
-                text = "".join(self.text(segment))
-            except UserError:
+                for offset, raw in self.raw(segment):
+                    text = decode(raw, file.name, offset)
+                    size += len(raw)
+                    if held is not None:
+                        held.append(text)
+                        if size > file.max_uncut_bytes:  # too big to hold: check, then stream
+                            held = None
+            except InvalidText:
                 return  # left out; the scan pass counted it as skipped
-            yield Part([text], whole=text)
+            if held is None:
+                yield Part(self.text(segment))
+            else:
+                text = "".join(held)
+                yield Part([text], whole=text)
             return
         last = not file.seekable or segment.end == file.size
         yield Part(self.text(segment), starts=segment.start == 0, ends=last)
@@ -61,36 +76,46 @@ class TextFormat(Format):
         file = segment.file
         if file.doc_separator:
             return super().scan(segment)
-        if file.skip_invalid and segment.whole_file:  # as parts(): checked whole, or left out
-            try:
-                text = "".join(self.text(segment))
-            except UserError:
-                return Census(skipped=1)
-            census = Census(docs=1)
-            census.add_text(text)
-            return census
         census = Census(docs=int(segment.start == 0))
-        for offset, raw in self.raw(segment):
-            if raw.isascii():  # valid UTF-8 already: count without decoding
-                crlf = raw.count(b"\r\n") if b"\r" in raw else 0  # "\r\n" is one character
-                census.add_ascii(raw, len(raw) - crlf)
-            else:
-                census.add_text(decode(raw, file.name, offset))  # checks the UTF-8
+        pieces = guard_cuts(self.raw(segment), segment.cut_at, file.max_uncut_bytes, file.name)
+        try:
+            for offset, raw in pieces:
+                if raw.isascii():  # valid UTF-8 already: count without decoding
+                    crlf = raw.count(b"\r\n") if b"\r" in raw else 0  # "\r\n" is one character
+                    census.add_ascii(raw, len(raw) - crlf)
+                else:
+                    census.add_text(decode(raw, file.name, offset))  # checks the UTF-8
+        except InvalidText:
+            if file.skip_invalid and segment.whole_file:  # as parts(): left out
+                return Census(skipped=1)
+            raise
         return census
 
 
-def _split(pieces: Iterator[str], separator: str) -> Iterator[str]:
+def _split(
+    pieces: Iterator[tuple[int, str]], separator: str, limit: int, name: str
+) -> Iterator[str]:
     """Documents between lines that hold only `separator`; surrounding blank space trimmed,
-    empty documents dropped."""
+    empty documents dropped. `pieces`: (byte offset where the piece ends, its text). A
+    document is held whole: one longer than `limit` characters is an error."""
     line = re.compile(rf"(?m)^[ \t]*{re.escape(separator)}[ \t]*$")
     buf = ""
-    for piece in pieces:
+    for end, piece in pieces:
+        start = buf.rfind("\n") + 1  # only the last line held may go on into this piece
         buf += piece
-        docs = line.split(buf)
-        for doc in docs[:-1]:
-            if doc.strip():
-                yield doc.strip()
-        buf = docs[-1]
+        done = 0
+        for m in line.finditer(buf, start):
+            doc = buf[done : m.start()].strip()
+            if doc:
+                yield doc
+            done = m.end()
+        buf = buf[done:]
+        if len(buf) > limit:
+            raise UserError(
+                f"{name}: no line {separator!r} for more than source.max_uncut_bytes={limit} "
+                f"bytes, up to byte {end:,}: a document is held whole; check "
+                "source.doc_separator, or raise source.max_uncut_bytes"
+            )
     if buf.strip():
         yield buf.strip()
 

@@ -22,6 +22,23 @@ class ReadOptions:
     text_field: str = "text"  # jsonl / parquet: where the text is
     doc_separator: Optional[str] = None  # text: a line that separates documents
     skip_invalid: bool = False  # leave out documents that are not valid UTF-8
+    # the most text held at once where the tokenizer may not cut it (a document, a JSON
+    # line, a text with no place to cut): memory stays bounded whatever the input
+    max_uncut_bytes: int = 64 << 20
+    max_bytes: Optional[int] = None  # the most bytes read from one input (after decompression)
+
+    def __post_init__(self) -> None:
+        check_bytes("max_uncut_bytes", self.max_uncut_bytes)
+        if self.max_bytes is not None:
+            check_bytes("max_bytes", self.max_bytes, "(or null: no cap)")
+
+
+def check_bytes(key: str, value: Any, also: str = "") -> None:
+    """source.KEY must be a positive whole number of bytes."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(
+            f"source.{key}={value!r}: must be a positive whole number of bytes {also}".rstrip()
+        )
 
 
 class Source(ABC):
@@ -48,6 +65,12 @@ def input_files(paths: list[Path], options: ReadOptions) -> list[InputFile]:
     files = []
     for path in paths:
         compression = detect(path)
+        cap = options.max_bytes
+        if cap is not None and compression == "none" and path.stat().st_size > cap:
+            raise UserError(
+                f"{path}: {path.stat().st_size:,} bytes, more than source.max_bytes={cap}; "
+                "raise source.max_bytes (or set it to null) if the file is genuine"
+            )
         names = members(path) if compression == "zip" else [None]
         for member in names:
             fmt = options.format
@@ -63,6 +86,8 @@ def input_files(paths: list[Path], options: ReadOptions) -> list[InputFile]:
                     text_field=options.text_field,
                     doc_separator=options.doc_separator,
                     skip_invalid=options.skip_invalid,
+                    max_uncut_bytes=options.max_uncut_bytes,
+                    max_bytes=options.max_bytes,
                 )
             )
     return files

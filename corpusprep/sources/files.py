@@ -1,11 +1,21 @@
 """Many local files: glob patterns (recursive `**` allowed) or paths, taken in sorted order
-so the result never depends on the file system's listing order."""
+so the result never depends on the file system's listing order.
+
+Each file is read once, however many paths lead to it: a `**` walk enters each folder
+once (glob's own would follow a symlink loop 40 levels deep, and two loops 2**40 times),
+and paths that resolve to a file already listed are dropped, with a note on stderr.
+"""
 
 from __future__ import annotations
 
 import glob as globlib
 import os
-from fnmatch import fnmatch
+import re
+import sys
+from collections import deque
+from collections.abc import Iterator
+from fnmatch import fnmatch, translate
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Union
 
@@ -29,9 +39,16 @@ class FilesSource(Source):
 
     def paths(self) -> list[Path]:
         found: set[str] = set()
+        skipped = 0  # folders reached again through a symlink
         for pattern in self.patterns:
+            pattern = os.path.expanduser(pattern)
+            if "**" in pattern.split("/"):
+                listed, again = _walk_glob(pattern)
+                skipped += again
+            else:
+                listed = globlib.glob(pattern)
             matches = [
-                m for m in globlib.glob(os.path.expanduser(pattern), recursive=True)
+                m for m in listed
                 if os.path.isfile(m) and not any(fnmatch(m, x) for x in self.exclude)
             ]  # fmt: skip
             if not matches:
@@ -40,9 +57,18 @@ class FilesSource(Source):
                     "check the pattern, and quote it so the shell leaves it alone"
                 )
             found.update(os.path.abspath(m) for m in matches)
+        # one path per file: its own path if listed, else the first in sorted order
+        first: dict[str, str] = {}
+        for path in sorted(found, key=lambda p: (os.path.realpath(p) != p, p)):
+            first.setdefault(os.path.realpath(path), path)
+        dropped = skipped + len(found) - len(first)
+        if dropped:
+            print(f"corpusprep: note: source.glob: {dropped} path{'s' if dropped > 1 else ''} "
+                  "led to files or folders already listed (symlinks); each file is read once",
+                  file=sys.stderr)  # fmt: skip
         # sorted: the same files always give the same documents in the same order;
         # empty files hold no document and are left out
-        return [Path(p) for p in sorted(found) if os.path.getsize(p) > 0]
+        return [Path(p) for p in sorted(first.values()) if os.path.getsize(p) > 0]
 
     def files(self, progress: bool = True) -> list[InputFile]:
         paths = self.paths()
@@ -52,3 +78,72 @@ class FilesSource(Source):
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "files", "glob": self.patterns, "exclude": self.exclude}
+
+
+def _walk_glob(pattern: str) -> tuple[list[str], int]:
+    """The paths a recursive glob matches (glob's rules: `**` is any run of folders, a
+    wildcard skips names starting with "."), entering each real folder once; and how
+    many times a folder was reached again (through a symlink) and left alone."""
+    parts = pattern.split("/")
+    fixed = next(i for i, p in enumerate(parts) if globlib.has_magic(p))
+    root = "/".join(parts[:fixed]) or ("/" if pattern.startswith("/") else "")
+    pats: tuple[str, ...] = ()
+    for p in parts[fixed:]:  # "**/**" is "**": one of them keeps the matching linear
+        if p and not (p == "**" and pats[-1:] == ("**",)):
+            pats += (p,)
+    hidden = any(p.startswith(".") for p in pats)  # else hidden folders can match nothing
+    paths, again = [], 0
+    top = root or "."
+    seen = {os.path.realpath(top)}
+    todo: deque[tuple[str, ...]] = deque([()])
+    while todo:  # breadth first: a folder is listed under its shortest path
+        rel = todo.popleft()
+        for entry in _entries(os.path.join(top, *rel)):
+            name = (*rel, entry.name)
+            if _is_dir(entry):
+                if entry.name.startswith(".") and not hidden:
+                    continue
+                real = os.path.realpath(entry.path)
+                if real in seen:
+                    again += 1
+                    continue
+                seen.add(real)
+                todo.append(name)
+            elif _match(name, pats):
+                paths.append(os.path.join(root, *name))
+    return paths, again
+
+
+def _entries(folder: str) -> Iterator[os.DirEntry]:
+    try:
+        with os.scandir(folder) as it:
+            yield from sorted(it, key=lambda e: e.name)
+    except OSError:  # unreadable: glob leaves it out too
+        return
+
+
+def _is_dir(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()  # follows symlinks, as glob does
+    except OSError:
+        return False
+
+
+def _match(names: tuple[str, ...], pats: tuple[str, ...]) -> bool:
+    """Whether the path `names` (its parts) matches the pattern's parts `pats`."""
+    if not pats:
+        return not names
+    if pats[0] == "**":  # no folder, or one more (not hidden)
+        return _match(names, pats[1:]) or (
+            bool(names) and not names[0].startswith(".") and _match(names[1:], pats)
+        )
+    if not names or not _part(pats[0]).match(names[0]):
+        return False
+    if names[0].startswith(".") and not pats[0].startswith(".") and globlib.has_magic(pats[0]):
+        return False  # a wildcard never matches a hidden name
+    return _match(names[1:], pats[1:])
+
+
+@lru_cache(maxsize=256)
+def _part(pat: str) -> re.Pattern:
+    return re.compile(translate(pat))

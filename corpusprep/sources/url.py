@@ -4,6 +4,10 @@ The download streams into a temporary file in the cache folder, hashing as it go
 renamed into place only when it is complete and its sha256 matches: a cut connection or a
 wrong file never enters the cache. Later runs read the cached copy and need no network,
 so a machine without internet works once the file is in the cache (or with source=file).
+
+A hostile server cannot hold a run forever or fill the disk: the whole download of a file
+has a deadline (source.deadline; the timeout alone restarts with every byte received), and
+source.max_bytes caps its size.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from urllib.parse import unquote, urlsplit
 
 from corpusprep.errors import UserError
 from corpusprep.formats import InputFile
+from corpusprep.redact import redact
 from corpusprep.sources import Source, check_text_file, input_files
 
 CHUNK = 1 << 20
@@ -43,6 +48,10 @@ class _Transient(Exception):
     """A failure worth another attempt: connection trouble, a cut transfer, HTTP 5xx/429."""
 
 
+class _Late(Exception):
+    """The deadline passed: no attempt is worth starting."""
+
+
 class UrlSource(Source):
     def __init__(
         self,
@@ -52,19 +61,27 @@ class UrlSource(Source):
         timeout: float = 30,
         retries: int = 3,
         headers: Optional[dict[str, str]] = None,
+        deadline: Optional[float] = 3600,
         **options: Any,
     ) -> None:
         super().__init__(**options)
         self.headers = dict(headers or {})  # e.g. authorization for gated files (source=hf)
         if not re.match(r"^https?://[^/]+", str(url or "")):
             raise UserError(
-                f"source.url={url!r}: not an http(s) URL; for a local file use "
+                f"source.url={redact(url)!r}: not an http(s) URL; for a local file use "
                 "source=file source.path=FILE"
             )
         if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", str(sha256)):
             raise UserError(f"source.sha256={sha256!r}: must be 64 hex digits (or null)")
         if isinstance(retries, bool) or int(retries) < 0:
             raise UserError(f"source.retries={retries!r}: must be 0 or more")
+        if deadline is not None and (
+            isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or deadline <= 0
+        ):
+            raise UserError(
+                f"source.deadline={deadline!r}: must be a positive number of seconds (or null)"
+            )
+        self.deadline = None if deadline is None else float(deadline)
         self.url = str(url)
         self.sha256 = str(sha256).lower() if sha256 else None
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
@@ -87,10 +104,10 @@ class UrlSource(Source):
             self._download(path, progress)
         elif self.sha256 and (found := sha256_file(path)) != self.sha256:
             raise UserError(
-                f"{path}: the cached copy of {self.url} has sha256 {found}, expected "
+                f"{path}: the cached copy of {redact(self.url)} has sha256 {found}, expected "
                 f"{self.sha256}; delete the file to download it again"
             )
-        check_text_file(path, f"delete it to download {self.url} again")
+        check_text_file(path, f"delete it to download {redact(self.url)} again")
         return path
 
     def describe(self) -> dict[str, Any]:
@@ -105,42 +122,62 @@ class UrlSource(Source):
                 "set source.cache_dir or CORPUSPREP_CACHE_DIR to a writable folder"
             ) from None
         error = None
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(min(2 ** (attempt - 1), 30))  # 1 s, 2 s, 4 s, ...
-            try:
-                self._fetch(dest, progress)
-                return
-            except _Transient as e:
-                error = e
+        end = None if self.deadline is None else time.monotonic() + self.deadline
+        try:
+            for attempt in range(self.retries + 1):
+                if attempt:
+                    pause = min(2 ** (attempt - 1), 30)  # 1 s, 2 s, 4 s, ...
+                    if end is not None and time.monotonic() + pause >= end:
+                        raise _Late(f"{error}; no time left for another attempt")
+                    time.sleep(pause)
+                try:
+                    self._fetch(dest, progress, end)
+                    return
+                except _Transient as e:
+                    error = e
+        except _Late as e:
+            raise UserError(
+                f"could not download {redact(self.url)} within source.deadline={self.deadline:g} s "
+                f"({e}); nothing was cached; raise source.deadline (or set it to null) for a "
+                f"slow connection, or put the file at {dest}"
+            ) from None
         raise UserError(
-            f"could not download {self.url}: {error} "
+            f"could not download {redact(self.url)}: {error} "
             f"(after {self.retries + 1} attempt{'s' if self.retries else ''}); "
             f"put the file at {dest} or use source=file source.path=FILE"
         )
 
-    def _fetch(self, dest: Path, progress: bool) -> None:
+    def _fetch(self, dest: Path, progress: bool, end: Optional[float]) -> None:
         import requests
+        import urllib3
         from tqdm import tqdm
 
         part = dest.with_name(f".{dest.name}.{os.getpid()}.part")
+        cap = self.options.max_bytes
+        left = None if end is None else max(end - time.monotonic(), 0.1)
+        timeout = self.timeout if left is None else min(self.timeout, left)  # no wait past the end
         try:
             # identity: the bytes on disk are the file's bytes, and Content-Length counts them
             with requests.get(
                 self.url,
                 stream=True,
-                timeout=(self.timeout, self.timeout),
+                timeout=(timeout, timeout),
                 headers={**self.headers, "Accept-Encoding": "identity"},
             ) as r:
                 if r.status_code >= 500 or r.status_code == 429:
                     raise _Transient(f"HTTP {r.status_code} {r.reason}")
                 if r.status_code != 200:
                     raise UserError(
-                        f"could not download {self.url}: HTTP {r.status_code} {r.reason}; "
+                        f"could not download {redact(self.url)}: HTTP {r.status_code} {r.reason}; "
                         "check source.url"
                     )
                 total = int(r.headers.get("Content-Length") or 0) or None
+                if cap is not None and total is not None and total > cap:
+                    raise self._too_big(f"{total:,} bytes")
                 digest, size = hashlib.sha256(), 0
+                # read1: whatever has arrived, so the deadline is checked however slowly the
+                # bytes come (iter_content waits for a whole chunk; urllib3 < 2 has no read1)
+                read = getattr(r.raw, "read1", None) or r.raw.read
                 with (
                     open(part, "wb") as f,
                     tqdm(
@@ -152,17 +189,21 @@ class UrlSource(Source):
                         leave=False,
                     ) as bar,
                 ):
-                    for chunk in r.iter_content(CHUNK):
+                    while chunk := read(CHUNK):
                         f.write(chunk)
                         digest.update(chunk)
                         size += len(chunk)
                         bar.update(len(chunk))
+                        if cap is not None and size > cap:
+                            raise self._too_big("more than that")
+                        if end is not None and time.monotonic() > end:
+                            raise _Late(f"{size:,} of {total or '?'} bytes in")
                 if total is not None and size != total:
                     raise _Transient(f"the connection closed after {size} of {total} bytes")
             found = digest.hexdigest()
             if self.sha256 and found != self.sha256:
                 raise UserError(
-                    f"{self.url}: the download has sha256 {found}, expected {self.sha256}; "
+                    f"{redact(self.url)}: the download has sha256 {found}, expected {self.sha256}; "
                     "check source.url and source.sha256 (nothing was cached)"
                 )
             os.replace(part, dest)
@@ -171,22 +212,34 @@ class UrlSource(Source):
                 # offline or a typo in the host: retrying will not help
                 host = urlsplit(self.url).hostname
                 raise UserError(
-                    f"could not download {self.url}: cannot resolve host {host!r} (offline?); "
-                    f"put the file at {dest} or use source=file source.path=FILE"
+                    f"could not download {redact(self.url)}: cannot resolve host {host!r} "
+                    f"(offline?); put the file at {dest} or use source=file source.path=FILE"
                 ) from None
+            raise _Transient(_reason(e)) from None
+        except urllib3.exceptions.HTTPError as e:  # from read1: urllib3's own, not requests'
+            if end is not None and time.monotonic() > end:
+                raise _Late(_reason(e)) from None
             raise _Transient(_reason(e)) from None
         except OSError as e:
             raise UserError(f"cannot write the download to {part}: {e.strerror}") from None
         finally:
             part.unlink(missing_ok=True)
 
+    def _too_big(self, size: str) -> UserError:
+        return UserError(
+            f"could not download {redact(self.url)}: {size}, more than source.max_bytes="
+            f"{self.options.max_bytes}; nothing was cached; raise source.max_bytes (or set it "
+            "to null) if the file is genuine"
+        )
+
 
 def _reason(e: Exception) -> str:
     import requests
+    import urllib3
 
-    if isinstance(e, requests.Timeout):
+    if isinstance(e, (requests.Timeout, urllib3.exceptions.TimeoutError)):
         return "timed out"
-    if isinstance(e, requests.exceptions.ChunkedEncodingError):
+    if isinstance(e, (requests.exceptions.ChunkedEncodingError, urllib3.exceptions.ProtocolError)):
         return "the connection was cut during the transfer"
     if isinstance(e, requests.ConnectionError):
         return "cannot connect" + (": connection refused" if "refused" in str(e) else "")

@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from corpusprep.errors import UserError
 from corpusprep.tokenizers import Tokenizer
 
 
@@ -37,6 +38,12 @@ class CharTokenizer(Tokenizer):
         self.chars = sorted(set(charset))
         self.eot = eot
         self._lut = self._pairs = None
+        if eot and self.separator in self.chars:  # stoi[separator] would be the end-of-text id
+            raise UserError(
+                f"tokenizer.separator={self.separator!r} is a character of the corpus, so "
+                "meta.pkl's stoi could not tell it from the end-of-text entry; pick a character "
+                "the corpus does not contain (or a longer string, e.g. '<|endoftext|>')"
+            )
 
     @property
     def eot_id(self) -> Optional[int]:

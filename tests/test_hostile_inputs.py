@@ -1,0 +1,320 @@
+"""Hostile inputs (issue 10): truncated or corrupt compressed files, odd zip archives,
+symlink loops, out-of-range settings, texts that never allow a cut, decompression bombs
+and servers that trickle. Each one ends with one line naming what is wrong, never a
+traceback, a hang, or memory that grows with the input."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import lzma
+import os
+import time
+import warnings
+import zipfile
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+import pytest
+from helpers import LocalHTTPServer, assert_one_line_error, run_cli
+
+TEXT = "".join(f"line {i}: some words of text to compress\n" for i in range(20_000)).encode()
+
+
+def _run(tmp_path: Path, *args: str, **kw):
+    return run_cli(*args, f"out_dir={tmp_path}/out", "quiet=true", cwd=tmp_path, **kw)
+
+
+def _manifest(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "out" / "manifest.json").read_text())
+
+
+# --- 1. truncated compressed files ----------------------------------------------------------
+
+
+def _zstd(data: bytes) -> bytes:
+    zstandard = pytest.importorskip("zstandard")
+    return zstandard.ZstdCompressor().compress(data)
+
+
+COMPRESSORS = {"zst": _zstd, "gz": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress}
+
+
+@pytest.mark.parametrize("ext", COMPRESSORS)
+def test_truncated_compressed_file(tmp_path: Path, ext: str):
+    whole = COMPRESSORS[ext](TEXT)
+    (tmp_path / f"cut.txt.{ext}").write_bytes(whole[: len(whole) // 2])
+    result = _run(tmp_path, "source=file", f"source.path=cut.txt.{ext}")
+    assert_one_line_error(result, f"cut.txt.{ext}", "truncated", "ends before the end")
+    assert not (tmp_path / "out").exists()
+
+
+def test_zstd_reads_every_frame(tmp_path: Path):
+    # several frames (as pzstd and `cat a.zst b.zst` make): all of them, and a cut in the
+    # last one is still noticed
+    data = _zstd(TEXT) + _zstd(b"the second frame\n" * 1000)
+    (tmp_path / "two.txt.zst").write_bytes(data)
+    result = _run(tmp_path, "source=file", "source.path=two.txt.zst")
+    assert result.returncode == 0, result.stderr
+    assert _manifest(tmp_path)["chars"] == len(TEXT) + len(b"the second frame\n") * 1000
+    (tmp_path / "cut.txt.zst").write_bytes(data[:-3])
+    result = _run(tmp_path, "source=file", "source.path=cut.txt.zst", "force=true")
+    assert_one_line_error(result, "cut.txt.zst", "truncated")
+
+
+# --- 2. zip archives ------------------------------------------------------------------------
+
+
+def test_zip_corrupt_member(tmp_path: Path):
+    with zipfile.ZipFile(tmp_path / "good.zip", "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("a.txt", TEXT)
+    raw = bytearray((tmp_path / "good.zip").read_bytes())
+    for i in range(60, 200):  # inside the deflate stream of the only member
+        raw[i] ^= 0x55
+    (tmp_path / "bad.zip").write_bytes(raw)
+    result = _run(tmp_path, "source=file", "source.path=bad.zip")
+    assert_one_line_error(result, "bad.zip", "corrupt")
+
+
+def test_zip_empty(tmp_path: Path):
+    with zipfile.ZipFile(tmp_path / "empty.zip", "w"):
+        pass
+    result = _run(tmp_path, "source=file", "source.path=empty.zip")
+    assert_one_line_error(result, "empty.zip", "no file")
+
+
+def test_zip_duplicate_member(tmp_path: Path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns about the duplicate: that is the point
+        with zipfile.ZipFile(tmp_path / "dup.zip", "w") as z:
+            z.writestr("a.txt", "first text\n" * 100)
+            z.writestr("b.txt", "other text\n" * 100)
+            z.writestr("a.txt", "second text\n" * 100)
+    result = _run(tmp_path, "source=file", "source.path=dup.zip")
+    assert_one_line_error(result, "dup.zip", "'a.txt'", "twice")
+
+
+# --- 3. symlink loops -----------------------------------------------------------------------
+
+
+def test_glob_through_symlink_loops_reads_each_file_once(tmp_path: Path):
+    sub = tmp_path / "corpus" / "sub"
+    sub.mkdir(parents=True)
+    for i in range(4):
+        (sub / f"{i}.txt").write_text(f"document {i}: " + "some words here\n" * 50)
+    # two links back up: a naive `**` walk visits 2**40 paths and never ends
+    (sub / "up").symlink_to("..")
+    (sub / "up2").symlink_to("..")
+    (tmp_path / "corpus" / "also.txt").symlink_to("sub/0.txt")  # a file listed twice
+    result = _run(tmp_path, "source=files", "source.glob='corpus/**/*.txt'", "split_by=position",
+                  timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    files = [Path(f["path"]).name for f in _manifest(tmp_path)["source"]["files"]]
+    assert sorted(files) == ["0.txt", "1.txt", "2.txt", "3.txt"]
+    notes = [line for line in result.stderr.splitlines() if "note:" in line]
+    assert len(notes) == 1, result.stderr
+    assert "3 paths" in notes[0] and "symlink" in notes[0] and "read once" in notes[0]
+
+
+# --- 4. seeds and the char tokenizer's separator --------------------------------------------
+
+
+@pytest.fixture
+def docs(tmp_path: Path) -> Path:
+    lines = "".join(f"document {i} | with a bar\n<|endoftext|>\n" for i in range(200))
+    (tmp_path / "docs.txt").write_text(lines)
+    return tmp_path
+
+
+@pytest.mark.parametrize("seed", ["99999999999999999999", "-9223372036854775809", "1e20"])
+def test_seed_out_of_range(docs: Path, seed: str):
+    result = _run(docs, "source=file", "source.path=docs.txt",
+                  "source.doc_separator='<|endoftext|>'", f"seed={seed}")  # fmt: skip
+    assert_one_line_error(result, "seed=", "2**63-1")
+
+
+def test_seed_at_the_edges_works(docs: Path):
+    for seed in ("9223372036854775807", "-9223372036854775808"):
+        result = _run(docs, "source=file", "source.path=docs.txt", "force=true",
+                      "source.doc_separator='<|endoftext|>'", f"seed={seed}")  # fmt: skip
+        assert result.returncode == 0, result.stderr
+    # a seed the hash cannot take, as a plain value of the run: one line too
+    result = _run(docs, "source=file", "source.path=docs.txt", "seed=18446744073709551616")
+    assert_one_line_error(result, "seed=18446744073709551616")
+
+
+def test_char_separator_in_the_corpus(docs: Path):
+    run = ("source=file", "source.path=docs.txt", "source.doc_separator='<|endoftext|>'",
+           "eot=append")  # fmt: skip
+    result = _run(docs, *run, "tokenizer.separator='|'")
+    assert_one_line_error(result, "tokenizer.separator='|'", "pick a character")
+    ok = _run(docs, *run, "tokenizer.separator='~'")
+    assert ok.returncode == 0, ok.stderr
+
+
+# --- 5. texts held whole: bounded by source.max_uncut_bytes ---------------------------------
+
+BOUND = 1_000_000
+
+
+def test_bpe_text_without_a_cut(tmp_path: Path, tiktoken_cache: Path):
+    (tmp_path / "flat.txt").write_text("words without newline " * 230_000)  # 5 MB, no "\n"
+    result = _run(tmp_path, "source=file", "source.path=flat.txt", "tokenizer=tiktoken",
+                  f"source.max_uncut_bytes={BOUND}", timeout=120)  # fmt: skip
+    assert_one_line_error(result, "flat.txt", "from byte 0 to byte",
+                          "source.max_uncut_bytes=1000000", "tokenizer=char")  # fmt: skip
+    assert not (tmp_path / "out").exists()
+    # a tokenizer that cuts anywhere streams the same text as before
+    ok = _run(tmp_path, "source=file", "source.path=flat.txt", f"source.max_uncut_bytes={BOUND}")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_bpe_cuts_reset_the_bound(tmp_path: Path, tiktoken_cache: Path):
+    # the same size with a cut now and then: fine, however long the file
+    (tmp_path / "cut.txt").write_text(("words without newline " * 20_000 + "end\nNext ") * 12)
+    result = _run(tmp_path, "source=file", "source.path=cut.txt", "tokenizer=tiktoken",
+                  f"source.max_uncut_bytes={BOUND}", timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+
+
+def test_compressed_text_without_a_cut(tmp_path: Path, tiktoken_cache: Path):
+    (tmp_path / "a.txt.gz").write_bytes(gzip.compress(b"a" * 5_000_000))
+    result = _run(tmp_path, "source=file", "source.path=a.txt.gz", "tokenizer=tiktoken",
+                  f"source.max_uncut_bytes={BOUND}", timeout=120)  # fmt: skip
+    assert_one_line_error(result, "a.txt.gz", "source.max_uncut_bytes=1000000")
+
+
+def test_jsonl_line_longer_than_the_bound(tmp_path: Path):
+    with open(tmp_path / "docs.jsonl", "w") as f:
+        f.write(json.dumps({"text": "short one"}) + "\n")
+        f.write(json.dumps({"text": "x" * 2_000_000}) + "\n")
+    for path in ("docs.jsonl", "docs.jsonl.gz"):
+        if path.endswith(".gz"):
+            (tmp_path / path).write_bytes(gzip.compress((tmp_path / "docs.jsonl").read_bytes()))
+        result = _run(tmp_path, "source=file", f"source.path={path}",
+                      f"source.max_uncut_bytes={BOUND}")  # fmt: skip
+        assert_one_line_error(result, f"{path}:2", "at byte 22", "source.max_uncut_bytes=1000000")
+
+
+def test_document_longer_than_the_bound(tmp_path: Path):
+    (tmp_path / "docs.txt").write_text("short\n<|endoftext|>\n" + "long line\n" * 200_000)
+    separator = "source.doc_separator='<|endoftext|>'"
+    result = _run(tmp_path, "source=file", "source.path=docs.txt", separator,
+                  f"source.max_uncut_bytes={BOUND}")  # fmt: skip
+    assert_one_line_error(result, "docs.txt", "<|endoftext|>", "source.max_uncut_bytes=1000000")
+
+
+def test_skip_invalid_file_longer_than_the_bound_streams(tmp_path: Path):
+    # skip_invalid checks a file whole before use: a big one is checked in a first pass
+    # (bounded memory), and an invalid one is still left out
+    (tmp_path / "big.txt").write_text("a line of text\n" * 200_000)
+    (tmp_path / "bad.txt").write_bytes(b"caf\xe9\n" * 10)
+    (tmp_path / "ok.txt").write_text("another small text\n" * 10)
+    result = _run(tmp_path, "source=files", "source.glob='*.txt'", "source.skip_invalid=true",
+                  f"source.max_uncut_bytes={BOUND}", "split_by=position")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    m = _manifest(tmp_path)
+    assert m["documents"]["skipped_invalid"] == 1
+    assert m["chars"] == 15 * 200_000 + 19 * 10
+    # a truncated file is an error, not an invalid document to leave out
+    (tmp_path / "cut.txt.gz").write_bytes(gzip.compress(TEXT)[:2000])
+    result = _run(tmp_path, "source=files", "source.glob='*.txt*'", "source.skip_invalid=true",
+                  "split_by=position", "force=true")  # fmt: skip
+    assert_one_line_error(result, "cut.txt.gz", "truncated")
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["source.max_uncut_bytes=0", "source.max_uncut_bytes=abc", "source.max_bytes=-1",
+     "source.deadline=0", "source.deadline=abc"],
+)  # fmt: skip
+def test_bad_bounds(tmp_path: Path, override: str):
+    (tmp_path / "a.txt").write_text("some text\n" * 100)
+    source = "source=url" if "deadline" in override else "source=file"
+    where = "source.url=http://127.0.0.1:9/a.txt" if "deadline" in override else "source.path=a.txt"
+    result = _run(tmp_path, source, where, override)
+    assert_one_line_error(result, override.split("=")[0], "must be")
+
+
+# --- 6. caps on what is read, and a deadline for downloads ----------------------------------
+
+
+def test_max_bytes_caps_a_decompressed_stream(tmp_path: Path):
+    (tmp_path / "bomb.txt.gz").write_bytes(gzip.compress(b"\0" * 5_000_000))
+    result = _run(tmp_path, "source=file", "source.path=bomb.txt.gz", "source.max_bytes=1000000")
+    assert_one_line_error(result, "bomb.txt.gz", "source.max_bytes=1000000")
+    (tmp_path / "plain.txt").write_text("x" * 2_000_000)
+    result = _run(tmp_path, "source=file", "source.path=plain.txt", "source.max_bytes=1000000")
+    assert_one_line_error(result, "plain.txt", "source.max_bytes=1000000")
+
+
+class _Server(LocalHTTPServer):
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        super().__init__(_handler_for)
+
+
+def _handler_for(server: _Server) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format, *args):
+            pass
+
+        def do_GET(self) -> None:
+            server.hit(self.path)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(server.body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            if self.path == "/whole.txt":
+                self.wfile.write(server.body)
+                return
+            # /trickle.txt: one byte every 0.1 s, at most 100 of them (10 s), then stop
+            try:
+                for i in range(100):
+                    self.wfile.write(server.body[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(0.1)
+            except OSError:  # the client gave up: so does the server
+                pass
+
+    return Handler
+
+
+@pytest.fixture
+def http(monkeypatch: pytest.MonkeyPatch):
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    srv = _Server(b"some text to download\n" * 100_000)  # 2.2 MB
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _download(tmp_path: Path, url: str, *extra: str):
+    cache = tmp_path / "cache"
+    cache.mkdir(exist_ok=True)
+    result = _run(tmp_path, "source=url", f"source.url={url}", "source.retries=1",
+                  "source.timeout=5", *extra, env={"CORPUSPREP_CACHE_DIR": str(cache)})  # fmt: skip
+    return result, sorted(os.listdir(cache))
+
+
+def test_download_deadline(tmp_path: Path, http: _Server):
+    start = time.monotonic()
+    result, cached = _download(tmp_path, f"{http.root}/trickle.txt", "source.deadline=2")
+    assert time.monotonic() - start < 9  # well before the server would have stopped
+    assert_one_line_error(result, "/trickle.txt", "source.deadline=2")
+    assert cached == []  # no partial file, no .part file
+    assert http.count("/trickle.txt") == 1  # past the deadline nothing is tried again
+
+
+def test_download_max_bytes(tmp_path: Path, http: _Server):
+    result, cached = _download(tmp_path, f"{http.root}/whole.txt", "source.max_bytes=1000000")
+    assert_one_line_error(result, "/whole.txt", "source.max_bytes=1000000")
+    assert cached == []
+    result, cached = _download(tmp_path, f"{http.root}/whole.txt", "source.max_bytes=3000000")
+    assert result.returncode == 0, result.stderr
+    assert len(cached) == 1
