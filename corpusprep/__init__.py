@@ -20,8 +20,9 @@ __version__ = "0.1.0"
 register_resolvers()
 
 
-def load(path: str | Path) -> PreparedDataset:
-    """Open an output folder: memory-mapped train/val ids, the tokenizer, the manifest."""
+def load(path: str | Path, tokenizer: bool = True, check_ids: bool = True) -> PreparedDataset:
+    """Open an output folder: memory-mapped train/val ids, the tokenizer, the manifest
+    (see corpusprep.dataset.load: check_ids=False skips reading every id once)."""
     from corpusprep.dataset import load as _load  # numpy and friends only when used
 
-    return _load(path)
+    return _load(path, tokenizer=tokenizer, check_ids=check_ids)

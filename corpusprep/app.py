@@ -9,7 +9,7 @@ from __future__ import annotations
 import signal
 import sys
 import traceback
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Optional
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -17,12 +17,13 @@ from omegaconf.errors import OmegaConfBaseException
 
 from corpusprep._paths import config_dirs, config_path
 from corpusprep.errors import UserError
+from corpusprep.redact import redact_text
 
 GROUPS = ("dataset", "source", "tokenizer", "executor", "format")
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    print(f"corpusprep: error: {message}", file=sys.stderr)
+    print(f"corpusprep: error: {redact_text(message)}", file=sys.stderr)
     sys.exit(code)
 
 
@@ -46,6 +47,7 @@ def _run(cfg: DictConfig) -> Any:
             result = prepare(cfg, overrides)
     except (UserError, OmegaConfBaseException) as e:
         message = str(e) if isinstance(e, UserError) else f"config: {str(e).splitlines()[0]}"
+        message = redact_text(message)  # a URL's user:password or ?token= never shown
         if folder is None:
             fail(message)
         print(f"corpusprep: error: {message}", file=sys.stderr)
@@ -56,8 +58,8 @@ def _run(cfg: DictConfig) -> Any:
     except Exception as e:
         if folder is None:
             raise  # a bug: its traceback is the useful report
-        traceback.print_exc()
-        write_record(folder, cfg, "failed", reason=f"{type(e).__name__}: {e}")
+        print(redact_text(traceback.format_exc()), end="", file=sys.stderr)
+        write_record(folder, cfg, "failed", reason=redact_text(f"{type(e).__name__}: {e}"))
         return None
     status = "estimate" if cfg.get("dry_run") else "skipped" if result.get("skipped") else "ok"
     if folder is not None:
@@ -72,7 +74,65 @@ def main() -> None:
     # SIGTERM (kill, a scheduler's timeout) cleans up like Ctrl-C: no half-written files.
     signal.signal(signal.SIGTERM, _interrupt)
     _check_group_choices(sys.argv[1:])
+    _guard_hydra_targets()
     _run()
+
+
+def _guard_hydra_targets() -> None:
+    """Hydra builds whatever a config names under hydra.callbacks (and nested `_target_`s
+    of its launcher and sweeper) before corpusprep sees the config: a downloaded preset or
+    a --config-dir file could run code that way. The composed config passes through
+    Callbacks first, so the check goes there: before anything is built, every `_target_`
+    outside corpusprep's own groups (which config.build checks) must be a callback class of
+    a trusted package or of Hydra, or the one launcher/sweeper class Hydra itself vets."""
+    from hydra._internal import callbacks
+
+    build_callbacks = callbacks.Callbacks.__init__
+    if getattr(build_callbacks, "_corpusprep_guard", False):
+        return
+
+    def guarded(self: Any, config: Optional[DictConfig] = None, *args: Any, **kw: Any) -> None:
+        if config is not None:
+            try:
+                _check_hydra_targets(config)
+            except UserError as e:
+                fail(str(e))
+        build_callbacks(self, config, *args, **kw)
+
+    guarded._corpusprep_guard = True  # type: ignore[attr-defined]
+    callbacks.Callbacks.__init__ = guarded  # type: ignore[method-assign]
+
+
+def _check_hydra_targets(config: DictConfig) -> None:
+    from corpusprep.config import trusted_packages
+
+    plugin_groups = ("launcher", "sweeper")  # Hydra allows only its hydra_plugins classes
+    trusted = (*trusted_packages(), "hydra")
+    hydra_node = OmegaConf.to_container(config.get("hydra", {}), resolve=False)
+    for key, target in _targets(hydra_node, "hydra"):
+        parts = key.split(".")
+        if len(parts) == 3 and parts[1] in plugin_groups:
+            continue
+        ok = len(parts) == 4 and parts[1] == "callbacks" and str(target).split(".")[0] in trusted
+        if not ok:
+            raise UserError(
+                f"{key}={target}: a config may not name code to run here; only "
+                f"hydra.callbacks.NAME._target_ of {', '.join(trusted)} (see README, Safety)"
+            )
+
+
+def _targets(node: Any, prefix: str) -> Any:
+    """(dotted key, value) of every `_target_` under node."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            key = f"{prefix}.{k}"
+            if k == "_target_":
+                yield key, v
+            else:
+                yield from _targets(v, key)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _targets(v, f"{prefix}.{i}")
 
 
 def _interrupt(signum: int, frame: Any) -> NoReturn:
@@ -164,7 +224,7 @@ def summary(m: dict[str, Any], out_dir: str) -> str:
         )
     src = m["source"]
     files = src.get("files", [])
-    where = src.get("url") or src.get("path") or src["file"]
+    where = redact_text(src.get("url") or src.get("path") or src["file"])
     if len(files) > 1:
         where = f"{', '.join(src['glob']) if 'glob' in src else where} ({len(files):,} files)"
     docs = m.get("documents", {})

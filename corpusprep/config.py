@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import copy
+import importlib
+import os
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 from urllib.parse import urlsplit
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from corpusprep.errors import UserError
+from corpusprep.redact import redact_text
 
 DTYPES = ("auto", "uint16", "uint32")
 SPLIT_BY = ("auto", "position", "document")
@@ -48,14 +54,23 @@ def _out_dir(run_default: str) -> str:
 
 
 def _safe(name: str) -> str:
-    """A folder name from a job's overrides: no "/" (paths, URLs), bounded in length."""
+    """A folder name from a job's overrides: no "/" (paths, URLs), no credentials (a URL's
+    user:password, ?token=...), bounded in length."""
     import hashlib
-    import re
 
-    name = re.sub(r"[/\\:*?\"<>|]+", "_", str(name)) or "job"
+    shown = redact_text(name)
+    if shown != str(name):  # two jobs may differ only in a secret: their folders must not
+        shown += f"-job{_job_num()}"
+    name = re.sub(r"[/\\:*?\"<>|]+", "_", shown) or "job"
     if len(name) > 120:
         name = f"{name[:100]}-{hashlib.sha256(name.encode()).hexdigest()[:12]}"
     return name
+
+
+def _job_num() -> str:
+    from hydra.core.hydra_config import HydraConfig
+
+    return str(HydraConfig.get().job.num) if HydraConfig.initialized() else ""
 
 
 def register_resolvers() -> None:
@@ -66,29 +81,187 @@ def register_resolvers() -> None:
             OmegaConf.register_new_resolver(name, fn)
 
 
-def build(node: DictConfig, what: str) -> Any:
-    """Instantiate a plugin (source, tokenizer, executor) from its config node.
+def build(node: DictConfig | dict, what: str) -> Any:
+    """Make a plugin (source, tokenizer, executor, format) from its config node, or from a
+    plain dict (a manifest's record: taken as written, no interpolation).
 
-    Every plugin goes through here, so the day Hydra asks for an execution whitelist
-    (Hydra 1.4+) there is one place to add it.
+    Configs come from places that are not code (a downloaded preset, --config-dir, a
+    manifest.json), so nothing they name runs unless it is safe: `_target_` must be a class
+    of corpusprep or of a trusted plugin package (see trusted_packages), checked before its
+    module is imported, and a subclass of the group's base (Tokenizer for tokenizer, ...).
+    Its arguments are plain values: a nested `_target_` is a dict like any other, never
+    built. Hydra's instantiate is not used: it imports and calls whatever a config names.
     """
-    from hydra.errors import InstantiationException
-    from hydra.utils import instantiate
-
-    target = node.get("_target_") if isinstance(node, DictConfig) else None
+    target = node.get("_target_") if isinstance(node, (DictConfig, dict)) else None
     if not target:
         raise UserError(f"{what} has no _target_: choose one with {what}=NAME")
+    if what == "source" and isinstance(node, DictConfig):
+        refuse_env(node, what)
+    cls = locate(target, what)
+    if isinstance(node, DictConfig):
+        values = OmegaConf.to_container(node, resolve=True)
+    else:
+        values = copy.deepcopy(dict(node))
     # `name` labels the choice for folder names and tables; it is not a constructor argument.
-    kwargs = {k: v for k, v in node.items() if k not in ("_target_", "name")}
+    kwargs = {str(k): v for k, v in values.items() if k not in ("_target_", "name")}
     try:
-        return instantiate({"_target_": target, "_convert_": "all", **kwargs})
-    except InstantiationException as e:
-        cause = e.__cause__
-        if isinstance(cause, UserError):
-            raise cause from None
-        if isinstance(cause, TypeError):  # an unknown or missing key in the plugin's config
-            raise UserError(f"{what}: {cause}; check the {what}.* keys") from None
-        raise UserError(f"{what}: cannot create {target}: {cause or e}") from None
+        return cls(**kwargs)
+    except UserError:
+        raise
+    except TypeError as e:  # an unknown or missing key in the plugin's config
+        raise UserError(redact_text(f"{what}: {e}; check the {what}.* keys")) from None
+    except Exception as e:
+        raise UserError(redact_text(f"{what}: cannot create {target}: {e}")) from None
+
+
+PLUGIN_PACKAGES_ENV = "CORPUSPREP_PLUGIN_PACKAGES"
+BASES = {"source": ("corpusprep.sources", "Source"),
+         "tokenizer": ("corpusprep.tokenizers", "Tokenizer"),
+         "executor": ("corpusprep.executors", "Executor"),
+         "format": ("corpusprep.exporters", "Exporter")}  # fmt: skip
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+
+
+def trusted_packages() -> list[str]:
+    """The top-level packages whose classes a config may name: corpusprep, every installed
+    plugin's (entry point group corpusprep.conf), and those listed, comma-separated, in
+    $CORPUSPREP_PLUGIN_PACKAGES (your own code, not packaged as a plugin). The environment
+    is the user's choice; a config file, a preset or a folder cannot extend this list."""
+    from corpusprep._paths import plugin_config_packages
+
+    names = {"corpusprep"} | {package.split(".")[0] for _, package in plugin_config_packages()}
+    names |= {n.strip() for n in os.environ.get(PLUGIN_PACKAGES_ENV, "").split(",") if n.strip()}
+    return sorted(names)
+
+
+def locate(target: Any, what: str) -> type:
+    """The class `target` names, if it may be made for `what`: inside a trusted package
+    (checked before anything is imported: importing runs code) and of the group's kind."""
+    label = redact_text(f"{what}._target_={target}")
+    how = f"choose one with {what}=NAME"
+    if not isinstance(target, str) or not _DOTTED.fullmatch(target):
+        raise UserError(f"{label}: not a dotted class path (package.module.Class); {how}")
+    trusted = trusted_packages()
+    parts = target.split(".")
+    if parts[0] not in trusted:
+        raise UserError(
+            f"{label}: a config may only name classes of corpusprep or an installed plugin "
+            f"package ({', '.join(trusted)}); {how}, or list your own package in "
+            f"{PLUGIN_PACKAGES_ENV}"
+        )
+    obj: Any = None
+    for n in range(len(parts) - 1, 0, -1):  # the longest module of the path, then attributes
+        module = ".".join(parts[:n])
+        try:
+            obj = importlib.import_module(module)
+            break
+        except ModuleNotFoundError as e:
+            if e.name and (module == e.name or module.startswith(f"{e.name}.")):
+                continue  # no such module: a shorter path may be the module
+            raise UserError(f"{label}: cannot import {module} ({e})") from None
+        except ImportError as e:
+            raise UserError(f"{label}: cannot import {module} ({e})") from None
+    if obj is None:
+        raise UserError(f"{label}: there is no module {parts[0]}; {how}")
+    for attr in parts[n:]:
+        if not hasattr(obj, attr):
+            raise UserError(f"{label}: {'.'.join(parts[:n])} has no {attr}; {how}")
+        obj, n = getattr(obj, attr), n + 1
+    base = _base(what)
+    if not isinstance(obj, type) or (base is not None and not issubclass(obj, base)):
+        kind = f"a {base.__module__}.{base.__name__} class" if base else "a class"
+        raise UserError(f"{label}: not {kind}; {how}")
+    return obj
+
+
+def _base(what: str) -> Optional[type]:
+    if what not in BASES:
+        return None
+    module, name = BASES[what]
+    return getattr(importlib.import_module(module), name)
+
+
+_ENV = re.compile(r"\$\{\s*(oc\.env|env)\s*:")  # oc.env, and OmegaConf 2.0's legacy env
+
+
+def refuse_env(node: DictConfig, what: str) -> None:
+    """No value of a source may read the environment, directly or through another key: a
+    downloaded preset could copy a secret into a URL (`url: https://h/?k=${oc.env:TOKEN}`)
+    and send it away. Only the defaults corpusprep and its plugins ship are allowed
+    (cache_dir: ${oc.env:CORPUSPREP_CACHE_DIR,null}, the Hub's endpoint)."""
+    raw = OmegaConf.to_container(node, resolve=False)
+    shipped = _shipped_interpolations(what)
+    for key, value in _strings(raw):  # written in the value itself (oc.env, or legacy env)
+        if _ENV.search(value) and (key, value) not in shipped:
+            raise _env_error(what, key, value)
+    for key, value in raw.items():  # through other keys: resolve each one, watching oc.env
+        allowed = isinstance(value, str) and (key, value) in shipped
+        if "${" in str(value) and not allowed and _reads_env(node, key):
+            raise _env_error(what, key, value)
+
+
+def _env_error(what: str, key: str, value: Any) -> UserError:
+    return UserError(redact_text(
+        f"{what}.{key}={value}: a {what} value may not read the environment (oc.env): a "
+        "config file could send a secret away in it; write the value itself, on the "
+        "command line if it is a secret"
+    ))  # fmt: skip
+
+
+def _strings(value: Any, prefix: str = "") -> Iterator[tuple[str, str]]:
+    """(dotted key, raw string) of every string in a nested dict/list."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(v, f"{prefix}.{k}" if prefix else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{prefix}[{i}]")
+    elif isinstance(value, str):
+        yield prefix, value
+
+
+def _shipped_interpolations(group: str) -> set[tuple[str, str]]:
+    """(key, raw value) of every interpolation in the group's config files that corpusprep
+    and its installed plugins ship (not a --config-dir's, which may shadow them)."""
+    from corpusprep._paths import config_dirs
+
+    pairs = set()
+    for root in config_dirs():
+        folder = root / group
+        if not folder.is_dir():
+            continue
+        for file in folder.iterdir():
+            if file.name.endswith(".yaml"):
+                data = OmegaConf.to_container(OmegaConf.create(file.read_text("utf-8")))
+                if isinstance(data, dict):
+                    pairs |= {(k, v) for k, v in _strings(data) if "${" in v}
+    return pairs
+
+
+def _reads_env(node: DictConfig, key: str) -> bool:
+    """Whether resolving node[key] (all of it) calls oc.env, through any chain of
+    interpolations."""
+    from omegaconf.errors import OmegaConfBaseException
+    from omegaconf.resolvers import oc
+
+    reads: list[str] = []
+
+    def watched(name: str, *default: Any) -> Any:
+        reads.append(name)
+        return oc.env(name, *default)
+
+    OmegaConf.clear_resolver("oc.env")
+    OmegaConf.register_new_resolver("oc.env", watched)
+    try:
+        value = node[key]  # a key as it is: no dotted path to misread
+        if isinstance(value, (DictConfig, ListConfig)):
+            OmegaConf.to_container(value, resolve=True)
+    except OmegaConfBaseException:
+        pass  # resolved for real when the source is built: its own message then
+    finally:
+        OmegaConf.clear_resolver("oc.env")
+        OmegaConf.register_new_resolver("oc.env", oc.env)
+    return bool(reads)
 
 
 @dataclass(frozen=True)
@@ -130,8 +303,9 @@ def read_settings(cfg: DictConfig) -> Settings:
     if eot not in EOT:
         raise UserError(f"eot={eot}: use one of {', '.join(EOT)}")
     seed = cfg.get("seed", 2357)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise UserError(f"seed={seed!r}: must be a whole number")
+    # the split hash takes the seed as 8 signed bytes (corpusprep.split.goes_to_train)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**63:
+        raise UserError(f"seed={seed!r}: must be a whole number from -2**63 to 2**63-1")
     return Settings(
         split_by=split_by,
         seed=seed,

@@ -8,8 +8,13 @@ arrays are memory-mapped (nothing is read until used). A split kept in one file 
 `np.memmap`; a split cut into several shards (llmc, npy) is a `ShardedTokens`, which reads
 like a 1-D array (len, x[i], x[a:b], x[[i, j]]) without ever joining the shards: a slice
 reads only the shards it covers. load() checks that the files agree with the manifest
-(every file's size, each format's headers, token counts, dtype, vocabulary) and says
-clearly when they don't.
+(every file's size, each format's headers, token counts, dtype, vocabulary, no id beyond
+the vocabulary) and says clearly when they don't.
+
+A folder may come from anyone, so reading it runs no code it names: meta.pkl is read
+with an unpickler that accepts plain values only (read_meta), and the tokenizer is
+rebuilt from the manifest by config.build, which makes only corpusprep's (and trusted
+plugins') tokenizer classes.
 """
 
 from __future__ import annotations
@@ -20,10 +25,9 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, NoReturn, Optional, Union
 
 import numpy as np
-from omegaconf import OmegaConf
 
 from corpusprep.errors import UserError
 from corpusprep.tokenizers import Tokenizer
@@ -144,9 +148,15 @@ def _damaged(what: Path | str, detail: str) -> UserError:
     )
 
 
-def load(path: str | Path, tokenizer: bool = True) -> PreparedDataset:
+def load(path: str | Path, tokenizer: bool = True, check_ids: bool = True) -> PreparedDataset:
     """Open an output folder made by corpusprep, in any of its formats. tokenizer=False
-    skips rebuilding the tokenizer (ds.tokenizer is None): for counting ids only."""
+    skips rebuilding the tokenizer (ds.tokenizer is None): for counting ids only.
+
+    check_ids=True (the default) reads every id once to check that none is beyond the
+    vocabulary (a damaged or tampered file would otherwise fail deep inside training, as
+    an index error of the embedding): memory stays flat, and it takes about 0.1 s per GB
+    of ids from the page cache, the disk's own speed from a cold one. check_ids=False
+    skips it, for a big folder you trust on a slow disk."""
     folder = Path(path)
     manifest_path = folder / "manifest.json"
     if not manifest_path.is_file():
@@ -171,16 +181,69 @@ def load(path: str | Path, tokenizer: bool = True) -> PreparedDataset:
             raise _damaged(folder, f"{side} holds {len(arrays[side]):,} tokens, not {tokens:,}")
     if kind == "nanogpt":
         _check_sizes(folder, manifest)
-    with open(folder / "meta.pkl", "rb") as f:
-        meta = pickle.load(f)
+    meta = read_meta(folder / "meta.pkl")
     if meta.get("vocab_size") != manifest["vocab_size"]:
         raise UserError(
             f"{folder / 'meta.pkl'}: vocab_size {meta.get('vocab_size')} but the manifest says "
             f"{manifest['vocab_size']}; prepare the folder again"
         )
+    if check_ids:
+        for side in SIDES:
+            _check_ids(arrays[side], files[side], manifest["vocab_size"])
     rebuilt = rebuild_tokenizer(manifest) if tokenizer else None
     return PreparedDataset(folder, arrays["train"], arrays["val"], rebuilt, manifest, meta,
                            docs["train"], docs["val"], files)  # fmt: skip
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Unpickles plain values only (dict, list, tuple, set, str, bytes, int, float, bool,
+    None: pickle has opcodes of its own for them): anything else needs find_class, which
+    refuses, so no code a hostile meta.pkl names is imported or called."""
+
+    def __init__(self, file: Any, path: Path) -> None:
+        super().__init__(file)
+        self.path = path
+
+    def find_class(self, module: str, name: str) -> NoReturn:
+        raise UserError(
+            f"refusing to load {self.path}: it asks to import {module}.{name}; a corpusprep "
+            "meta.pkl holds only plain values (prepare the folder again)"
+        )
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    """A meta.pkl, read without running code: the one way corpusprep reads a pickle it did
+    not just make (nanoGPT's train.py and sample.py read ours with pickle.load)."""
+    try:
+        with open(path, "rb") as f:
+            meta = _PlainUnpickler(f, path).load()
+    except FileNotFoundError:
+        raise _damaged(path, "missing") from None
+    except UserError:
+        raise
+    except Exception as e:  # truncated, or not a pickle at all
+        raise _damaged(path, f"not a readable pickle ({type(e).__name__}: {e})") from None
+    if not isinstance(meta, dict):
+        raise _damaged(path, f"holds a {type(meta).__name__}, not a dict")
+    return meta
+
+
+CHECK_CHUNK = 1 << 24  # ids per step of the check: 32 MiB of uint16, whatever the file size
+
+
+def _check_ids(array: Tokens, files: list[Path], vocab_size: int) -> None:
+    """Every id below vocab_size, one shard and one chunk at a time (memory stays flat)."""
+    parts = array.shards if isinstance(array, ShardedTokens) else [array]
+    if not len(array) or np.iinfo(array.dtype).max < vocab_size:
+        return  # empty, or the dtype cannot hold a bad id
+    for part, file in zip(parts, files):
+        for i in range(0, len(part), CHECK_CHUNK):
+            top = int(part[i : i + CHECK_CHUNK].max(initial=0))
+            if top >= vocab_size:
+                raise _damaged(
+                    file, f"holds id {top:,}, but the vocabulary has {vocab_size:,} ids "
+                    f"(0 to {vocab_size - 1:,})"
+                )  # fmt: skip
 
 
 def _check_sizes(folder: Path, manifest: dict[str, Any]) -> None:
@@ -293,7 +356,11 @@ def rebuild_tokenizer(manifest: dict[str, Any]) -> Tokenizer:
     what it learned from the corpus (the char vocabulary)."""
     from corpusprep.config import build
 
-    tokenizer = build(OmegaConf.create(manifest["config"]["tokenizer"]), "tokenizer")
+    node = (manifest.get("config") or {}).get("tokenizer")
+    if not isinstance(node, dict):
+        raise _damaged("manifest.json", "no tokenizer config (config.tokenizer)")
+    # a plain dict, as recorded: build() interprets no ${...} in it and runs nothing it names
+    tokenizer = build(node, "tokenizer")
     tokenizer.restore(manifest["tokenizer"])
     if tokenizer.vocab_size != manifest["vocab_size"]:
         raise UserError(

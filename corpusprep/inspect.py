@@ -24,6 +24,7 @@ import numpy as np
 
 from corpusprep.dataset import PreparedDataset, load
 from corpusprep.errors import UserError
+from corpusprep.redact import redact_text
 
 CHUNK = 1 << 22  # tokens per step: memory stays flat however big the files are
 
@@ -53,7 +54,7 @@ def summary(ds: PreparedDataset, top: int = 10, head: int = 64) -> str:
     tokens = m["tokens"]["train"] + m["tokens"]["val"]
     rows = [
         ("name", m.get("name")),
-        ("source", f"{src.get('url') or src.get('path') or src['file']}"),
+        ("source", redact_text(src.get("url") or src.get("path") or src["file"])),
         ("  bytes", f"{src['bytes']:,}  sha256 {src['sha256']}"),
         (
             "tokenizer",
@@ -90,9 +91,20 @@ def summary(ds: PreparedDataset, top: int = 10, head: int = 64) -> str:
 
 
 def verify(ds: PreparedDataset) -> str:
-    """Decode train + val and compare with the source text as nanoGPT reads it."""
+    """Check every output file's sha256 against the manifest, then decode train + val and
+    compare with the source text as nanoGPT reads it."""
     from corpusprep.sources.url import sha256_file
     from corpusprep.text import read_text
+    from corpusprep.writer import changed_files
+
+    changed = changed_files(ds.path, ds.manifest)
+    if changed is None:
+        raise UserError(f"{ds.path}: the manifest lists no sha256 of its files; prepare it again")
+    if changed:
+        raise UserError(
+            f"{ds.path / changed[0]}: its sha256 is not the manifest's; the folder is damaged "
+            "or mixed with another run: prepare it again"
+        )
 
     src = Path(ds.manifest["source"]["file"])
     if not src.is_file():
@@ -185,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.plot:
             print(f"\nwrote {args.plot}")
     except UserError as e:
-        print(f"corpusprep.inspect: error: {e}", file=sys.stderr)
+        print(f"corpusprep.inspect: error: {redact_text(e)}", file=sys.stderr)
         sys.exit(1)
 
 

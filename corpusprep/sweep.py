@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -18,6 +19,8 @@ from typing import Any, Optional
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+
+from corpusprep.redact import redact_text, redact_values
 
 RECORD = "corpusprep_job.json"
 COLUMNS = ["job", "corpus", "tokenizer", "split", "dtype", "vocab", "train_tokens", "val_tokens",
@@ -40,6 +43,7 @@ def write_record(folder: Path, cfg: DictConfig, status: str, **fields: Any) -> N
     hc = HydraConfig.get()
     record = {"job": hc.job.num, "overrides": list(hc.overrides.task), "status": status,
               **_labels(cfg), **fields}  # fmt: skip
+    record = redact_values(json.loads(json.dumps(record, default=str)))  # no URL credentials
     folder.mkdir(parents=True, exist_ok=True)
     (folder / RECORD).write_text(json.dumps(record, indent=2, default=str) + "\n")
 
@@ -109,14 +113,34 @@ def expand(config: DictConfig) -> list[list[str]]:
     return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
 
 
+def redact_file(path: Path) -> None:
+    """Rewrite a file Hydra wrote (multirun.yaml: the whole sweep's config and overrides)
+    with every URL's credentials hidden; nothing to do if it has none."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return
+    redacted = redact_text(text)
+    if redacted != text:
+        part = path.with_name(f".{path.name}.{os.getpid()}.part")
+        part.write_text(redacted, encoding="utf-8")
+        os.replace(part, path)  # jobs running at once write the same text: no harm
+
+
 class SweepCallback(Callback):
     """Registered in conf/config.yaml (hydra.callbacks)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         check_clashes(config)
 
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        # Hydra saves multirun.yaml just before the first job: hide its secrets at once
+        if job_dir() is not None:
+            redact_file(Path(config.hydra.sweep.dir) / "multirun.yaml")
+
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)
+        redact_file(sweep / "multirun.yaml")
         records = [json.loads(p.read_text()) for p in sweep.glob(f"*/{RECORD}")]
         records.sort(key=lambda r: r["job"])
         rows = [row(r) for r in records]
@@ -164,7 +188,7 @@ def check_clashes(config: DictConfig) -> None:
         if out_dir in seen:
             print(
                 f"corpusprep: error: jobs {seen[out_dir]} and {number} of this sweep would both "
-                f"write to out_dir={cfg.out_dir}; put a swept value in it, e.g. "
+                f"write to out_dir={redact_text(cfg.out_dir)}; put a swept value in it, e.g. "
                 "'out_dir=data/${name}-${split}', or leave out_dir to get a folder per job",
                 file=sys.stderr,
             )

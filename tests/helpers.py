@@ -63,16 +63,18 @@ def same_files(a: Path, b: Path, names=("train.bin", "val.bin", "meta.pkl")) -> 
 class LocalHTTPServer:
     """An HTTP server on 127.0.0.1 in a thread of the test process: its root URL, how often
     each path was asked for (count), and stop(), which shuts it down and joins the thread.
-    `handler_for(server)` returns the request handler class."""
+    `handler_for(server)` returns the request handler class; `host` another loopback
+    address (127.0.0.2) plays a second host."""
 
-    def __init__(self, handler_for) -> None:
+    def __init__(self, handler_for, host: str = "127.0.0.1") -> None:
         import threading
         from collections import Counter
         from http.server import ThreadingHTTPServer
 
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(self))
+        self.host = host
+        self._httpd = ThreadingHTTPServer((host, 0), handler_for(self))
         self._httpd.daemon_threads = True
         self.port = self._httpd.server_address[1]
         # poll for shutdown every 50 ms (the default 0.5 s slows every teardown)
@@ -82,7 +84,7 @@ class LocalHTTPServer:
 
     @property
     def root(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def count(self, path: str) -> int:
         with self._lock:

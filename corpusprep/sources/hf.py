@@ -7,7 +7,13 @@ split; each file is downloaded once through UrlSource (cache, retries, temporary
 rename, progress). Once both are cached, later runs need no network at all.
 
 HF_TOKEN, when set, is sent as `Authorization: Bearer ...` with the listing request and
-the file downloads (gated or private datasets).
+the file downloads (gated or private datasets), and only where it is safe: the endpoint
+must be the Hub, the one $HF_ENDPOINT names (the user's environment, never a config
+file: a downloaded preset could name any host), or on this machine; the URL must be on
+the endpoint itself (scheme, host and port; huggingface.co and hf.co are one Hub), over
+https, or plain http to a loopback address (a local stand-in: the token never leaves the
+machine). A listed URL on another host gets no token, and requests drops it on a
+redirect to another host (the Hub's CDN links are signed: they need none).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from urllib.parse import quote, urlsplit
 
 from corpusprep.errors import UserError
 from corpusprep.formats import InputFile
+from corpusprep.redact import redact
 from corpusprep.sources import Source, input_files
 from corpusprep.sources.url import UrlSource, _reason, default_cache_dir
 
@@ -43,6 +50,7 @@ class HfSource(Source):
         cache_dir: Optional[str] = None,
         timeout: float = 30,
         retries: int = 3,
+        deadline: Optional[float] = 3600,  # seconds for each file's download (see UrlSource)
         **options: Any,
     ) -> None:
         super().__init__(**options)
@@ -67,6 +75,7 @@ class HfSource(Source):
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         self.timeout = float(timeout)
         self.retries = int(retries)
+        self.deadline = deadline
 
     @property
     def what(self) -> str:
@@ -102,7 +111,8 @@ class HfSource(Source):
                 urls = _parse(body)
             except ValueError as e:
                 raise UserError(
-                    f"{self.listing_url()}: not a Parquet file listing ({e}); check source.endpoint"
+                    f"{redact(self.listing_url())}: not a Parquet file listing ({e}); "
+                    "check source.endpoint"
                 ) from None
             self._store(path, body)
         if not urls:
@@ -116,7 +126,8 @@ class HfSource(Source):
         paths = []
         for url in self.urls():
             src = UrlSource(url, cache_dir=str(self.cache_dir), timeout=self.timeout,
-                            retries=self.retries, headers=_auth())  # fmt: skip
+                            retries=self.retries, headers=_auth(url, self.endpoint),
+                            deadline=self.deadline, max_bytes=self.options.max_bytes)  # fmt: skip
             try:
                 paths.append(src.local_path(progress))
             except UserError as e:
@@ -155,7 +166,7 @@ class HfSource(Source):
     def _get(self, url: str) -> bytes:
         import requests
 
-        headers = {"Accept": "application/json", **_auth()}
+        headers = {"Accept": "application/json", **_auth(url, self.endpoint)}
         try:
             r = requests.get(url, timeout=(self.timeout, self.timeout), headers=headers)
             body = r.content
@@ -168,21 +179,29 @@ class HfSource(Source):
             raise _Transient(f"HTTP {r.status_code} {r.reason}")
         if r.status_code == 404:
             raise UserError(
-                f"source=hf: {self.endpoint} has no Parquet files for {self.what} (HTTP 404 "
-                f"from {url}); check source.dataset, source.config and source.split (the "
-                f"configs and splits are listed at {self.endpoint}/api/datasets/"
+                f"source=hf: {redact(self.endpoint)} has no Parquet files for {self.what} (HTTP "
+                f"404 from {redact(url)}); check source.dataset, source.config and source.split "
+                f"(the configs and splits are listed at {redact(self.endpoint)}/api/datasets/"
                 f"{self.dataset}/parquet)"
             )
         if r.status_code in (401, 403):
-            token = "HF_TOKEN is set but" if "Authorization" in headers else "HF_TOKEN is not set:"
+            if "Authorization" in headers:
+                why = "HF_TOKEN is set but not allowed"
+            elif os.environ.get("HF_TOKEN"):  # withheld: see token_endpoint
+                why = (
+                    "HF_TOKEN was not sent: it goes only over https to the Hub or to the "
+                    "endpoint $HF_ENDPOINT names"
+                )
+            else:
+                why = "HF_TOKEN is not set: not allowed"
             raise UserError(
-                f"source=hf: HTTP {r.status_code} for {self.what} from {url}: it does not exist, "
-                f"or it is gated or private and {token} not allowed; check source.dataset, "
+                f"source=hf: HTTP {r.status_code} for {self.what} from {redact(url)}: it does "
+                f"not exist, or it is gated or private and {why}; check source.dataset, "
                 "accept the dataset's terms on the Hub and set HF_TOKEN"
             )
         if r.status_code != 200:
             raise UserError(
-                f"source=hf: HTTP {r.status_code} {r.reason} from {url}; "
+                f"source=hf: HTTP {r.status_code} {r.reason} from {redact(url)}; "
                 "check source.endpoint and source.dataset"
             )
         return body
@@ -190,8 +209,8 @@ class HfSource(Source):
     def _offline(self, reason: str) -> NoReturn:
         raise UserError(
             f"source=hf: cannot fetch the Parquet file list of {self.what} from "
-            f"{self.listing_url()}: {reason}; run once with network (the list and the files "
-            f"are then cached in {self.cache_dir}), or download the Parquet files and use "
+            f"{redact(self.listing_url())}: {reason}; run once with network (the list and the "
+            f"files are then cached in {self.cache_dir}), or download the Parquet files and use "
             "source=files source.glob='DIR/*.parquet'"
         )
 
@@ -224,9 +243,54 @@ def _parse(body: bytes) -> list[str]:
     return urls
 
 
-def _auth() -> dict[str, str]:
+HUB_HOSTS = ("huggingface.co", "hf.co")  # one Hub, two names
+
+
+def _auth(url: str, endpoint: str) -> dict[str, str]:
+    """The Authorization header for `url`: HF_TOKEN, if set, `url` is on the endpoint and
+    the endpoint is one the token may go to (token_endpoint)."""
     token = os.environ.get("HF_TOKEN")
-    return {"Authorization": f"Bearer {token}"} if token else {}
+    if not token or not token_endpoint(endpoint):
+        return {}
+    try:
+        to, hub = _origin(url), _origin(endpoint)
+    except ValueError:  # a port that is not a number
+        return {}
+    same = to == hub or (to[::2] == ("https", 443) and {to[1], hub[1]} <= set(HUB_HOSTS))
+    secure = to[0] == "https" or (to[0] == "http" and _loopback(to[1]))
+    return {"Authorization": f"Bearer {token}"} if same and secure else {}
+
+
+def token_endpoint(endpoint: str) -> bool:
+    """Whether HF_TOKEN may go to `endpoint`: the Hub (https://huggingface.co, hf.co), the
+    endpoint $HF_ENDPOINT names (the user's own setting, as huggingface_hub reads it), or
+    one on this machine (loopback: a local stand-in). Never one that only a config file
+    names: a downloaded preset could point source.endpoint at any host to collect it."""
+    try:
+        hub = _origin(endpoint)
+        mirror = _origin(os.environ["HF_ENDPOINT"]) if os.environ.get("HF_ENDPOINT") else None
+    except ValueError:
+        return False
+    the_hub = hub[::2] == ("https", 443) and hub[1] in HUB_HOSTS
+    return the_hub or hub == mirror or _loopback(hub[1])
+
+
+def _origin(url: str) -> tuple[str, Optional[str], Optional[int]]:
+    """(scheme, host, port) of a URL, the port filled in; ValueError for a bad port."""
+    parts = urlsplit(url.rstrip("/"))
+    default = {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme, parts.hostname, parts.port or default
+
+
+def _loopback(host: Optional[str]) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host or "").is_loopback
+    except ValueError:
+        return False
 
 
 def _natural(text: str) -> list:

@@ -1,0 +1,470 @@
+"""Safe with untrusted data: no code runs because of what a folder or a config says, a
+damaged folder says so, and secrets stay out of everything corpusprep writes or prints.
+
+Nothing here reaches the network: downloads come from LocalHTTPServer on 127.0.0.1 (and
+127.0.0.2 for a second host).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import pickle
+import subprocess
+import sys
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import REPO, LocalHTTPServer, assert_one_line_error, compose, run_cli
+
+import corpusprep
+from corpusprep.errors import UserError
+from corpusprep.prepare import prepare
+from corpusprep.redact import redact, redact_text
+
+TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\nAll: Speak, speak.\n" * 60
+SECRETS = ("secret", "hunter2")
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No proxy between the tests and the loopback servers; no Hub token from the shell."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
+                 "HF_TOKEN", "HF_ENDPOINT"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,127.0.0.2,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,127.0.0.2,localhost")
+
+
+@pytest.fixture
+def made(tmp_path: Path) -> Path:
+    """A small char-level output folder."""
+    src = tmp_path / "text.txt"
+    src.write_text(TEXT, encoding="utf-8")
+    out = tmp_path / "out"
+    prepare(compose("source=file", f"source.path={src}", f"out_dir={out}", "quiet=true"))
+    return out
+
+
+def inspect_cli(*args, cwd: Path) -> subprocess.CompletedProcess:
+    import os
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "corpusprep.inspect", *map(str, args)],
+                          cwd=cwd, capture_output=True, text=True, env=env)  # fmt: skip
+
+
+def assert_inspect_error(r: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("corpusprep.inspect: error: "), r.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+
+
+def _edit_manifest(out: Path, edit) -> None:
+    path = out / "manifest.json"
+    manifest = json.loads(path.read_text())
+    edit(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+# --- 1. meta.pkl holds plain values only -----------------------------------------------
+
+
+class _Gadget:
+    """Unpickling this calls open(marker, "w"): what a hostile meta.pkl can do."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def _plant_gadget(out: Path, marker: Path) -> None:
+    meta = pickle.loads((out / "meta.pkl").read_bytes())
+    (out / "meta.pkl").write_bytes(pickle.dumps({**meta, "x": _Gadget(marker)}))
+
+    def sizes(manifest):  # a consistent folder: only the pickle is hostile
+        if "meta.pkl" in manifest.get("files", {}):
+            manifest["files"]["meta.pkl"] = (out / "meta.pkl").stat().st_size
+
+    _edit_manifest(out, sizes)
+
+
+def test_a_pickle_gadget_in_meta_pkl_does_not_run(made: Path, tmp_path: Path):
+    marker = tmp_path / "gadget-ran"
+    _plant_gadget(made, marker)
+    with pytest.raises(UserError) as e:
+        corpusprep.load(made)
+    message = str(e.value)
+    assert "refusing to load" in message and str(made / "meta.pkl") in message
+    assert "open" in message and "plain values" in message and "\n" not in message
+    assert not marker.exists()
+    r = inspect_cli(made, cwd=tmp_path)
+    assert_inspect_error(r, "refusing to load", "meta.pkl", "plain values")
+    assert not marker.exists()
+
+
+def test_a_plain_meta_pkl_still_loads_and_a_broken_one_is_damaged(made: Path):
+    assert corpusprep.load(made).meta["vocab_size"] > 0  # char's stoi/itos: plain values
+    (made / "meta.pkl").write_bytes(b"\x80\x04not a pickle")
+    _edit_manifest(made, lambda m: m.get("files", {}).pop("meta.pkl", None))
+    with pytest.raises(UserError, match="damaged"):
+        corpusprep.load(made)
+
+
+# --- 2. _target_: only corpusprep's (and plugins') classes of the right kind -----------
+
+
+def test_a_command_line_target_outside_corpusprep_is_refused(tmp_path: Path):
+    (tmp_path / "t.txt").write_text(TEXT)
+    r = run_cli("source=file", "source.path=t.txt", "out_dir=out", "tokenizer._target_=os.system",
+                "~tokenizer.separator", "+tokenizer.command=touch pwned", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(r, "tokenizer._target_=os.system", "corpusprep")
+    assert not (tmp_path / "pwned").exists()
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_config_dir_target_outside_corpusprep_is_refused(tmp_path: Path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (tmp_path / "t.txt").write_text(TEXT)
+    (tmp_path / "conf" / "tokenizer").mkdir(parents=True)
+    (tmp_path / "conf" / "tokenizer" / "evil.yaml").write_text(
+        f"_target_: builtins.open\nfile: {victim}\nmode: w\nname: evil\n"
+    )
+    r = run_cli("--config-dir", str(tmp_path / "conf"), "tokenizer=evil", "source=file",
+                "source.path=t.txt", "out_dir=out", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(r, "tokenizer._target_=builtins.open")
+    assert victim.read_text() == "precious\n"
+
+
+@pytest.mark.parametrize("multirun", [False, True])
+@pytest.mark.parametrize("key", ["callbacks.evil", "callbacks.sweep.evil"])  # nested too
+def test_a_preset_cannot_make_hydra_run_code(tmp_path: Path, multirun: bool, key: str):
+    """Hydra itself builds hydra.callbacks (and nested targets of its plugins) before
+    corpusprep runs: a preset setting them is refused before anything is built."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (tmp_path / "t.txt").write_text(TEXT)
+    (tmp_path / "conf" / "dataset").mkdir(parents=True)
+    node = "\n".join(f"{'  ' * (i + 1)}{part}:" for i, part in enumerate(key.split(".")))
+    pad = "  " * (len(key.split(".")) + 1)
+    (tmp_path / "conf" / "dataset" / "evil.yaml").write_text(
+        f"# @package _global_\nname: evil\nhydra:\n{node}\n"
+        f"{pad}_target_: builtins.open\n{pad}file: {victim}\n{pad}mode: w\n"
+    )
+    r = run_cli("--config-dir", str(tmp_path / "conf"), *(["-m"] if multirun else []),
+                "dataset=evil", "source=file", "source.path=t.txt", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(r, f"hydra.{key}._target_=builtins.open")
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_module_outside_corpusprep_is_not_even_imported(tmp_path: Path):
+    (tmp_path / "t.txt").write_text(TEXT)
+    (tmp_path / "evilmod.py").write_text(
+        "open('imported', 'w').close()\n"
+        "from corpusprep.tokenizers.char import CharTokenizer as Tok\n"
+    )
+    r = run_cli("source=file", "source.path=t.txt", "out_dir=out",
+                "tokenizer._target_=evilmod.Tok", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(r, "tokenizer._target_=evilmod.Tok")
+    assert not (tmp_path / "imported").exists()
+
+
+@pytest.mark.parametrize(
+    "case", ["builtins.open", "nested target", "wrong kind", "not there", "a function"]
+)
+def test_load_never_instantiates_what_an_edited_manifest_names(made, tmp_path, case):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    opener = {"_target_": "builtins.open", "file": str(victim), "mode": "w"}
+    tokenizer, fragments = {
+        "builtins.open": (opener, ["tokenizer._target_=builtins.open"]),
+        # Hydra's instantiate built nested _target_s too (_convert_: all): plain values now
+        "nested target": ({"_target_": "corpusprep.tokenizers.char.CharTokenizer",
+                           "separator": opener}, []),  # fmt: skip
+        "wrong kind": ({"_target_": "corpusprep.sources.url.UrlSource", "url": "http://h/x"},
+                       ["tokenizer._target_=corpusprep.sources.url.UrlSource", "Tokenizer"]),
+        "not there": ({"_target_": "corpusprep.tokenizers.nope.Nope"},
+                      ["tokenizer._target_=corpusprep.tokenizers.nope.Nope", "has no nope"]),
+        "a function": ({"_target_": "corpusprep.prepare.shutil.rmtree", "path": str(tmp_path)},
+                       ["tokenizer._target_=corpusprep.prepare.shutil.rmtree"]),
+    }[case]  # fmt: skip
+
+    def edit(manifest):
+        manifest["config"]["tokenizer"] = tokenizer
+
+    _edit_manifest(made, edit)
+    if fragments:
+        with pytest.raises(UserError) as e:
+            corpusprep.load(made)
+        assert all(f in str(e.value) for f in fragments), str(e.value)
+    else:
+        with contextlib.suppress(UserError):  # a dict is no separator: refusing it is fine
+            corpusprep.load(made)
+    assert victim.read_text() == "precious\n"
+    assert made.is_dir()
+
+
+# --- 3. no environment variables in source values -------------------------------------
+
+
+class _Files(LocalHTTPServer):
+    """Serves TEXT at any path ending in .txt (query ignored); 404 otherwise."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.headers: dict[str, dict[str, str]] = {}
+        self.redirects: dict[str, str] = {}
+        self.bodies: dict[str, bytes] = {}
+        super().__init__(_files_handler, host)
+
+
+def _files_handler(server: _Files) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format, *args):
+            pass
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            server.hit(path)
+            with server._lock:
+                server.headers[path] = dict(self.headers.items())
+            if path in server.redirects:
+                self.send_response(302)
+                self.send_header("Location", server.redirects[path])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            body = server.bodies.get(path)
+            if body is None and path.endswith(".txt") and "missing" not in path:
+                body = TEXT.encode()
+            code = 200 if body is not None else 404
+            body = body if body is not None else b"not found\n"
+            self.send_response(code)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
+            self.close_connection = True
+
+    return Handler
+
+
+@pytest.fixture
+def files():
+    srv = _Files()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("how", ["url", "indirect", "headers", "indirect headers", "legacy env"])
+def test_a_preset_cannot_copy_the_environment_into_a_source(tmp_path, files, how):
+    url = f"{files.root}/x.txt"
+    body = {
+        "url": f"source:\n  url: {url}?k=${{oc.env:TRUST_TEST_SECRET}}\n",
+        "indirect": "leak: ${oc.env:TRUST_TEST_SECRET,none}\n"
+                    f"source:\n  url: {url}?k=${{leak}}\n",
+        "headers": f"source:\n  url: {url}\n  headers:\n"
+                   "    Authorization: Bearer ${oc.env:TRUST_TEST_SECRET}\n",
+        "indirect headers": "leak: ${oc.env:TRUST_TEST_SECRET}\n"  # a key with a dot, too
+                            f"source:\n  url: {url}\n  headers:\n    X.Key: ${{leak}}\n",
+        "legacy env": f"source:\n  url: {url}?k=${{env:TRUST_TEST_SECRET}}\n",
+    }[how]  # fmt: skip
+    (tmp_path / "conf" / "dataset").mkdir(parents=True)
+    (tmp_path / "conf" / "dataset" / "leaky.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - override /source: url\nname: leaky\n" + body
+    )
+    r = run_cli("--config-dir", str(tmp_path / "conf"), "dataset=leaky", "out_dir=out",
+                cwd=tmp_path, env={"TRUST_TEST_SECRET": "hunter3",
+                                   "CORPUSPREP_CACHE_DIR": str(tmp_path / "cache")})  # fmt: skip
+    key = {"headers": "source.headers.Authorization", "indirect headers": "source.headers"}.get(
+        how, "source.url"
+    )
+    assert_one_line_error(r, key, "environment")
+    assert "hunter3" not in r.stdout + r.stderr
+    assert files.count("/x.txt") == 0
+
+
+# --- 4. ids beyond the vocabulary ------------------------------------------------------
+
+
+def test_an_id_beyond_the_vocabulary_is_damaged(made: Path, tmp_path: Path):
+    vocab = json.loads((made / "manifest.json").read_text())["vocab_size"]
+    ids = np.memmap(made / "train.bin", dtype=np.uint16, mode="r+")
+    ids[len(ids) // 2] = 60_000
+    ids.flush()
+    del ids
+    with pytest.raises(UserError) as e:
+        corpusprep.load(made)
+    assert "damaged" in str(e.value) and "train.bin" in str(e.value)
+    assert "60,000" in str(e.value) and f"{vocab:,}" in str(e.value)
+    ds = corpusprep.load(made, check_ids=False)  # documented: skip the scan
+    assert int(ds.train.max()) == 60_000
+    r = inspect_cli(made, "--verify", cwd=tmp_path)
+    assert_inspect_error(r, "damaged", "train.bin")
+
+
+# --- 5. HF_TOKEN goes to the Hub only --------------------------------------------------
+
+
+def _parquet(docs: list[str]) -> bytes:
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"text": docs}), buf)
+    return buf.getvalue()
+
+
+def test_the_hf_token_goes_to_the_endpoint_only(tmp_path, monkeypatch):
+    from corpusprep.sources.hf import HfSource
+
+    hub, other = _Files(), _Files("127.0.0.2")
+    try:
+        listing = "/api/datasets/test/t/parquet/default/train"
+        hub.bodies[listing] = json.dumps(
+            [f"{hub.root}/files/0.parquet", f"{other.root}/files/1.parquet"]
+        ).encode()
+        hub.redirects["/files/0.parquet"] = f"{other.root}/files/0.parquet"  # e.g. a CDN
+        other.bodies["/files/0.parquet"] = _parquet(["zero"] * 10)
+        other.bodies["/files/1.parquet"] = _parquet(["one"] * 10)
+        monkeypatch.setenv("HF_TOKEN", "hf_trust_token")
+        src = HfSource("test/t", endpoint=hub.root, cache_dir=str(tmp_path), retries=0)
+        assert len(src.files(progress=False)) == 2
+        assert hub.headers[listing]["Authorization"] == "Bearer hf_trust_token"
+        assert hub.headers["/files/0.parquet"]["Authorization"] == "Bearer hf_trust_token"
+        assert other.count("/files/0.parquet") == 1 and other.count("/files/1.parquet") == 1
+        for path in ("/files/0.parquet", "/files/1.parquet"):
+            assert "Authorization" not in other.headers[path], path
+    finally:
+        hub.stop()
+        other.stop()
+
+
+@pytest.mark.parametrize(
+    "endpoint, hf_endpoint, url, sent",
+    [
+        ("https://huggingface.co", None, "https://huggingface.co/api/datasets/a/b/0.parquet", True),
+        ("https://huggingface.co", None, "https://hf.co/api/datasets/a/b/0.parquet", True),
+        ("https://huggingface.co", None, "http://huggingface.co/api/datasets/a/b/0.parquet", False),
+        ("https://huggingface.co", None, "https://huggingface.co.evil.example/x", False),
+        ("https://huggingface.co", None, "https://evil.example/x", False),
+        # a mirror gets the token only if the user's own HF_ENDPOINT names it, never a config
+        ("https://hub.example", None, "https://hub.example/x", False),
+        ("https://hub.example", "https://hub.example", "https://hub.example/x", True),
+        ("https://hub.example", "https://hub.example", "https://hub.example:8443/x", False),
+        ("https://hub.example", "https://hub.example", "https://cdn.example/x", False),
+        ("http://hub.example", "http://hub.example", "http://hub.example/x", False),  # plain http
+        ("http://127.0.0.1:8000", None, "http://127.0.0.1:8000/x", True),  # stays on this machine
+        ("http://127.0.0.1:8000", None, "http://127.0.0.1:9000/x", False),
+        ("http://127.0.0.1:8000", None, "http://127.0.0.2:8000/x", False),
+    ],
+)
+def test_which_urls_get_the_hf_token(monkeypatch, endpoint, hf_endpoint, url, sent):
+    from corpusprep.sources import hf
+
+    monkeypatch.setenv("HF_TOKEN", "hf_x")
+    if hf_endpoint:
+        monkeypatch.setenv("HF_ENDPOINT", hf_endpoint)
+    assert bool(hf._auth(url, endpoint)) is sent
+
+
+def test_a_preset_cannot_send_the_hf_token_elsewhere(tmp_path, cache_dir, monkeypatch):
+    """source.endpoint from a config file: the listing is asked for, without the token."""
+    from corpusprep.sources.hf import HfSource
+
+    monkeypatch.setenv("HF_TOKEN", "hf_trust_token")
+    src = HfSource("test/t", endpoint="https://collector.invalid", cache_dir=str(cache_dir),
+                   retries=0)  # fmt: skip
+    sent = []
+
+    class Asked(Exception):
+        pass
+
+    def get(url, **kwargs):  # no network: record what would be sent, and stop there
+        sent.append(kwargs["headers"])
+        raise Asked
+
+    monkeypatch.setattr("requests.get", get)
+    with pytest.raises(Asked):
+        src.files(progress=False)
+    assert sent and "Authorization" not in sent[0]
+
+
+# --- 6. credentials in URLs are never written or printed ------------------------------
+
+
+def test_redact():
+    assert redact("http://user:secret@h:1/x.txt?token=hunter2&page=2") == (
+        "http://***@h:1/x.txt?token=***&page=2"
+    )
+    assert redact("https://b.s3/x?X-Amz-Credential=a&X-Amz-Signature=b&sig=c&api_key=d") == (
+        "https://b.s3/x?X-Amz-Credential=***&X-Amz-Signature=***&sig=***&api_key=***"
+    )
+    assert redact("https://h/@scope/pkg?q=1") == "https://h/@scope/pkg?q=1"
+    assert redact_text("could not download http://u:p@h/x?key=k: HTTP 404") == (
+        "could not download http://***@h/x?key=***: HTTP 404"
+    )
+
+
+def _leaks(root: Path, *outputs: str) -> list[str]:
+    """Every file (name or content) under root, and every output, holding a secret."""
+    found = [f"output {i}" for i, text in enumerate(outputs) if any(s in text for s in SECRETS)]
+    for path in root.rglob("*"):
+        data = path.read_bytes() if path.is_file() else b""
+        if any(s in str(path.relative_to(root)) or s.encode() in data for s in SECRETS):
+            found.append(str(path))
+    return found
+
+
+def _secret_url(files: _Files, name: str) -> str:
+    return f"http://user:secret@127.0.0.1:{files.port}/{name}?token=hunter2"
+
+
+def test_url_credentials_not_in_manifest_summary_or_inspect(tmp_path, files):
+    env = {"CORPUSPREP_CACHE_DIR": str(tmp_path / "cache")}
+    r = run_cli(f"source.url='{_secret_url(files, 'a.txt')}'", "out_dir=out", cwd=tmp_path,
+                env=env)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert files.count("/a.txt") == 1
+    # conf/source/url.yaml's own ${oc.env:CORPUSPREP_CACHE_DIR,null} is still allowed
+    assert [p.name.endswith("-a.txt") for p in (tmp_path / "cache").iterdir()] == [True]
+    assert "***@127.0.0.1" in r.stdout  # the summary still says where the text came from
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["source"]["url"] == f"http://***@127.0.0.1:{files.port}/a.txt?token=***"
+    i = inspect_cli(tmp_path / "out", cwd=tmp_path)
+    assert i.returncode == 0, i.stderr
+    assert _leaks(tmp_path, r.stdout, r.stderr, i.stdout, i.stderr) == []
+
+
+def test_url_credentials_not_in_an_error_line(tmp_path, files):
+    r = run_cli(f"source.url='{_secret_url(files, 'missing.txt')}'", "out_dir=out",
+                "source.retries=0", cwd=tmp_path,
+                env={"CORPUSPREP_CACHE_DIR": str(tmp_path / "cache")})  # fmt: skip
+    assert_one_line_error(r, "HTTP 404", f"http://***@127.0.0.1:{files.port}/missing.txt")
+    assert _leaks(tmp_path, r.stdout, r.stderr) == []
+
+
+def test_url_credentials_not_in_a_sweep(tmp_path, files):
+    # the first two differ in their token only: once redacted, their folders must still differ
+    urls = [_secret_url(files, "a.txt"), _secret_url(files, "a.txt") + "x",
+            _secret_url(files, "missing.txt")]  # fmt: skip
+    r = run_cli("-m", "source.url=" + ",".join(f"'{u}'" for u in urls), "source.retries=0",
+                cwd=tmp_path, env={"CORPUSPREP_CACHE_DIR": str(tmp_path / "cache")})  # fmt: skip
+    assert r.returncode == 1, r.stderr  # the missing one failed; the others went on
+    assert files.count("/a.txt") == 2 and files.count("/missing.txt") == 1
+    sweep = next((tmp_path / "multirun").glob("*/*"))
+    assert (sweep / "multirun.yaml").is_file() and (sweep / "summary.csv").is_file()
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    assert len(jobs) == 3 and len({p.name for p in jobs}) == 3  # one folder per job
+    assert sum((job / "manifest.json").is_file() for job in jobs) == 2
+    assert "HTTP 404" in (sweep / "summary.csv").read_text()
+    assert _leaks(tmp_path, r.stdout, r.stderr) == []
