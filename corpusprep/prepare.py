@@ -50,7 +50,13 @@ from corpusprep.sources import Source
 from corpusprep.sources.url import sha256_file
 from corpusprep.split import split_point
 from corpusprep.tokenizers import NOWHERE, Tokenizer
-from corpusprep.writer import OutputWriter, choose_dtype
+from corpusprep.writer import (
+    OutputWriter,
+    changed_files,
+    check_free_space,
+    choose_dtype,
+    disk_errors,
+)
 
 
 def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str, Any]:
@@ -64,6 +70,16 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
     dtype = None if tokenizer.needs_fit else choose_dtype(settings.dtype, tokenizer.max_id)
     clock = _Clock()
 
+    # the lock first: another run in this out_dir waits for nothing and mixes nothing; the
+    # up-to-date check reads a folder no one is writing. Engines on other machines need the
+    # work folder (in out_dir) from the start; a user error still leaves nothing behind.
+    with OutputWriter(settings.out_dir) as out:
+        return _run(cfg, overrides, settings, source, tokenizer, executor, exporter, dtype,
+                    clock, out)  # fmt: skip
+
+
+def _run(cfg, overrides, settings, source, tokenizer, executor, exporter, dtype, clock,
+         out: OutputWriter) -> dict[str, Any]:  # fmt: skip
     files = source.files(progress=not settings.quiet)
     clock.lap("source")
     hashes: dict[str, bytes] = {}
@@ -71,6 +87,7 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
     if previous is not None:  # a finished run is there: redo it only if something changed
         hashes = _hashes(files)
         if previous.get("fingerprint") == fingerprint(cfg, tokenizer, input_sha256(files, hashes)):
+            out.remove_stale_work()  # of a run killed after its commit, or superseded
             return {**previous, "skipped": True}
     before = {f.path: os.stat(f.path) for f in files}
     # one text, nanoGPT's case: split by position and no end-of-text tokens, unless asked
@@ -79,11 +96,10 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
         "position" if single else "document")  # fmt: skip
     eot = eot_mode(settings.eot, single, tokenizer)
     shards = plan(files, settings.shard_bytes, tokenizer)
-
-    # the writer first: engines on other machines need the work folder (in out_dir) from the
-    # start; a user error still leaves nothing behind (what the writer made is removed)
     run_key = fingerprint(cfg, tokenizer, _stat_digest(before) + plan_digest(shards))[:20]
-    with executor, OutputWriter(settings.out_dir) as out:
+    # the executor inside the writer: on any failure its workers stop before the writer
+    # removes the work folder they write into
+    with executor:
         if not executor.shared_files:
             executor.attach(out.work(run_key))
         scans = list(_progress(executor.map(scan_shard, shards), shards, "scan", settings.quiet))
@@ -108,19 +124,30 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
         tasks, parts = _encode_tasks(shards, scans, settings, split_by, split_char, eot,
                                      eot_id, tokenizer, dtype, hashes, single, out,
                                      run_key, executor)  # fmt: skip
-        done = {t.shard.index: r for t in tasks if (r := finished(t, itemsize)) is not None}
+        work = tasks[0].marker and Path(tasks[0].marker).parent
+        done = {}
+        if work and any(work.glob("*.done")):  # an earlier run's shards: reuse them only
+            hashes = hashes or _hashes(files)  # if the input's content is still the same
+            if _recorded_inputs(work) == _input_digests(hashes):
+                done = {t.shard.index: r for t in tasks if (r := finished(t, itemsize))}
+            for stale in () if done else work.glob("*.done"):
+                stale.unlink()
         todo = [t for t in tasks if t.shard.index not in done]
         if done:
             print(f"corpusprep: resuming: {len(done)} of {len(tasks)} shards were done by an "
-                  "earlier run", file=sys.stderr)  # fmt: skip
-        fresh = executor.map(encode_shard, todo)
-        if not hashes:
-            hashes = _hashes(files)  # here, while the workers encode and wait on the disk
-        fresh = _progress(fresh, [t.shard for t in todo], "encode", settings.quiet)
-        results = [done[t.shard.index] if t.shard.index in done else next(fresh) for t in tasks]
-        _check_unchanged(before)
-        if parts:
-            _merge(out, parts, results, itemsize)
+                  "earlier run (same input sha256)", file=sys.stderr)  # fmt: skip
+        with disk_errors(out.label, _space_needed(scans, tokenizer, itemsize)):
+            fresh = executor.map(encode_shard, todo)
+            if not hashes:
+                hashes = _hashes(files)  # here, while the workers encode and wait on the disk
+            if work:  # what the shards' markers were made from, for a resume
+                _record_inputs(work, hashes)
+            fresh = _progress(fresh, [t.shard for t in todo], "encode", settings.quiet)
+            results = [done[t.shard.index] if t.shard.index in done else next(fresh)
+                       for t in tasks]  # fmt: skip
+            _check_unchanged(before)
+            if parts:
+                _merge(out, parts, results, itemsize)
         clock.lap("encode")
         counts = {side: sum(getattr(r, f"{side}_tokens") for r in results) for side in SIDES}
         for side in SIDES:
@@ -129,16 +156,16 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
                     f"{_name(files)}: split={settings.split} by {split_by} leaves {side} "
                     f"empty ({docs:,} documents); use more documents or another split"
                 )
-        produced = exporter.export(
-            Streams(out.path_of("train.bin"), out.path_of("val.bin"),
-                    out.path_of("train.docs.bin"), out.path_of("val.docs.bin"), dtype,
-                    tokenizer.vocab_size, eot_id, str(cfg.get("name"))),
-            out,
-        )  # fmt: skip
+        with disk_errors(out.label, sum(counts.values()) * itemsize):
+            produced = exporter.export(
+                Streams(out.path_of("train.bin"), out.path_of("val.bin"),
+                        out.path_of("train.docs.bin"), out.path_of("val.docs.bin"), dtype,
+                        tokenizer.vocab_size, eot_id, str(cfg.get("name"))),
+                out,
+            )  # fmt: skip
         manifest = _manifest(cfg, overrides, settings, source, tokenizer, executor, files,
                              hashes, shards, scans, results, split_by, split_char, eot, eot_id,
                              dtype, clock)  # fmt: skip
-        manifest["files"] = produced
         manifest["format"] = exporter.describe()
         if manifest["format"].get("kind") != "nanogpt":
             manifest.pop("nanogpt_note", None)
@@ -146,9 +173,8 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
             if name not in produced:
                 out.obsolete(name)
         out.write_pickle("meta.pkl", tokenizer.meta())
-        out.write_json("manifest.json", manifest)
-        out.commit()
-    return manifest
+        # the writer adds every file's size and sha256, and writes the manifest last
+        return out.commit(manifest)
 
 
 def is_single_text(files: list[InputFile]) -> bool:
@@ -178,7 +204,7 @@ def plan(files: list[InputFile], shard_bytes: int, tokenizer: Tokenizer) -> list
             if run and size + nbytes > shard_bytes:
                 shards.append(Shard(len(shards), tuple(run)))
                 run, size = [], 0
-            run.append(Segment(file, start, end, nbytes))
+            run.append(Segment(file, start, end, nbytes, cut))  # cut: bounds what is held
             size += nbytes
     if run:
         shards.append(Shard(len(shards), tuple(run)))
@@ -205,6 +231,7 @@ def _encode_tasks(shards, scans, settings, split_by, split_char, eot, eot_id, to
         executor.attach(work)
     if in_place:
         totals = [sum(c[k] for c in counts) for k in (0, 1)]
+        check_free_space(out.out_dir, sum(totals) * itemsize)
         paths = [out.temp(f"{side}.bin", totals[k] * itemsize) for k, side in enumerate(SIDES)]
         position = [0, 0]
     doc_keys = {name: digest[:16] for name, digest in hashes.items()}
@@ -240,8 +267,10 @@ def _side_chars(first: int, chars: int, split_char: int) -> tuple[int, int]:
 def _merge(out: OutputWriter, parts, results: list[EncodeResult], itemsize: int) -> None:
     """Concatenate the shards' parts into train.bin / val.bin in plan order (never finish
     order); document starts are shifted by the tokens of the shards before."""
+    totals = {side: sum(getattr(r, f"{side}_tokens") for r in results) for side in SIDES}
+    check_free_space(out.out_dir, sum(totals.values()) * itemsize)
     for side in SIDES:
-        total = sum(getattr(r, f"{side}_tokens") for r in results)
+        total = totals[side]
         mine = [(i, part, index) for i, s, part, index in sorted(parts) if s == side]
         with open(out.temp(f"{side}.bin"), "r+b") as dst:
             for _, part, _ in mine:
@@ -278,7 +307,8 @@ def input_sha256(files: list[InputFile], hashes: dict[str, bytes]) -> str:
 
 # keys that change where or how fast a run goes, never what it writes
 NOT_IN_FINGERPRINT = {"out_dir", "quiet", "force", "dry_run", "executor", "shard_bytes", "name"}
-SOURCE_NOT_IN_FINGERPRINT = {"cache_dir", "timeout", "retries", "name"}
+SOURCE_NOT_IN_FINGERPRINT = {"cache_dir", "timeout", "retries", "name", "deadline",
+                             "max_bytes", "max_uncut_bytes"}  # fmt: skip
 
 
 def fingerprint(cfg: DictConfig, tokenizer: Tokenizer, input_digest: str) -> str:
@@ -308,13 +338,40 @@ def finished_manifest(out_dir: str) -> Optional[dict[str, Any]]:
     """The manifest of a finished run in out_dir, if its outputs are all there and whole."""
     folder = Path(out_dir)
     manifest = _read_manifest(folder)
-    if manifest is None or not (folder / "meta.pkl").is_file():
+    if manifest is None or "meta.pkl" not in manifest["files"]:
         return None
-    try:
-        whole = all((folder / n).stat().st_size == size for n, size in manifest["files"].items())
-    except (OSError, TypeError):
-        return None
+    # a skipped run must be right: every file's size, then its bytes (1-2 GB/s); a folder
+    # without checksums is from an older version: redo it
+    whole = changed_files(folder, manifest) == []
     return manifest if whole else None
+
+
+INPUTS = "inputs.json"  # in a work folder: the sha256 of the input its shards come from
+
+
+def _input_digests(hashes: dict[str, bytes]) -> dict[str, str]:
+    return {name: digest.hex() for name, digest in sorted(hashes.items())}
+
+
+def _record_inputs(work: Path, hashes: dict[str, bytes]) -> None:
+    tmp = work / f".{INPUTS}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(_input_digests(hashes)), encoding="utf-8")
+    os.replace(tmp, work / INPUTS)
+
+
+def _recorded_inputs(work: Path) -> Optional[dict[str, str]]:
+    try:
+        return json.loads((work / INPUTS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _space_needed(scans, tokenizer: Tokenizer, itemsize: int) -> int:
+    """About how many bytes the run writes: its ids twice (shard parts, then merged), with
+    one token per character for char/byte and about four characters per token for BPE."""
+    chars = sum(s.chars for s in scans)
+    tokens = chars if tokenizer.tokens_for(1) is not None else chars // 4
+    return 2 * tokens * itemsize
 
 
 def plan_digest(shards: list[Shard]) -> str:
@@ -393,6 +450,8 @@ def _manifest(cfg, overrides, settings: Settings, source, tokenizer, executor, f
               shards, scans, results, split_by, split_char, eot, eot_id, dtype, clock):  # fmt: skip
     import hydra
 
+    from corpusprep.redact import redact_values
+
     train = sum(r.train_tokens for r in results)
     val = sum(r.val_tokens for r in results)
     chars = sum(s.chars for s in scans)
@@ -410,13 +469,15 @@ def _manifest(cfg, overrides, settings: Settings, source, tokenizer, executor, f
         "fingerprint": fingerprint(cfg, tokenizer, sha256),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "name": cfg.get("name"),
-        "source": {
-            **source.describe(),
-            "file": listed[0]["path"],
-            "bytes": sum(os.path.getsize(p) for p in {f.path for f in files}),
-            "sha256": sha256,
-            "files": listed,
-        },  # fmt: skip
+        "source": redact_values(
+            {  # a URL's user:password or ?token= is never written
+                **source.describe(),
+                "file": listed[0]["path"],
+                "bytes": sum(os.path.getsize(p) for p in {f.path for f in files}),
+                "sha256": sha256,
+                "files": listed,
+            }
+        ),  # fmt: skip
         "tokenizer": tokenizer.describe(),
         "vocab_size": tokenizer.vocab_size,
         "dtype": dtype,
@@ -447,8 +508,8 @@ def _manifest(cfg, overrides, settings: Settings, source, tokenizer, executor, f
         },  # fmt: skip
         "executor": executor.describe(),
         "seconds": {**clock.laps, "total": clock.total()},
-        "config": OmegaConf.to_container(cfg, resolve=True),
-        "overrides": list(overrides or []),
+        "config": redact_values(OmegaConf.to_container(cfg, resolve=True)),
+        "overrides": redact_values(list(overrides or [])),
         "versions": {
             "python": platform.python_version(),
             "numpy": np.__version__,

@@ -11,8 +11,8 @@ were or which finished first.
 
 from __future__ import annotations
 
+import json
 import os
-import pickle
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import groupby
@@ -170,11 +170,23 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
         if index is not None:
             np.array(starts[side], dtype=np.uint64).tofile(index)
     if task.marker is not None:  # the shard is done: a re-run can take it as it is
-        tmp = f"{task.marker}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            pickle.dump(result, f)
-        os.replace(tmp, task.marker)
+        _write_marker(task.marker, result)
     return result
+
+
+# A marker is JSON (never a pickle: a work folder may come from anyone) with the counts;
+# the duplicate-check keys go next to it as raw uint64, train's then val's.
+COUNTS = ("train_tokens", "val_tokens", "train_docs", "val_docs")
+
+
+def _write_marker(marker: str, result: EncodeResult) -> None:
+    np.concatenate([result.train_keys, result.val_keys]).astype("<u8").tofile(f"{marker}.keys")
+    record = {k: getattr(result, k) for k in COUNTS}
+    record["train_keys"] = len(result.train_keys)
+    tmp = f"{marker}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(record, f)
+    os.replace(tmp, marker)
 
 
 def finished(task: EncodeTask, itemsize: int) -> Optional[EncodeResult]:
@@ -182,8 +194,17 @@ def finished(task: EncodeTask, itemsize: int) -> Optional[EncodeResult]:
     if task.marker is None or not os.path.exists(task.marker):
         return None
     try:
-        with open(task.marker, "rb") as f:
-            result = pickle.load(f)
+        with open(task.marker, encoding="utf-8") as f:
+            record = json.load(f)
+        counts = {k: record[k] for k in COUNTS}
+        split = record["train_keys"]
+        if not all(isinstance(v, int) and v >= 0 for v in [*counts.values(), split]):
+            return None
+        keys = np.fromfile(f"{task.marker}.keys", dtype="<u8")
+        if len(keys) != counts["train_docs"] + counts["val_docs"] or split > len(keys):
+            return None
+        result = EncodeResult(**counts, train_keys=keys[:split].astype(np.uint64),
+                              val_keys=keys[split:].astype(np.uint64))  # fmt: skip
         for side in SIDES:
             target = getattr(task, side)
             tokens = getattr(result, f"{side}_tokens")
@@ -194,7 +215,7 @@ def finished(task: EncodeTask, itemsize: int) -> Optional[EncodeResult]:
             if index is not None and os.path.getsize(index) != 8 * docs:
                 return None
         return result
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError):
         return None
 
 

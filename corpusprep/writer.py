@@ -1,21 +1,34 @@
 """Writing the output folder so that a run either completes or changes nothing.
 
 Every file is written under a temporary name in out_dir (same filesystem, so a rename is
-atomic), flushed to disk, and renamed into place only when all of them are complete;
-the manifest goes last, so a folder with a manifest is a finished one. A failed or
-interrupted run removes its temporary files and leaves the previous outputs as they were.
+atomic) and flushed to disk. The commit then writes a journal of its renames, removes the
+old manifest (a folder without one is not finished), renames the data into place and
+writes the manifest last, with every file's size and sha256: a folder with a manifest is
+a finished one, all of whose files belong to that run. A commit cut short (a SIGKILL
+between two renames) is finished from its journal by the next run in that folder.
+
+One run at a time per out_dir: a lock file held for the whole run (flock), so a second
+run stops with one line instead of mixing its files with the first one's. Under the lock,
+temporary files of dead runs are removed. A failed or interrupted run removes its own
+temporary files and leaves the previous outputs as they were.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import json
 import os
 import pickle
+import re
 import secrets
 import shutil
 import signal
+import socket
 import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Optional
 
@@ -25,6 +38,12 @@ from corpusprep.errors import UserError
 
 DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
 WORK = ".corpusprep-work"  # resumable shard parts, inside out_dir
+LOCK = ".corpusprep.lock"  # held (flock) for the whole run
+JOURNAL = ".corpusprep-commit.json"  # the renames of a commit under way
+MANIFEST = "manifest.json"
+TEMP = re.compile(r"\..+\.\d+-[0-9a-f]{6}\.tmp")  # what temp() names files
+# out of space, out of quota, read-only: trying again cannot help
+NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
 
 def choose_dtype(requested: str, max_id: int) -> str:
@@ -39,8 +58,50 @@ def choose_dtype(requested: str, max_id: int) -> str:
     return requested
 
 
+def no_space(e: OSError, folder: Path | str, needed: Optional[int] = None) -> UserError:
+    """The one line for a full (or read-only) disk: the folder and, if known, the space."""
+    what = "is read-only" if e.errno == errno.EROFS else "has no space left"
+    if e.errno == errno.EDQUOT:
+        what = "is over its disk quota"
+    need = f" (this run needs about {_mb(needed)} MB there)" if needed else ""
+    return UserError(
+        f"{folder}: the disk {what}{need}; free some space or choose another out_dir "
+        "(the previous outputs are untouched)"
+    )
+
+
+@contextlib.contextmanager
+def disk_errors(folder: Path | str, needed: Optional[int] = None) -> Iterator[None]:
+    """Turn a full or read-only disk into the one-line error (never retried)."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno in NO_SPACE:
+            raise no_space(e, folder, needed) from None
+        raise
+
+
+def check_free_space(folder: Path, needed: int) -> None:
+    """Fail before writing when the disk visibly cannot hold `needed` more bytes."""
+    try:
+        st = os.statvfs(folder)
+    except (OSError, AttributeError):
+        return
+    free = st.f_bavail * st.f_frsize
+    if needed > free:
+        raise UserError(
+            f"{folder}: the disk has {_mb(free)} MB free but this run needs about "
+            f"{_mb(needed)} MB; free some space or choose another out_dir "
+            "(the previous outputs are untouched)"
+        )
+
+
+def _mb(nbytes: int) -> str:
+    return f"{max(nbytes / 1e6, 0.1):,.1f}"
+
+
 class OutputWriter:
-    """Use as `with OutputWriter(out_dir) as out: ...; out.commit()`."""
+    """Use as `with OutputWriter(out_dir) as out: ...; out.commit(manifest)`."""
 
     def __init__(self, out_dir: str | Path) -> None:
         self.label = str(out_dir)  # as the user wrote it, for messages
@@ -48,9 +109,10 @@ class OutputWriter:
         self._tag = f"{os.getpid()}-{secrets.token_hex(3)}"
         self._temps: dict[str, Path] = {}  # final name -> temporary path, in commit order
         self._scratch: list[Path] = []  # dropped temporary files: deleted on commit or abort
-        self._obsolete: list[Path] = []  # files of the previous run this one does not make
+        self._obsolete: list[str] = []  # files of the previous run this one does not make
         self._work: Optional[Path] = None
         self._made_dirs: list[Path] = []
+        self._lock: Optional[int] = None
         self.committed = False
 
     def __enter__(self) -> OutputWriter:
@@ -59,6 +121,10 @@ class OutputWriter:
         while not d.exists():
             missing.append(d)
             d = d.parent
+        if not d.is_dir():
+            raise UserError(
+                f"out_dir={self.label}: {d} is a file, not a folder; choose another out_dir"
+            )
         try:
             self.out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -66,31 +132,39 @@ class OutputWriter:
                 f"out_dir={self.label}: cannot create it ({e.strerror}); choose a writable out_dir"
             ) from None
         self._made_dirs = missing
-        if not self.out_dir.is_dir():
-            raise UserError(f"out_dir={self.label}: exists and is not a folder")
         if not os.access(self.out_dir, os.W_OK | os.X_OK):
             self._remove_made_dirs()
             raise UserError(f"out_dir={self.label}: not writable; choose another out_dir")
+        try:
+            self._lock = _acquire_lock(self.out_dir, self.label)
+        except BaseException:
+            self._remove_made_dirs()
+            raise
+        recover(self.out_dir)  # a commit a killed run began is finished first
+        self._remove_dead_temps()
         return self
 
     def __exit__(self, exc_type: Any, *exc: object) -> None:
-        if not self.committed:
-            # finished shards stay for a re-run after a failure the user did not cause (a
-            # dead node, retries used up); a user error or Ctrl-C tidies everything away
-            keep = exc_type is not None and not issubclass(exc_type, (UserError, KeyboardInterrupt))
-            self.abort(keep_work=keep)
+        try:
+            if not self.committed:
+                # finished shards stay for a re-run after a failure the user did not cause
+                # (a dead node, retries used up); a user error or Ctrl-C tidies them away
+                keep = exc_type is not None and not issubclass(
+                    exc_type, (UserError, KeyboardInterrupt)
+                )
+                self.abort(keep_work=keep)
+        finally:
+            self._release_lock()
+            self._remove_made_dirs()
 
     def temp(self, name: str, nbytes: int = 0) -> Path:
-        """A new temporary file that becomes `name` on commit, preallocated to `nbytes`."""
+        """A new temporary file that becomes `name` on commit, with `nbytes` reserved on
+        disk (so a full disk fails here, before any work, rather than halfway)."""
         path = self.out_dir / f".{name}.{self._tag}.tmp"
         self._temps[name] = path
-        try:
-            with open(path, "wb") as f:
-                f.truncate(nbytes)
-        except OSError as e:
-            raise UserError(
-                f"out_dir={self.label}: cannot write {path.name}: {e.strerror}"
-            ) from None
+        with disk_errors(self.out_dir, nbytes), open(path, "wb") as f:
+            if nbytes:
+                _reserve(f.fileno(), nbytes)
         return path
 
     def path_of(self, name: str) -> Optional[Path]:
@@ -102,14 +176,15 @@ class OutputWriter:
         that a re-run with the same input, settings and plan (`key`) redoes only missing
         shards. It lives in out_dir (shared by every worker, on a shared file system)."""
         self._work = self.out_dir / WORK / key
-        self._work.mkdir(parents=True, exist_ok=True)
+        with disk_errors(self.out_dir):
+            self._work.mkdir(parents=True, exist_ok=True)
         return self._work
 
     def obsolete(self, name: str) -> None:
         """A file of an earlier run (another format, more shards) to delete on commit: a
         reader globbing the folder must not find stale files next to the new ones."""
-        if Path(name).name == name and name not in self._temps:
-            self._obsolete.append(self.out_dir / name)
+        if _plain_name(name) and name != MANIFEST:
+            self._obsolete.append(name)  # unless this run makes it after all (see commit)
 
     def drop(self, name: str) -> None:
         """Keep a temporary file out of the final folder (it becomes scratch)."""
@@ -117,38 +192,44 @@ class OutputWriter:
         self._scratch.append(path)
 
     def write_pickle(self, name: str, obj: Any) -> None:
-        with open(self.temp(name), "wb") as f:
+        with disk_errors(self.out_dir), open(self.temp(name), "wb") as f:
             pickle.dump(obj, f)
 
-    def write_json(self, name: str, obj: Any) -> None:
-        with open(self.temp(name), "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-
-    def commit(self) -> None:
-        """Flush every file to disk, then rename them all into place."""
-        for path in self._temps.values():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        # No Ctrl-C between the renames: the folder must not end up half old, half new.
+    def commit(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Seal every file (fsync, size, sha256), then put them all in place: the old
+        manifest goes first, the new one (listing every file) last. Returns the manifest."""
+        with disk_errors(self.out_dir):
+            files, checksums = self._seal()
+            manifest = {**manifest, "files": files, "checksums": checksums}
+            final = self.out_dir / f".{MANIFEST}.{self._tag}.tmp"
+            with open(final, "w", encoding="utf-8") as f:
+                json.dump(manifest, f, indent=2, ensure_ascii=False)
+                f.write("\n")
+                f.flush()
+                os.fsync(f.fileno())
+            self._temps[MANIFEST] = final
+            renames = [[path.name, name] for name, path in self._temps.items()]
+            obsolete = [n for n in self._obsolete if n not in self._temps]
+            journal = {"renames": renames, "obsolete": obsolete}
+            _write_atomic(self.out_dir / JOURNAL, json.dumps(journal).encode(), self._tag)
+        # No Ctrl-C between the renames: the folder must not end up half old, half new
+        # (a SIGKILL still can: then the journal lets the next run finish the commit).
         blocked = {signal.SIGINT, signal.SIGTERM}
         old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked) if _can_mask() else None
         try:
-            for name, path in self._temps.items():
-                os.replace(path, self.out_dir / name)
-            for path in self._obsolete:
-                path.unlink(missing_ok=True)
+            _apply(self.out_dir, journal)
             self.committed = True
         finally:
             for path in self._scratch:
                 path.unlink(missing_ok=True)
             if old is not None:
                 signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        _fsync_dir(self.out_dir)
-        shutil.rmtree(self.out_dir / WORK, ignore_errors=True)  # this run's and stale ones
+        self.remove_stale_work()
+        return manifest
+
+    def remove_stale_work(self) -> None:
+        """This run's work folder and any a dead run left (the lock: no one else is here)."""
+        shutil.rmtree(self.out_dir / WORK, ignore_errors=True)
 
     def abort(self, keep_work: bool = False) -> None:
         for path in [*self._temps.values(), *self._scratch]:
@@ -158,7 +239,28 @@ class OutputWriter:
             shutil.rmtree(self._work, ignore_errors=True)
             with contextlib.suppress(OSError):
                 (self.out_dir / WORK).rmdir()
-        self._remove_made_dirs()
+
+    def _seal(self) -> tuple[dict[str, int], dict[str, str]]:
+        """fsync every temporary file and take its size and sha256 (threads: hashlib and
+        fsync release the GIL, so the files are read in parallel)."""
+        names = list(self._temps)
+        with ThreadPoolExecutor(min(4, max(len(names), 1))) as pool:
+            sealed = list(pool.map(_seal_file, [self._temps[n] for n in names]))
+        return ({n: s for n, (s, _) in zip(names, sealed)},
+                {n: h for n, (_, h) in zip(names, sealed)})  # fmt: skip
+
+    def _remove_dead_temps(self) -> None:
+        """Temporary files of runs that died (we hold the lock: no live run owns them)."""
+        for path in self.out_dir.iterdir():
+            if TEMP.fullmatch(path.name) and path.is_file():
+                path.unlink(missing_ok=True)
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.out_dir / LOCK)  # before closing: no one can take a dead inode
+            os.close(self._lock)
+            self._lock = None
 
     def _remove_made_dirs(self) -> None:
         for d in self._made_dirs:  # deepest first; only folders this run created, if empty
@@ -166,6 +268,146 @@ class OutputWriter:
                 d.rmdir()
             except OSError:
                 break
+        self._made_dirs = []
+
+
+def recover(folder: Path) -> None:
+    """Finish a commit that a killed run left half done (its journal is still there)."""
+    path = folder / JOURNAL
+    try:
+        journal = json.loads(path.read_bytes())
+        renames = [(str(a), str(b)) for a, b in journal["renames"]]
+        obsolete = [str(n) for n in journal["obsolete"]]
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError, KeyError, TypeError):
+        path.unlink(missing_ok=True)  # not ours, or unreadable: nothing to finish
+        return
+    # only our own temporary files, renamed to plain names in this folder
+    if all(TEMP.fullmatch(a) and _plain_name(b) for a, b in renames) and all(
+        _plain_name(n) for n in obsolete
+    ):
+        _apply(folder, {"renames": renames, "obsolete": obsolete})
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _apply(folder: Path, journal: dict[str, Any]) -> None:
+    """Carry out a commit's journal; safe to repeat from any point it was cut at."""
+    renames = journal["renames"]
+    manifest_temp = next((folder / a for a, b in renames if b == MANIFEST), None)
+    if manifest_temp is not None and manifest_temp.exists():
+        (folder / MANIFEST).unlink(missing_ok=True)  # from now on the folder is unfinished
+        _fsync_dir(folder)
+    for temp, name in renames:
+        if name != MANIFEST and (folder / temp).exists():
+            os.replace(folder / temp, folder / name)
+    for name in journal["obsolete"]:
+        (folder / name).unlink(missing_ok=True)
+    _fsync_dir(folder)
+    if manifest_temp is not None and manifest_temp.exists():
+        os.replace(manifest_temp, folder / MANIFEST)
+        _fsync_dir(folder)
+    (folder / JOURNAL).unlink(missing_ok=True)
+
+
+def _acquire_lock(folder: Path, label: str) -> Optional[int]:
+    """An exclusive flock on folder/.corpusprep.lock, holding our pid; None where there is
+    no flock (not POSIX). A second run gets one line naming the holder."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    path = folder / LOCK
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = _read_holder(fd)
+            os.close(fd)
+            if e.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            raise UserError(
+                f"out_dir={label}: another corpusprep run ({holder}) is writing there; "
+                "wait for it to finish, or choose another out_dir"
+            ) from None
+        try:  # the holder may have removed the file as we opened it: lock the one on disk
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+    return fd
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown pid"
+    except OSError:
+        return "unknown pid"
+
+
+def _seal_file(path: Path) -> tuple[int, str]:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+    return path.stat().st_size, file_sha256(path)
+
+
+def changed_files(folder: Path, manifest: dict[str, Any]) -> Optional[list[str]]:
+    """The files of a finished folder whose size or sha256 is not what its manifest says
+    ([] when all agree); None when the manifest lists no checksums for all of them."""
+    files, sums = manifest.get("files"), manifest.get("checksums")
+    if not isinstance(files, dict) or not isinstance(sums, dict) or set(files) != set(sums):
+        return None
+    changed = []
+    for name, size in files.items():
+        path = folder / name
+        try:
+            if (
+                not _plain_name(name)
+                or path.stat().st_size != size
+                or file_sha256(path) != sums[name]
+            ):
+                changed.append(name)
+        except OSError:
+            changed.append(name)
+    return changed
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_atomic(path: Path, data: bytes, tag: str) -> None:
+    tmp = path.with_name(f".{path.name.lstrip('.')}.{tag}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _reserve(fd: int, nbytes: int) -> None:
+    """Allocate the blocks now where the file system can (a full disk fails here)."""
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except (AttributeError, OSError) as e:
+        if isinstance(e, OSError) and e.errno in NO_SPACE:
+            raise
+        os.ftruncate(fd, nbytes)  # no fallocate here: a sparse file of the right size
+
+
+def _plain_name(name: str) -> bool:
+    return bool(name) and Path(name).name == name and name not in (".", "..")
 
 
 def start_writeback(fd: int, offset: int, nbytes: int) -> None:

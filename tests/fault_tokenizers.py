@@ -66,3 +66,24 @@ class FailOnceCharTokenizer(CrashOnceCharTokenizer):
             open(self.flag, "w").close()
             raise RuntimeError("injected failure, once")
         yield from CharTokenizer.encode_pieces(self, pieces)
+
+
+class FailWhileFlagCharTokenizer(CharTokenizer):
+    """Raises after n encoded pieces in a process while the file `flag` exists (every
+    retry too): a run that dies halfway, which the same config resumes once the flag is
+    gone."""
+
+    def __init__(self, flag: str = "", fail_after: int = 3, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.flag = flag
+        self.fail_after = fail_after
+
+    def encode_pieces(self, pieces):
+        import os
+
+        global _calls
+        for ids in super().encode_pieces(pieces):
+            _calls += 1
+            if _calls > self.fail_after and os.path.exists(self.flag):
+                raise RuntimeError("injected failure while encoding")
+            yield ids

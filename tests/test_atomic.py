@@ -107,6 +107,7 @@ def test_a_killed_run_leaves_only_hidden_temp_files(tmp_path, previous):
     finally:
         proc.kill()
     leftovers = unchanged(tmp_path, previous, temps_allowed=True)
+    leftovers.remove(".corpusprep.lock")  # a dead holder's: flock died with it
     assert leftovers and all(n.startswith(".") and n.endswith(".tmp") for n in leftovers)
 
 

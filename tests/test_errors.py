@@ -63,7 +63,7 @@ CASES = {
     ),
     "out_dir under a file": (
         ["source=file", "source.path=good.txt", "out_dir=a_file/sub"],
-        ["out_dir=a_file/sub", "writable"],
+        ["out_dir=a_file/sub", "is a file, not a folder"],
     ),
     "out_dir is a file": (["source=file", "source.path=good.txt", "out_dir=a_file"], ["a_file"]),
 }

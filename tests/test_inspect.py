@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import subprocess
 import sys
 
@@ -62,6 +64,12 @@ def test_verify_catches_a_changed_byte(made, tmp_path):
     ids = np.fromfile(out / "val.bin", np.uint16)
     ids[5] = ids[6] if ids[5] != ids[6] else ids[4]
     ids.tofile(out / "val.bin")
+    r = inspect_cli(out, "--verify", cwd=tmp_path)
+    assert r.returncode == 1 and "val.bin: its sha256" in r.stderr and "Traceback" not in r.stderr
+    # with the manifest's checksum made to agree, decoding still finds the changed id
+    m = json.loads((out / "manifest.json").read_text())
+    m["checksums"]["val.bin"] = hashlib.sha256((out / "val.bin").read_bytes()).hexdigest()
+    (out / "manifest.json").write_text(json.dumps(m))
     r = inspect_cli(out, "--verify", cwd=tmp_path)
     assert r.returncode == 1 and "differs from" in r.stderr and "Traceback" not in r.stderr
 

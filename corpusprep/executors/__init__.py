@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, TypeVar, Union
 
 from corpusprep.errors import UserError
+from corpusprep.writer import NO_SPACE
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -24,6 +25,15 @@ R = TypeVar("R")
 @dataclass(frozen=True)
 class _UserFailure:
     message: str
+
+
+@dataclass(frozen=True)
+class _NoSpace:
+    """A full or read-only disk: never tried again, and the driver says how much is needed."""
+
+    errno: int
+    strerror: str
+    filename: str
 
 
 class _Guarded:
@@ -38,6 +48,10 @@ class _Guarded:
             return self.fn(task)
         except UserError as e:
             return _UserFailure(str(e))
+        except OSError as e:
+            if e.errno in NO_SPACE:
+                return _NoSpace(e.errno, e.strerror, str(e.filename))
+            raise
 
 
 class Executor(ABC):
@@ -64,6 +78,8 @@ class Executor(ABC):
                 index = order[k]
                 if isinstance(outcome, _UserFailure):
                     raise UserError(outcome.message)
+                if isinstance(outcome, _NoSpace):
+                    raise OSError(outcome.errno, outcome.strerror, outcome.filename)
                 if isinstance(outcome, BaseException):
                     if isinstance(outcome, (UserError, KeyboardInterrupt)):
                         raise outcome
@@ -98,8 +114,15 @@ class Executor(ABC):
     def __enter__(self) -> Executor:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
 
     def close(self) -> None:  # noqa: B027 - nothing to release by default
         """Release workers."""
+
+    def abort(self) -> None:
+        """Stop at once (a failure or Ctrl-C): no task may write after this returns."""
+        self.close()

@@ -86,7 +86,11 @@ class LocalExecutor(Executor):
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
             context = multiprocessing.get_context(self.start_method)
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=context)
+            self._pool = ProcessPoolExecutor(
+                self.workers, mp_context=context, initializer=die_with_parent,
+                # a forkserver's workers are its children, not ours
+                initargs=(None if context.get_start_method() == "forkserver" else os.getpid(),),
+            )  # fmt: skip
         return self._pool
 
     def _discard_pool(self) -> None:
@@ -98,3 +102,29 @@ class LocalExecutor(Executor):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+    def abort(self) -> None:
+        """Kill the workers (a task may be halfway through a shard) and wait for them."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        for process in processes:
+            process.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.join(5)
+
+
+def die_with_parent(parent: Optional[int]) -> None:
+    """A worker ends with the driver, even a SIGKILLed one: it would otherwise go on writing
+    into out_dir and hold the driver's pipes open (Linux: PR_SET_PDEATHSIG; elsewhere the
+    pool notices the dead parent at its next task)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if parent is not None and os.getppid() != parent:  # it died before the signal was set
+        os._exit(1)
