@@ -8,7 +8,7 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Union
 from urllib.parse import urlsplit
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -17,7 +17,8 @@ from corpusprep.errors import UserError
 from corpusprep.redact import redact_text
 
 DTYPES = ("auto", "uint16", "uint32")
-SPLIT_BY = ("auto", "position", "document")
+SPLIT_BY = ("auto", "position", "document", "hash", "head", "tail")
+ORDERS = ("source", "shuffle")
 EOT = ("auto", "append", "prepend", "none")
 
 
@@ -81,7 +82,7 @@ def register_resolvers() -> None:
             OmegaConf.register_new_resolver(name, fn)
 
 
-def build(node: DictConfig | dict, what: str) -> Any:
+def build(node: DictConfig | dict, what: str, given: Optional[set[str]] = None) -> Any:
     """Make a plugin (source, tokenizer, executor, format) from its config node, or from a
     plain dict (a manifest's record: taken as written, no interpolation).
 
@@ -91,6 +92,11 @@ def build(node: DictConfig | dict, what: str) -> Any:
     module is imported, and a subclass of the group's base (Tokenizer for tokenizer, ...).
     Its arguments are plain values: a nested `_target_` is a dict like any other, never
     built. Hydra's instantiate is not used: it imports and calls whatever a config names.
+
+    `given`: the keys of this group set on the command line. When it is passed, keys the
+    class does not take and the user did not give are dropped: they come from a preset
+    made for another choice of the group (dataset=openwebtext source=files drops the
+    preset's source.dataset, keeps everything else).
     """
     target = node.get("_target_") if isinstance(node, (DictConfig, dict)) else None
     if not target:
@@ -104,6 +110,10 @@ def build(node: DictConfig | dict, what: str) -> Any:
         values = copy.deepcopy(dict(node))
     # `name` labels the choice for folder names and tables; it is not a constructor argument.
     kwargs = {str(k): v for k, v in values.items() if k not in ("_target_", "name")}
+    if given is not None:
+        taken = accepted_keys(cls)
+        if taken is not None:
+            kwargs = {k: v for k, v in kwargs.items() if k in taken or k in given}
     try:
         return cls(**kwargs)
     except UserError:
@@ -112,6 +122,22 @@ def build(node: DictConfig | dict, what: str) -> Any:
         raise UserError(redact_text(f"{what}: {e}; check the {what}.* keys")) from None
     except Exception as e:
         raise UserError(redact_text(f"{what}: cannot create {target}: {e}")) from None
+
+
+def accepted_keys(cls: type) -> Optional[set[str]]:
+    """The keyword arguments cls takes (with a source's read options); None: any."""
+    import dataclasses
+    import inspect
+
+    params = inspect.signature(cls.__init__).parameters.values()
+    names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    if any(p.kind == p.VAR_KEYWORD for p in params):
+        from corpusprep.sources import ReadOptions, Source
+
+        if not issubclass(cls, Source):
+            return None
+        names |= {f.name for f in dataclasses.fields(ReadOptions)}
+    return names - {"self"}
 
 
 PLUGIN_PACKAGES_ENV = "CORPUSPREP_PLUGIN_PACKAGES"
@@ -278,6 +304,8 @@ class Settings:
     split_by: str
     seed: int
     eot: str
+    val_size: Optional[Union[int, float]] = None  # documents (document) or tokens (head|tail)
+    order: str = "source"  # source | shuffle (seeded by seed)
 
 
 def read_settings(cfg: DictConfig) -> Settings:
@@ -306,7 +334,31 @@ def read_settings(cfg: DictConfig) -> Settings:
     # the split hash takes the seed as 8 signed bytes (corpusprep.split.goes_to_train)
     if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**63:
         raise UserError(f"seed={seed!r}: must be a whole number from -2**63 to 2**63-1")
+    val_size = cfg.get("val_size")
+    counts = split_by in ("head", "tail")
+    whole = isinstance(val_size, int) and not isinstance(val_size, bool) and val_size >= 1
+    fraction = isinstance(val_size, float) and 0 < val_size < 1 and not counts
+    if val_size is not None and not (whole or fraction):
+        what = (
+            "a whole number of tokens"
+            if counts
+            else "a fraction strictly between 0 and 1 or a whole number of documents"
+        )
+        raise UserError(
+            f"val_size={val_size!r}: must be {what} (or null), "
+            f"e.g. val_size={32768 if counts else 0.0005}"
+        )
+    if counts and val_size is None:
+        raise UserError(
+            f"split_by={split_by}: needs val_size=N, the number of tokens for val "
+            "(e.g. val_size=32768)"
+        )
+    order = str(cfg.get("order", "source"))
+    if order not in ORDERS:
+        raise UserError(f"order={order}: use one of {', '.join(ORDERS)}")
     return Settings(
+        val_size=val_size,
+        order=order,
         split_by=split_by,
         seed=seed,
         eot=eot,

@@ -62,8 +62,8 @@ def estimate(cfg: DictConfig) -> dict[str, Any]:
         "files": len(files),
         "documents": 1 if single else round(docs * scale),
         "tokens": est_tokens,
-        "train_tokens": round(est_tokens * settings.split),
-        "val_tokens": round(est_tokens * (1 - settings.split)),
+        "train_tokens": est_tokens - _val_tokens(settings, est_tokens, round(docs * scale)),
+        "val_tokens": _val_tokens(settings, est_tokens, round(docs * scale)),
         # a learned vocabulary only grows with more text: the sample gives a lower bound
         "vocab": f">= {vocab:,}" if tokenizer.needs_fit else vocab,
         "dtype": dtype,
@@ -83,3 +83,14 @@ def describe(e: dict[str, Any], out_dir: str) -> str:
         f"  on disk    ~{e['bytes_on_disk']:,} bytes, {e['chars_per_token']} chars/token",
         f"  time       ~{e['seconds']} s of encoding",
     ])  # fmt: skip
+
+
+def _val_tokens(settings, tokens: int, docs: int) -> int:
+    """About how many tokens go to val: a count for head/tail, else the val documents' share
+    (val_size as given) or the rest of split."""
+    size = settings.val_size
+    if settings.split_by in ("head", "tail"):
+        return min(int(size), tokens)
+    if isinstance(size, int) and docs:
+        return round(tokens * min(size / docs, 1))
+    return round(tokens * (size if size is not None else 1 - settings.split))

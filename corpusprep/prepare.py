@@ -19,10 +19,10 @@ import json
 import os
 import platform
 import re
-import shutil
 import sys
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
@@ -36,10 +36,12 @@ from corpusprep.errors import UserError
 from corpusprep.executors import Executor
 from corpusprep.exporters import Exporter, Streams
 from corpusprep.formats import InputFile, Segment, get_format
+from corpusprep.merge import Merged, PartFile, merge
 from corpusprep.shards import (
     SIDES,
     EncodeResult,
     EncodeTask,
+    ScanResult,
     Shard,
     Target,
     encode_shard,
@@ -48,7 +50,7 @@ from corpusprep.shards import (
 )
 from corpusprep.sources import Source
 from corpusprep.sources.url import sha256_file
-from corpusprep.split import split_point
+from corpusprep.split import permutation, split_point, val_document_count, val_documents
 from corpusprep.tokenizers import NOWHERE, Tokenizer
 from corpusprep.writer import (
     OutputWriter,
@@ -59,127 +61,253 @@ from corpusprep.writer import (
 )
 
 
+@dataclass
+class Run:
+    """One run: what every stage reads, and what each stage adds for the ones after it."""
+
+    cfg: DictConfig
+    overrides: list[str]
+    settings: Settings
+    source: Source
+    tokenizer: Tokenizer
+    executor: Executor
+    exporter: Exporter
+    out: OutputWriter
+    clock: _Clock
+    dtype: Optional[str] = None
+    files: list[InputFile] = field(default_factory=list)
+    hashes: dict[str, bytes] = field(default_factory=dict)  # sha256 of every input file
+    before: dict[str, os.stat_result] = field(default_factory=dict)
+    single: bool = False  # one plain text (nanoGPT's case)
+    split_by: str = "position"
+    eot: str = "none"
+    eot_id: Optional[int] = None
+    shards: list[Shard] = field(default_factory=list)
+    run_key: str = ""  # names the resumable work folder
+    scans: list[ScanResult] = field(default_factory=list)
+    split_char: int = 0  # split_by=position: characters before this go to train
+    val_docs: Optional[np.ndarray] = None  # split_by=document: which documents go to val
+    order: Optional[dict[str, np.ndarray]] = None  # order=shuffle: each side's new order
+    results: list[EncodeResult] = field(default_factory=list)
+    parts: list[PartFile] = field(default_factory=list)
+    merged: Optional[Merged] = None
+    produced: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return _name(self.files)
+
+    @property
+    def itemsize(self) -> int:
+        return np.dtype(self.dtype).itemsize
+
+
 def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str, Any]:
     """Run the whole job described by a composed config; returns the manifest."""
     settings = read_settings(cfg)
-    source: Source = build(cfg.source, "source")
+    given = {o.split("=", 1)[0].split(".", 1)[1] for o in overrides or []
+             if o.lstrip("+~").startswith("source.") and "=" in o}  # fmt: skip
+    source: Source = build(cfg.source, "source", given={g.lstrip("+~") for g in given})
     tokenizer: Tokenizer = build(cfg.tokenizer, "tokenizer")
     executor: Executor = build(cfg.executor, "executor")
     exporter: Exporter = build(cfg.format, "format")
+    exporter.check(str(cfg.get("name")))  # a name its files cannot carry: before any work
     # a tokenizer that does not learn knows its ids now: a too-small dtype fails before any work
     dtype = None if tokenizer.needs_fit else choose_dtype(settings.dtype, tokenizer.max_id)
-    clock = _Clock()
-
     # the lock first: another run in this out_dir waits for nothing and mixes nothing; the
     # up-to-date check reads a folder no one is writing. Engines on other machines need the
     # work folder (in out_dir) from the start; a user error still leaves nothing behind.
     with OutputWriter(settings.out_dir) as out:
-        return _run(cfg, overrides, settings, source, tokenizer, executor, exporter, dtype,
-                    clock, out)  # fmt: skip
+        run = Run(cfg, list(overrides or []), settings, source, tokenizer, executor, exporter,
+                  out, _Clock(), dtype)  # fmt: skip
+        previous = read_inputs(run)
+        if previous is not None:
+            return previous
+        plan_shards(run)
+        # the executor inside the writer: on any failure its workers stop before the writer
+        # removes the work folder they write into
+        with executor:
+            scan(run)
+            decide(run)
+            encode(run)
+            merge_parts(run)
+            export(run)
+        return commit(run)
 
 
-def _run(cfg, overrides, settings, source, tokenizer, executor, exporter, dtype, clock,
-         out: OutputWriter) -> dict[str, Any]:  # fmt: skip
-    files = source.files(progress=not settings.quiet)
-    clock.lap("source")
-    hashes: dict[str, bytes] = {}
-    previous = None if settings.force else finished_manifest(settings.out_dir)
+def read_inputs(run: Run) -> Optional[dict[str, Any]]:
+    """The input files (a download first); the previous manifest if out_dir is up to date."""
+    run.files = run.source.files(progress=not run.settings.quiet)
+    run.clock.lap("source")
+    previous = None if run.settings.force else finished_manifest(run.settings.out_dir)
     if previous is not None:  # a finished run is there: redo it only if something changed
-        hashes = _hashes(files)
-        if previous.get("fingerprint") == fingerprint(cfg, tokenizer, input_sha256(files, hashes)):
-            out.remove_stale_work()  # of a run killed after its commit, or superseded
+        run.hashes = _hashes(run.files)
+        digest = input_sha256(run.files, run.hashes)
+        if previous.get("fingerprint") == fingerprint(run.cfg, run.tokenizer, digest):
+            run.out.remove_stale_work()  # of a run killed after its commit, or superseded
             return {**previous, "skipped": True}
-    before = {f.path: os.stat(f.path) for f in files}
-    # one text, nanoGPT's case: split by position and no end-of-text tokens, unless asked
-    single = is_single_text(files)
-    split_by = settings.split_by if settings.split_by != "auto" else (
-        "position" if single else "document")  # fmt: skip
-    eot = eot_mode(settings.eot, single, tokenizer)
-    shards = plan(files, settings.shard_bytes, tokenizer)
-    run_key = fingerprint(cfg, tokenizer, _stat_digest(before) + plan_digest(shards))[:20]
-    # the executor inside the writer: on any failure its workers stop before the writer
-    # removes the work folder they write into
-    with executor:
-        if not executor.shared_files:
-            executor.attach(out.work(run_key))
-        scans = list(_progress(executor.map(scan_shard, shards), shards, "scan", settings.quiet))
-        clock.lap("scan")
-        chars = sum(s.chars for s in scans)
-        docs = sum(s.docs for s in scans)
-        if docs == 0:
-            raise UserError(f"{_name(files)}: no documents to tokenize (all empty or skipped)")
-        split_char = (
-            split_point(chars, settings.split, _name(files)) if split_by == "position" else 0
-        )
-        if tokenizer.needs_fit:
-            tokenizer.fit("".join(sorted(set("".join(s.charset for s in scans)))),
-                          eot=eot != "none")  # fmt: skip
-        eot_id = tokenizer.eot_id if eot != "none" else None
-        dtype = dtype or choose_dtype(settings.dtype, tokenizer.max_id)
-        # documents spread over several shards are assigned by their file's hash: known first
-        if split_by == "document" and not hashes:
-            hashes = _hashes(files)
+    run.before = {f.path: os.stat(f.path) for f in run.files}
+    return None
 
-        itemsize = np.dtype(dtype).itemsize
-        tasks, parts = _encode_tasks(shards, scans, settings, split_by, split_char, eot,
-                                     eot_id, tokenizer, dtype, hashes, single, out,
-                                     run_key, executor)  # fmt: skip
-        work = tasks[0].marker and Path(tasks[0].marker).parent
-        done = {}
-        if work and any(work.glob("*.done")):  # an earlier run's shards: reuse them only
-            hashes = hashes or _hashes(files)  # if the input's content is still the same
-            if _recorded_inputs(work) == _input_digests(hashes):
-                done = {t.shard.index: r for t in tasks if (r := finished(t, itemsize))}
-            for stale in () if done else work.glob("*.done"):
-                stale.unlink()
-        todo = [t for t in tasks if t.shard.index not in done]
-        if done:
-            print(f"corpusprep: resuming: {len(done)} of {len(tasks)} shards were done by an "
-                  "earlier run (same input sha256)", file=sys.stderr)  # fmt: skip
-        with disk_errors(out.label, _space_needed(scans, tokenizer, itemsize)):
-            fresh = executor.map(encode_shard, todo)
-            if not hashes:
-                hashes = _hashes(files)  # here, while the workers encode and wait on the disk
-            if work:  # what the shards' markers were made from, for a resume
-                _record_inputs(work, hashes)
-            fresh = _progress(fresh, [t.shard for t in todo], "encode", settings.quiet)
-            results = [done[t.shard.index] if t.shard.index in done else next(fresh)
+
+def plan_shards(run: Run) -> None:
+    """How the text is read: split rule, end-of-text tokens, and the fixed shard plan."""
+    settings = run.settings
+    # one text, nanoGPT's case: split by position and no end-of-text tokens, unless asked
+    run.single = is_single_text(run.files)
+    run.split_by = settings.split_by if settings.split_by != "auto" else (
+        "position" if run.single else "document")  # fmt: skip
+    if run.split_by in ("document", "hash") and run.single:
+        raise UserError(
+            f"split_by={run.split_by}: {run.name} is one text, not documents; use "
+            "split_by=position (or head/tail), or source.doc_separator to cut it into documents"
+        )
+    if settings.order == "shuffle" and run.single:
+        raise UserError(
+            f"order=shuffle: {run.name} is one text, not documents; use order=source, or "
+            "source.doc_separator to cut it into documents"
+        )
+    run.eot = eot_mode(settings.eot, run.single, run.tokenizer)
+    run.shards = plan(run.files, settings.shard_bytes, run.tokenizer)
+    stats = _stat_digest(run.before) + plan_digest(run.shards)
+    run.run_key = fingerprint(run.cfg, run.tokenizer, stats)[:20]
+    if not run.executor.shared_files:
+        run.executor.attach(run.out.work(run.run_key))
+
+
+def scan(run: Run) -> None:
+    """The read pass: characters, documents and the character set; every file checked."""
+    shards, quiet = run.shards, run.settings.quiet
+    run.scans = list(_progress(run.executor.map(scan_shard, shards), shards, "scan", quiet))
+    run.clock.lap("scan")
+    if sum(s.docs for s in run.scans) == 0:
+        raise UserError(f"{run.name}: no documents to tokenize (all empty or skipped)")
+
+
+def decide(run: Run) -> None:
+    """Fit the tokenizer, pick the dtype, and decide the split (and order) of documents."""
+    settings, scans = run.settings, run.scans
+    chars, docs = sum(s.chars for s in scans), sum(s.docs for s in scans)
+    if run.split_by == "position":
+        run.split_char = split_point(chars, settings.split, run.name)
+    if run.tokenizer.needs_fit:
+        run.tokenizer.fit("".join(sorted(set("".join(s.charset for s in scans)))),
+                          eot=run.eot != "none")  # fmt: skip
+    run.eot_id = run.tokenizer.eot_id if run.eot != "none" else None
+    run.dtype = run.dtype or choose_dtype(settings.dtype, run.tokenizer.max_id)
+    if run.split_by == "document":
+        val = val_document_count(docs, settings.split, settings.val_size)
+        run.val_docs = val_documents(docs, val, settings.seed)
+    if settings.order == "shuffle":  # each side's documents, in the permutation's order
+        perm = permutation(docs, settings.seed)
+        run.order = {"val": perm, "train": perm}  # narrowed to each side after encoding
+    # documents spread over several shards are keyed by their file's hash: known first
+    if run.split_by in ("document", "hash") and not run.hashes:
+        run.hashes = _hashes(run.files)
+
+
+def encode(run: Run) -> None:
+    """The encode pass: every shard writes its ids (resuming finished shards)."""
+    tasks, parts = _encode_tasks(run)
+    work = tasks[0].marker and Path(tasks[0].marker).parent
+    done = {}
+    if work and any(work.glob("*.done")):  # an earlier run's shards: reuse them only
+        run.hashes = run.hashes or _hashes(run.files)  # if the input is still the same
+        if _recorded_inputs(work) == _input_digests(run.hashes):
+            done = {t.shard.index: r for t in tasks if (r := finished(t, run.itemsize))}
+        for stale in () if done else work.glob("*.done"):
+            stale.unlink()
+    todo = [t for t in tasks if t.shard.index not in done]
+    if done:
+        print(f"corpusprep: resuming: {len(done)} of {len(tasks)} shards were done by an "
+              "earlier run (same input sha256)", file=sys.stderr)  # fmt: skip
+    with disk_errors(run.out.label, _space_needed(run.scans, run.tokenizer, run.itemsize)):
+        fresh = run.executor.map(encode_shard, todo)
+        if not run.hashes:
+            run.hashes = _hashes(run.files)  # here, while the workers encode and wait on disk
+        if work:  # what the shards' markers were made from, for a resume
+            _record_inputs(work, run.hashes)
+        fresh = _progress(fresh, [t.shard for t in todo], "encode", run.settings.quiet)
+        run.results = [done[t.shard.index] if t.shard.index in done else next(fresh)
                        for t in tasks]  # fmt: skip
-            _check_unchanged(before)
-            if parts:
-                _merge(out, parts, results, itemsize)
-        clock.lap("encode")
-        counts = {side: sum(getattr(r, f"{side}_tokens") for r in results) for side in SIDES}
-        for side in SIDES:
-            if counts[side] == 0:
-                raise UserError(
-                    f"{_name(files)}: split={settings.split} by {split_by} leaves {side} "
-                    f"empty ({docs:,} documents); use more documents or another split"
-                )
-        with disk_errors(out.label, sum(counts.values()) * itemsize):
-            produced = exporter.export(
-                Streams(out.path_of("train.bin"), out.path_of("val.bin"),
-                        out.path_of("train.docs.bin"), out.path_of("val.docs.bin"), dtype,
-                        tokenizer.vocab_size, eot_id, str(cfg.get("name"))),
-                out,
-            )  # fmt: skip
-        manifest = _manifest(cfg, overrides, settings, source, tokenizer, executor, files,
-                             hashes, shards, scans, results, split_by, split_char, eot, eot_id,
-                             dtype, clock)  # fmt: skip
-        manifest["format"] = exporter.describe()
-        if manifest["format"].get("kind") != "nanogpt":
-            manifest.pop("nanogpt_note", None)
-        for name in _previous_files(out.out_dir):  # another format or fewer shards before
-            if name not in produced:
-                out.obsolete(name)
-        out.write_pickle("meta.pkl", tokenizer.meta())
-        # the writer adds every file's size and sha256, and writes the manifest last
-        return out.commit(manifest)
+        _check_unchanged(run.before)
+    run.parts = parts
+
+
+def merge_parts(run: Run) -> None:
+    """The parts become train/val in the chosen order (and cut at N tokens for head/tail)."""
+    settings, results = run.settings, run.results
+    if not run.parts:  # the shards wrote in place
+        run.merged = Merged({side: sum(getattr(r, f"{side}_tokens") for r in results)
+                             for side in SIDES},
+                            {side: sum(getattr(r, f"{side}_docs") for r in results)
+                             for side in SIDES})  # fmt: skip
+    else:
+        order = None
+        if run.order is not None:
+            order = _side_orders(run.order["train"], run.val_docs, run.split_by, results)
+        cut = (run.split_by, settings.val_size) if run.split_by in ("head", "tail") else None
+        if cut and cut[1] >= sum(r.train_tokens for r in results):
+            raise UserError(
+                f"val_size={cut[1]:,}: the corpus has only "
+                f"{sum(r.train_tokens for r in results):,} tokens; choose a smaller val_size"
+            )
+        with disk_errors(run.out.label, sum(r.tokens for r in results) * run.itemsize):
+            run.merged = merge(run.out, run.parts, results, run.dtype, order, cut)
+    run.clock.lap("encode")
+    for side in SIDES:
+        if run.merged.tokens[side] == 0:
+            raise UserError(
+                f"{run.name}: split={settings.split} by {run.split_by} leaves {side} empty "
+                f"({sum(s.docs for s in run.scans):,} documents); use more documents or "
+                "another split"
+            )
+
+
+def export(run: Run) -> None:
+    """The format's files, from the finished streams."""
+    out = run.out
+    with disk_errors(out.label, sum(run.merged.tokens.values()) * run.itemsize):
+        run.produced = run.exporter.export(
+            Streams(out.path_of("train.bin"), out.path_of("val.bin"),
+                    out.path_of("train.docs.bin"), out.path_of("val.docs.bin"), run.dtype,
+                    run.tokenizer.vocab_size, run.eot_id, str(run.cfg.get("name"))),
+            out,
+        )  # fmt: skip
+
+
+def commit(run: Run) -> dict[str, Any]:
+    """meta.pkl and the manifest; everything renamed into place together."""
+    manifest = _manifest(run)
+    for name in _previous_files(run.out.out_dir):  # another format or fewer shards before
+        if name not in run.produced:
+            run.out.obsolete(name)
+    meta = run.tokenizer.meta()
+    if meta is not None:  # None: no meta.pkl (GPT-2, nanoGPT's default without one)
+        run.out.write_pickle("meta.pkl", meta)
+    # the writer adds every file's size and sha256, and writes the manifest last
+    return run.out.commit(manifest)
+
+
+def _side_orders(perm: np.ndarray, val_docs: Optional[np.ndarray], split_by: str,
+                 results: list[EncodeResult]) -> dict[str, np.ndarray]:  # fmt: skip
+    """Each side's documents in the permutation's order, as indices into that side's
+    documents in corpus order (what the merged index lists)."""
+    if split_by in ("head", "tail"):  # one stream, cut after ordering
+        return {"train": perm, "val": np.zeros(0, np.int64)}
+    if val_docs is None:  # hash: the sides are known from the encoded keys' counts only
+        raise UserError("order=shuffle needs split_by=document (or head/tail)")
+    orders = {}
+    for side, mask in (("val", val_docs), ("train", ~val_docs)):
+        local = np.cumsum(mask) - 1  # a document's index among its side's documents
+        orders[side] = local[perm[mask[perm]]]
+    return orders
 
 
 def is_single_text(files: list[InputFile]) -> bool:
     """One plain text, nanoGPT's case: split by position, no end-of-text tokens by default."""
-    return len(files) == 1 and files[0].format == "text" and not files[0].doc_separator
+    file = files[0]
+    return len(files) == 1 and file.format == "text" and not (file.doc_separator or file.doc_end)
 
 
 def eot_mode(requested: str, single: bool, tokenizer: Tokenizer) -> str:
@@ -211,32 +339,33 @@ def plan(files: list[InputFile], shard_bytes: int, tokenizer: Tokenizer) -> list
     return shards
 
 
-def _encode_tasks(shards, scans, settings, split_by, split_char, eot, eot_id, tokenizer, dtype,
-                  hashes, single, out: OutputWriter, run_key, executor):  # fmt: skip
+def _encode_tasks(run: Run) -> tuple[list[EncodeTask], list[PartFile]]:
     """Where each shard writes. For one text split by position, when the token count
     follows from the character count (char tokenizer) and the workers share this machine,
     shards write straight into train.bin / val.bin at known places. Otherwise each writes
     part files of its own (plus where documents start, unless one text) and a completion
     marker, in a work folder a re-run can resume from; parts are merged in plan order."""
-    itemsize = np.dtype(dtype).itemsize
+    scans, tokenizer, out, settings = run.scans, run.tokenizer, run.out, run.settings
     firsts = np.cumsum([0] + [s.chars for s in scans[:-1]]).tolist()
     first_docs = np.cumsum([0] + [s.docs for s in scans[:-1]]).tolist()
-    sides = [_side_chars(f, s.chars, split_char) for f, s in zip(firsts, scans)]
+    sides = [_side_chars(f, s.chars, run.split_char) for f, s in zip(firsts, scans)]
     counts = [(tokenizer.tokens_for(t), tokenizer.tokens_for(v)) for t, v in sides]
     known = all(t is not None and v is not None for t, v in counts)
-    in_place = executor.shared_files and single and split_by == "position" and eot == "none"
-    in_place = in_place and known
-    work = None if in_place else out.work(run_key)
+    in_place = run.executor.shared_files and run.single and run.split_by == "position"
+    in_place = in_place and run.eot == "none" and known
+    work = None if in_place else out.work(run.run_key)
     if work is not None:
-        executor.attach(work)
+        run.executor.attach(work)
     if in_place:
         totals = [sum(c[k] for c in counts) for k in (0, 1)]
-        check_free_space(out.out_dir, sum(totals) * itemsize)
-        paths = [out.temp(f"{side}.bin", totals[k] * itemsize) for k, side in enumerate(SIDES)]
+        check_free_space(out.out_dir, sum(totals) * run.itemsize)
+        paths = [out.temp(f"{side}.bin", totals[k] * run.itemsize)
+                 for k, side in enumerate(SIDES)]  # fmt: skip
         position = [0, 0]
-    doc_keys = {name: digest[:16] for name, digest in hashes.items()}
+    doc_keys = {name: digest[:16] for name, digest in run.hashes.items()}
     tasks, parts = [], []
-    for shard, first, first_doc, chars, count in zip(shards, firsts, first_docs, sides, counts):
+    for shard, first, first_doc, scanned, chars, count in zip(run.shards, firsts, first_docs,
+                                                             scans, sides, counts):  # fmt: skip
         targets, index = [], [None, None]
         for k, side in enumerate(SIDES):
             if in_place:
@@ -245,16 +374,21 @@ def _encode_tasks(shards, scans, settings, split_by, split_char, eot, eot_id, to
                 continue
             part = work / f"{side}.{shard.index:06d}.part"
             targets.append(Target(str(part), fresh=True))
-            if not single:
+            if not run.single:
                 index[k] = str(work / f"{side}.{shard.index:06d}.docs")
-            parts.append((shard.index, side, part, index[k]))
+            parts.append(PartFile(shard.index, side, str(part), index[k]))
         keys = {
             s.file.name: doc_keys[s.file.name] for s in shard.segments if s.file.name in doc_keys
         }
         marker = None if work is None else str(work / f"{shard.index:06d}.done")
-        tasks.append(EncodeTask(shard, tokenizer, dtype, settings.split, split_by, split_char,
-                                first, first_doc, settings.seed, keys, eot, eot_id,
-                                targets[0], targets[1], index[0], index[1], marker))  # fmt: skip
+        val_docs = None
+        if run.val_docs is not None:  # from the document before (one this shard continues)
+            before = np.zeros(1, bool) if first_doc == 0 else run.val_docs[first_doc - 1 :][:1]
+            val_docs = np.concatenate([before, run.val_docs[first_doc : first_doc + scanned.docs]])
+        tasks.append(EncodeTask(shard, tokenizer, run.dtype, settings.split, run.split_by,
+                                run.split_char, first, first_doc, settings.seed, keys, run.eot,
+                                run.eot_id, targets[0], targets[1], index[0], index[1], marker,
+                                val_docs))  # fmt: skip
     return tasks, parts
 
 
@@ -262,28 +396,6 @@ def _side_chars(first: int, chars: int, split_char: int) -> tuple[int, int]:
     """How many of a shard's characters fall on the train side and on the val side."""
     train = min(max(split_char - first, 0), chars)
     return train, chars - train
-
-
-def _merge(out: OutputWriter, parts, results: list[EncodeResult], itemsize: int) -> None:
-    """Concatenate the shards' parts into train.bin / val.bin in plan order (never finish
-    order); document starts are shifted by the tokens of the shards before."""
-    totals = {side: sum(getattr(r, f"{side}_tokens") for r in results) for side in SIDES}
-    check_free_space(out.out_dir, sum(totals.values()) * itemsize)
-    for side in SIDES:
-        total = totals[side]
-        mine = [(i, part, index) for i, s, part, index in sorted(parts) if s == side]
-        with open(out.temp(f"{side}.bin"), "r+b") as dst:
-            for _, part, _ in mine:
-                with open(part, "rb") as src:
-                    shutil.copyfileobj(src, dst, 1 << 20)
-            if dst.tell() != total * itemsize:
-                raise RuntimeError(f"{side}.bin: merged {dst.tell()} bytes, not {total * itemsize}")
-        if mine and mine[0][2] is not None:
-            with open(out.temp(f"{side}.docs.bin"), "r+b") as dst:
-                base = 0
-                for (_, _, index), result in zip(mine, results):
-                    (np.fromfile(index, dtype=np.uint64) + np.uint64(base)).tofile(dst)
-                    base += getattr(result, f"{side}_tokens")
 
 
 def _hashes(files: list[InputFile]) -> dict[str, bytes]:
@@ -338,7 +450,7 @@ def finished_manifest(out_dir: str) -> Optional[dict[str, Any]]:
     """The manifest of a finished run in out_dir, if its outputs are all there and whole."""
     folder = Path(out_dir)
     manifest = _read_manifest(folder)
-    if manifest is None or "meta.pkl" not in manifest["files"]:
+    if manifest is None or not manifest["files"]:
         return None
     # a skipped run must be right: every file's size, then its bytes (1-2 GB/s); a folder
     # without checksums is from an older version: redo it
@@ -446,81 +558,81 @@ class _Clock:
         return round(time.perf_counter() - self.start, 4)
 
 
-def _manifest(cfg, overrides, settings: Settings, source, tokenizer, executor, files, hashes,
-              shards, scans, results, split_by, split_char, eot, eot_id, dtype, clock):  # fmt: skip
+def _manifest(run: Run) -> dict[str, Any]:
     import hydra
 
     from corpusprep.redact import redact_values
 
-    train = sum(r.train_tokens for r in results)
-    val = sum(r.val_tokens for r in results)
+    settings, files, results, scans = run.settings, run.files, run.results, run.scans
+    train, val = run.merged.tokens["train"], run.merged.tokens["val"]
     chars = sum(s.chars for s in scans)
     listed = [
         {"path": str(Path(f.path).resolve()), **({"member": f.member} if f.member else {}),
          "format": f.format, "compression": f.compression, "bytes": os.path.getsize(f.path),
-         "sha256": hashes[f.path].hex()}  # of the file on disk (a zip: the archive)
+         "sha256": run.hashes[f.path].hex()}  # of the file on disk (a zip: the archive)
         for f in files
     ]  # fmt: skip
-    sha256 = input_sha256(files, hashes)
+    sha256 = input_sha256(files, run.hashes)
     train_keys = np.concatenate([r.train_keys for r in results])
     val_keys = np.concatenate([r.val_keys for r in results])
+    split: dict[str, Any] = {"by": run.split_by, "fraction": settings.split}
+    if run.split_by == "position":
+        split.update(train_chars=run.split_char, val_chars=chars - run.split_char)
+    elif run.split_by in ("document", "hash"):
+        split["seed"] = settings.seed
+    if settings.val_size is not None:
+        split["val_size"] = settings.val_size
     manifest: dict[str, Any] = {
         "corpusprep": corpusprep.__version__,
-        "fingerprint": fingerprint(cfg, tokenizer, sha256),
+        "fingerprint": fingerprint(run.cfg, run.tokenizer, sha256),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "name": cfg.get("name"),
+        "name": run.cfg.get("name"),
         "source": redact_values(
             {  # a URL's user:password or ?token= is never written
-                **source.describe(),
+                **run.source.describe(),
                 "file": listed[0]["path"],
                 "bytes": sum(os.path.getsize(p) for p in {f.path for f in files}),
                 "sha256": sha256,
                 "files": listed,
             }
         ),  # fmt: skip
-        "tokenizer": tokenizer.describe(),
-        "vocab_size": tokenizer.vocab_size,
-        "dtype": dtype,
-        "split": {
-            "by": split_by,
-            "fraction": settings.split,
-            **(
-                {"seed": settings.seed}
-                if split_by == "document"
-                else {"train_chars": split_char, "val_chars": chars - split_char}
-            ),
-        },  # fmt: skip
-        "eot": {"mode": eot, "id": eot_id},
+        "tokenizer": run.tokenizer.describe(),
+        "vocab_size": run.tokenizer.vocab_size,
+        "dtype": run.dtype,
+        "split": split,
+        "order": {"kind": settings.order, **({"seed": settings.seed} if run.order else {})},
+        "eot": {"mode": run.eot, "id": run.eot_id},
         "chars": chars,
         "documents": {
             "total": sum(s.docs for s in scans),
-            "train": sum(r.train_docs for r in results),
-            "val": sum(r.val_docs for r in results),
+            "train": run.merged.docs["train"],
+            "val": run.merged.docs["val"],
             "skipped_invalid": sum(s.skipped for s in scans),
             "exact_duplicates_across_splits": int(np.isin(val_keys, train_keys).sum()),
         },
         "tokens": {"train": train, "val": val},
         "chars_per_token": round(chars / (train + val), 4),
         "shards": {
-            "count": len(shards),
+            "count": len(run.shards),
             "shard_bytes": settings.shard_bytes,
-            "plan_sha256": plan_digest(shards),
+            "plan_sha256": plan_digest(run.shards),
         },  # fmt: skip
-        "executor": executor.describe(),
-        "seconds": {**clock.laps, "total": clock.total()},
-        "config": redact_values(OmegaConf.to_container(cfg, resolve=True)),
-        "overrides": redact_values(list(overrides or [])),
+        "executor": run.executor.describe(),
+        "seconds": {**run.clock.laps, "total": run.clock.total()},
+        "config": redact_values(OmegaConf.to_container(run.cfg, resolve=True)),
+        "overrides": redact_values(run.overrides),
         "versions": {
             "python": platform.python_version(),
             "numpy": np.__version__,
             "hydra": hydra.__version__,
         },  # fmt: skip
+        "format": run.exporter.describe(),
     }
-    if split_by == "position":
+    if run.split_by not in ("document", "hash"):
         manifest["documents"].pop("exact_duplicates_across_splits")
-    if dtype != "uint16":
+    if run.dtype != "uint16" and manifest["format"].get("kind") == "nanogpt":
         manifest["nanogpt_note"] = (
-            f"ids are {dtype}; nanoGPT's stock train.py reads uint16: change "
-            f"np.memmap(..., dtype=np.uint16, ...) in get_batch to dtype=np.{dtype}"
+            f"ids are {run.dtype}; nanoGPT's stock train.py reads uint16: change "
+            f"np.memmap(..., dtype=np.uint16, ...) in get_batch to dtype=np.{run.dtype}"
         )
     return manifest

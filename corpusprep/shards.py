@@ -79,12 +79,12 @@ class EncodeTask:
     tokenizer: Tokenizer
     dtype: str
     split: float  # fraction for train
-    split_by: str  # position | document
+    split_by: str  # position | document | hash | head | tail
     split_char: int  # position: characters before this go to train
     first_char: int  # position: index in the whole text of the shard's first character
     first_doc: int  # index of the first document that starts in this shard
-    seed: int  # document: the seed of the assignment hash
-    doc_keys: dict[str, bytes]  # document: keys of long documents spread over shards, by file
+    seed: int  # hash: the seed of the assignment hash
+    doc_keys: dict[str, bytes]  # keys of long documents spread over shards, by file
     eot: str  # append | prepend | none
     eot_id: Optional[int]
     train: Optional[Target]
@@ -92,6 +92,9 @@ class EncodeTask:
     train_index: Optional[str] = None  # where document starts go (uint64 token offsets)
     val_index: Optional[str] = None
     marker: Optional[str] = None  # written last, when the shard's parts are complete
+    # document: which documents go to val, from the one before first_doc (a long document
+    # the shard continues) to the shard's last
+    val_docs: Optional[np.ndarray] = None
 
 
 @dataclass
@@ -231,19 +234,29 @@ def _encode_part(task, part, doc, key, position, writers, starts, keys, eot) -> 
             starts[side].append(out.tokens)
             if task.eot == "prepend":
                 out.write(eot)
+            out.write(task.tokenizer.document_specials()[0])  # its own BOS, if any (hf)
         for ids in task.tokenizer.encode_pieces(text for _, text in group):
             out.write(ids)
-    if part.ends and task.eot == "append" and pending_eot is not None:
-        writers[pending_eot].write(eot)
+    if part.ends and pending_eot is not None:
+        writers[pending_eot].write(task.tokenizer.document_specials()[1])
+        if task.eot == "append":
+            writers[pending_eot].write(eot)
 
 
 def _sides(task: EncodeTask, part: Part, doc: int, key, position: list[int], keys) -> Iterator:
     """(side, text) for the part's pieces: the whole document to one side (split by
     document), or cut at the train/val character (split by position, nanoGPT's rule)."""
-    if task.split_by == "document":
+    if task.split_by in ("head", "tail"):  # one stream: val is cut from it after the merge
+        for text in part.pieces:
+            yield "train", text
+        return
+    if task.split_by in ("document", "hash"):
         if part.whole is not None:
             key = document_key(part.whole)
-        side = "train" if goes_to_train(task.seed, doc, key, task.split) else "val"
+        if task.split_by == "document":
+            side = "val" if task.val_docs[doc - task.first_doc + 1] else "train"
+        else:
+            side = "train" if goes_to_train(task.seed, doc, key, task.split) else "val"
         if part.starts:
             keys[side].append(int.from_bytes(key[:8], "little"))
         for text in part.pieces:

@@ -5,16 +5,30 @@ are train, the rest val (`data[:int(n*0.9)]`, `data[int(n*0.9):]`). The cut is b
 characters of the newline-translated text, before tokenizing; each side is tokenized on
 its own.
 
-split_by=document, OpenWebText-style: each document goes to val with probability
-1 - split, decided by a seeded hash of its position and its content. The assignment of a
-document depends on nothing else: not on workers, shards or the other documents, so a
-re-run, or the same document at the same place in a grown corpus, lands the same way.
+split_by=document, HF `datasets`' train_test_split (nanoGPT's OpenWebText): exactly
+val_size documents go to val (a fraction: ceil(val_size * n); or a count), or, with no
+val_size, all but floor(split * n) of them; which ones: the first of the seeded
+permutation `numpy.random.default_rng(seed).permutation(n)`. order=shuffle then writes both
+sides in that permutation's order (train_test_split(shuffle=True)); order=source keeps the
+corpus order.
+
+split_by=hash: each document goes to val with probability 1 - split, decided by a seeded
+hash of its position and its content. The assignment of a document depends on nothing
+else: not on the other documents, so the same document at the same place in a grown
+corpus lands the same way.
+
+split_by=head|tail: val is the first (llm.c's tinyshakespeare.py, fineweb's shard 0) or
+the last (nanochat) val_size tokens of the whole stream, train the rest.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from pathlib import Path
+from typing import Optional, Union
+
+import numpy as np
 
 from corpusprep.errors import UserError
 
@@ -41,3 +55,35 @@ def goes_to_train(seed: int, index: int, key: bytes, split: float) -> bool:
     h = hashlib.blake2b(key, digest_size=8, key=seed.to_bytes(8, "little", signed=True),
                         salt=index.to_bytes(8, "little")[:16])  # fmt: skip
     return int.from_bytes(h.digest(), "little") < split * 2**64
+
+
+def val_document_count(n: int, split: float, val_size: Optional[Union[int, float]]) -> int:
+    """How many of n documents go to val, as train_test_split counts them: test_size as
+    given (a fraction, ceil(val_size * n), or a count), else n - floor(split * n); never
+    derived as 1 - split (1 - 0.95 is 0.05000000000000004 in floating point)."""
+    if val_size is None:
+        val = n - math.floor(split * n)
+    elif isinstance(val_size, float):
+        val = math.ceil(val_size * n)
+    else:
+        val = int(val_size)
+    if not 0 < val < n:
+        side = "val" if val <= 0 else "train"
+        asked = f"val_size={val_size}" if val_size is not None else f"split={split}"
+        raise UserError(
+            f"{asked} of {n:,} documents leaves {side} empty ({val:,} to val); "
+            "use more documents or another val_size"
+        )
+    return val
+
+
+def permutation(n: int, seed: int) -> np.ndarray:
+    """The seeded order of n documents (train_test_split's: numpy's default_rng)."""
+    return np.random.default_rng(seed).permutation(n)
+
+
+def val_documents(n: int, val: int, seed: int) -> np.ndarray:
+    """Which documents (by index) go to val: the first `val` of the permutation."""
+    mask = np.zeros(n, dtype=bool)
+    mask[permutation(n, seed)[:val]] = True
+    return mask

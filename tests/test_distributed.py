@@ -128,9 +128,23 @@ def test_ray_two_nodes_on_loopback_same_bytes(corpus):
                     "executor.node_ip_address=127.0.0.2", "out_dir=ray", cwd=corpus,
                     env={**ENV, "RAY_AUTH_MODE": "disabled"}, wrap=wrap)  # fmt: skip
         assert r.returncode == 0, r.stderr
+        # the seeded global shuffle too: the same bytes as one local worker
+        shuffle = ["split_by=document", "val_size=0.1", "order=shuffle"]
+        r = run_cli(*ARGS, *shuffle, "executor=ray", f"executor.address={address}",
+                    "executor.node_ip_address=127.0.0.2", "out_dir=ray_shuffle", cwd=corpus,
+                    env={**ENV, "RAY_AUTH_MODE": "disabled"}, wrap=wrap)  # fmt: skip
+        assert r.returncode == 0, r.stderr
     same_as_reference(corpus, "ray")
     m = json.loads((corpus / "ray" / "manifest.json").read_text())
     assert m["executor"]["kind"] == "ray" and m["shards"]["count"] > 4
+    r = run_cli(*ARGS, *shuffle, "executor.workers=1", "out_dir=local_shuffle", cwd=corpus, env=ENV)
+    assert r.returncode == 0, r.stderr
+    local = json.loads((corpus / "local_shuffle" / "manifest.json").read_text())
+    assert local["order"]["kind"] == "shuffle"
+    for name in local["files"]:
+        assert (corpus / "ray_shuffle" / name).read_bytes() == (
+            corpus / "local_shuffle" / name
+        ).read_bytes(), name
 
 
 def test_ray_worker_node_killed_mid_run(corpus):

@@ -1,7 +1,8 @@
 """Formats turn one shard of an input file into documents. One module per format:
 
     text     a text file is one document (nanoGPT's reading rules), or several separated
-             by a line such as "<|endoftext|>" (source.doc_separator, TinyStories)
+             by a line such as "<|endoftext|>" (source.doc_separator, TinyStories), or
+             cut after each occurrence of a string (source.doc_end, llm.c's "\n\n")
     jsonl    one JSON object per line, the text at source.text_field (nested: "a.b")
     parquet  one row per document, the text in column source.text_field (needs pyarrow)
 
@@ -33,6 +34,7 @@ class InputFile:
     member: Optional[str] = None  # a zip archive's member
     text_field: str = "text"  # jsonl / parquet: where the text is
     doc_separator: Optional[str] = None  # text: a line that separates documents
+    doc_end: Optional[str] = None  # text: a string that ends each document (kept with it)
     skip_invalid: bool = False  # skip documents that are not valid UTF-8 instead of failing
     max_uncut_bytes: int = 64 << 20  # the most text held at once without a cut
     max_bytes: Optional[int] = None  # the most bytes read from the file (decompressed)

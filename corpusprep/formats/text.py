@@ -1,6 +1,9 @@
 """Plain text: a file is one document, read exactly as nanoGPT reads it (strict UTF-8,
 universal newlines); or, with source.doc_separator, several documents separated by lines
-holding just that string (TinyStories separates stories with "<|endoftext|>").
+holding just that string (TinyStories separates stories with "<|endoftext|>"); or, with
+source.doc_end, cut right after each occurrence of a string, which each document keeps
+(llm.c's tinyshakespeare.py: `text.split("\n\n")`, each section but the last given its
+"\n\n" back, so the pieces are exactly the text's; the last may be empty).
 
 An uncompressed file is cut into shards where the tokenizer allows (a long document is
 read in parallel); a compressed one is one shard, streamed.
@@ -25,7 +28,7 @@ class TextFormat(Format):
     def plan(self, file: InputFile, shard_bytes: int, boundary: Optional[re.Pattern]) -> list:
         if file.doc_separator:  # cut only right after a separator line: documents stay whole
             boundary = re.compile(re.escape(file.doc_separator.encode()) + rb"\r?\n")
-        if not file.seekable or boundary is None:
+        if not file.seekable or boundary is None or file.doc_end:  # doc_end: read in order
             return [(0, file.size, file.size)]
         return [(a, b, b - a) for a, b in plan_shards(file.path, file.size, shard_bytes, boundary)]
 
@@ -45,6 +48,11 @@ class TextFormat(Format):
 
     def parts(self, segment: Segment) -> Iterator[Part]:
         file = segment.file
+        if file.doc_end:
+            ends = ((o + len(raw), decode(raw, file.name, o)) for o, raw in self.raw(segment))
+            for doc in _split_after(ends, file.doc_end, file.max_uncut_bytes, file.name):
+                yield Part([doc], whole=doc)
+            return
         if file.doc_separator:
             ends = ((o + len(raw), decode(raw, file.name, o)) for o, raw in self.raw(segment))
             for doc in _split(ends, file.doc_separator, file.max_uncut_bytes, file.name):
@@ -74,7 +82,7 @@ class TextFormat(Format):
 
     def scan(self, segment: Segment) -> Census:
         file = segment.file
-        if file.doc_separator:
+        if file.doc_separator or file.doc_end:
             return super().scan(segment)
         census = Census(docs=int(segment.start == 0))
         pieces = guard_cuts(self.raw(segment), segment.cut_at, file.max_uncut_bytes, file.name)
@@ -118,6 +126,32 @@ def _split(
             )
     if buf.strip():
         yield buf.strip()
+
+
+def _split_after(
+    pieces: Iterator[tuple[int, str]], end: str, limit: int, name: str
+) -> Iterator[str]:
+    """The text cut right after each occurrence of `end` (left to right, not overlapping),
+    every piece kept, the last one even when empty: `text.split(end)` with `end` given back
+    to all but the last. A document is held whole, up to `limit` characters."""
+    buf = ""
+    for offset, piece in pieces:
+        start = max(len(buf) - len(end) + 1, 0)  # an `end` may straddle the two pieces
+        buf += piece
+        done = 0
+        at = buf.find(end, start)
+        while at != -1:
+            yield buf[done : at + len(end)]
+            done = at + len(end)
+            at = buf.find(end, done)
+        buf = buf[done:]
+        if len(buf) > limit:
+            raise UserError(
+                f"{name}: no {end!r} for more than source.max_uncut_bytes={limit} bytes, up to "
+                f"byte {offset:,}: a document is held whole; check source.doc_end, or raise "
+                "source.max_uncut_bytes"
+            )
+    yield buf
 
 
 FORMAT = TextFormat()

@@ -21,6 +21,7 @@ class ReadOptions:
     format: str = "auto"  # auto (from the file name) | text | jsonl | parquet
     text_field: str = "text"  # jsonl / parquet: where the text is
     doc_separator: Optional[str] = None  # text: a line that separates documents
+    doc_end: Optional[str] = None  # text: a string that ends each document (kept with it)
     skip_invalid: bool = False  # leave out documents that are not valid UTF-8
     # the most text held at once where the tokenizer may not cut it (a document, a JSON
     # line, a text with no place to cut): memory stays bounded whatever the input
@@ -85,6 +86,7 @@ def input_files(paths: list[Path], options: ReadOptions) -> list[InputFile]:
                     member=member,
                     text_field=options.text_field,
                     doc_separator=options.doc_separator,
+                    doc_end=options.doc_end,
                     skip_invalid=options.skip_invalid,
                     max_uncut_bytes=options.max_uncut_bytes,
                     max_bytes=options.max_bytes,

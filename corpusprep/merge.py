@@ -1,0 +1,152 @@
+"""Merge: the shards' part files become the two token streams, train.bin and val.bin
+(with where each document starts), in the order the run asks for.
+
+1. concatenate each side's parts in plan order (never finish order): the corpus order;
+2. order=shuffle: rewrite each side with its documents in the seeded permutation's order
+   (sequential writes, random reads from the page cache; memory: the document index);
+3. split_by=head|tail: every document was encoded to one stream; val becomes its first
+   (or last) val_size tokens and train the rest.
+
+Everything is decided from the document index and the token counts, after encoding, so
+the result is the same for any number of workers, shards or machines.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from corpusprep.shards import SIDES, EncodeResult
+from corpusprep.writer import OutputWriter, check_free_space
+
+COPY_TOKENS = 1 << 23  # tokens per copy step: memory stays flat
+GATHER_DOCS = 1 << 16  # documents per gather step of the shuffle
+
+
+@dataclass(frozen=True)
+class PartFile:
+    shard: int
+    side: str
+    tokens: str  # path of the part's ids
+    index: Optional[str]  # path of its document starts (uint64), None for one text
+
+
+@dataclass
+class Merged:
+    """What the streams hold once merged: tokens and documents per side."""
+
+    tokens: dict[str, int]
+    docs: dict[str, int]
+
+
+def merge(out: OutputWriter, parts: list[PartFile], results: list[EncodeResult], dtype: str,
+          order: Optional[dict[str, np.ndarray]] = None,
+          cut: Optional[tuple[str, int]] = None) -> Merged:  # fmt: skip
+    """Write train.bin / val.bin (and *.docs.bin) under temporary names in `out`.
+    order: per side, its documents' new order (indices into the side's corpus order);
+    cut: ("head" | "tail", n): val is the first | last n tokens of the one stream."""
+    itemsize = np.dtype(dtype).itemsize
+    totals = {side: sum(getattr(r, f"{side}_tokens") for r in results) for side in SIDES}
+    # the merge writes every id once more (twice with a shuffle) while the parts still exist
+    check_free_space(out.out_dir, sum(totals.values()) * itemsize * (2 if order or cut else 1))
+    indexed = bool(parts) and parts[0].index is not None
+    for side in SIDES:
+        mine = sorted((p for p in parts if p.side == side), key=lambda p: p.shard)
+        _concatenate(out.temp(f"{side}.bin"), [p.tokens for p in mine], totals[side] * itemsize)
+        if indexed:
+            counts = [getattr(r, f"{side}_tokens") for r in results]
+            _concatenate_index(out.temp(f"{side}.docs.bin"), [p.index for p in mine], counts)
+    if order:
+        for side in SIDES:
+            _reorder(out, side, dtype, order[side])
+    if cut:
+        return _cut(out, dtype, *cut, indexed)
+    docs = {side: sum(getattr(r, f"{side}_docs") for r in results) for side in SIDES}
+    return Merged(totals, docs)
+
+
+def _concatenate(dst_path: Path, sources: list[str], expected: int) -> None:
+    with open(dst_path, "r+b") as dst:
+        for path in sources:
+            with open(path, "rb") as src:
+                shutil.copyfileobj(src, dst, 1 << 20)
+        if dst.tell() != expected:
+            raise RuntimeError(f"{dst_path.name}: merged {dst.tell()} bytes, not {expected}")
+
+
+def _concatenate_index(dst_path: Path, sources: list[str], counts: list[int]) -> None:
+    """Document starts, shifted by the tokens of the shards before."""
+    with open(dst_path, "r+b") as dst:
+        base = 0
+        for path, tokens in zip(sources, counts):
+            (np.fromfile(path, dtype=np.uint64) + np.uint64(base)).tofile(dst)
+            base += tokens
+
+
+def _starts_and_ends(out: OutputWriter, side: str, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    starts = np.fromfile(out.path_of(f"{side}.docs.bin"), dtype=np.uint64).astype(np.int64)
+    total = os.path.getsize(out.path_of(f"{side}.bin")) // np.dtype(dtype).itemsize
+    return starts, np.append(starts[1:], total)
+
+
+def _reorder(out: OutputWriter, side: str, dtype: str, order: np.ndarray) -> None:
+    """Rewrite one side with its documents in `order`: sequential writes, random reads."""
+    path = out.path_of(f"{side}.bin")
+    starts, ends = _starts_and_ends(out, side, dtype)
+    if len(order) != len(starts):
+        raise RuntimeError(f"{side}: {len(order)} documents to order, {len(starts)} in the index")
+    lengths = ends - starts
+    shuffled = out.scratch(f"{side}.bin.order")
+    src = np.memmap(path, dtype=dtype, mode="r") if len(starts) and ends[-1] else None
+    with open(shuffled, "wb") as dst:
+        for i in range(0, len(order), GATHER_DOCS):
+            docs = order[i : i + GATHER_DOCS]
+            if src is not None:
+                pieces = [src[a:b] for a, b in zip(starts[docs], ends[docs])]
+                dst.write(np.concatenate(pieces).tobytes() if pieces else b"")
+    del src
+    os.replace(shuffled, path)
+    new_starts = np.concatenate([[0], np.cumsum(lengths[order])[:-1]]).astype(np.uint64)
+    new_starts.tofile(out.path_of(f"{side}.docs.bin"))
+
+
+def _cut(out: OutputWriter, dtype: str, mode: str, n: int, indexed: bool) -> Merged:
+    """Everything is in the train stream: move its first (head) or last (tail) n tokens
+    to val."""
+    itemsize = np.dtype(dtype).itemsize
+    stream = out.path_of("train.bin")
+    total = os.path.getsize(stream) // itemsize
+    val_at = 0 if mode == "head" else total - n
+    train_at = n if mode == "head" else 0
+    with open(stream, "rb") as src, open(out.path_of("val.bin"), "wb") as val:
+        _copy(src, val, val_at * itemsize, n * itemsize)
+    if mode == "head":  # train: the stream from n on, moved to the front
+        rest = out.scratch("train.bin.rest")
+        with open(stream, "rb") as src, open(rest, "wb") as dst:
+            _copy(src, dst, n * itemsize, (total - n) * itemsize)
+        os.replace(rest, stream)
+    else:
+        os.truncate(stream, (total - n) * itemsize)
+    docs = {"val": int(mode == "head"), "train": int(mode == "tail")}  # one text: its start
+    if indexed:
+        starts = np.fromfile(out.path_of("train.docs.bin"), dtype=np.uint64).astype(np.int64)
+        in_val = (starts >= val_at) & (starts < val_at + n)
+        (starts[in_val] - val_at).astype(np.uint64).tofile(out.path_of("val.docs.bin"))
+        (starts[~in_val] - train_at).astype(np.uint64).tofile(out.path_of("train.docs.bin"))
+        docs = {"val": int(in_val.sum()), "train": int((~in_val).sum())}
+    return Merged({"train": total - n, "val": n}, docs)
+
+
+def _copy(src, dst, offset: int, nbytes: int) -> None:
+    src.seek(offset)
+    while nbytes > 0:
+        chunk = src.read(min(COPY_TOKENS, nbytes))
+        if not chunk:
+            raise RuntimeError(f"{src.name}: ended {nbytes} bytes early")
+        dst.write(chunk)
+        nbytes -= len(chunk)
