@@ -334,3 +334,26 @@ def test_cli_non_http_url(cache_dir: Path, tmp_path: Path):
     assert_one_line_error(result, "ftp://x/y", "not an http(s) URL", "source=file")
     assert _cache_files(cache_dir) == []
     assert not (tmp_path / "out").exists()
+
+
+def test_the_nanogpt_presets_work_with_no_network_and_an_empty_cache(tmp_path, cache_dir):
+    """Tiny shakespeare ships inside the package: checked against the pinned sha256 and
+    put in the cache as the download would be; the manifest names the public URL."""
+    env = {"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}  # no way out
+    r = run_cli("dataset=shakespeare_char", cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    m = json.loads((tmp_path / "data" / "shakespeare_char" / "manifest.json").read_text())
+    assert m["tokens"] == {"train": 1_003_854, "val": 111_540}
+    assert m["source"]["url"].startswith("https://raw.githubusercontent.com/karpathy/char-rnn/")
+    assert "bundled" in m["source"]["copy"]
+    assert (
+        m["source"]["sha256"] == "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+    )
+    assert any(p.name.endswith("-input.txt") for p in cache_dir.iterdir())
+
+
+def test_another_url_is_still_downloaded_not_bundled(tmp_path, cache_dir):
+    env = {"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
+    r = run_cli("dataset=shakespeare_char", "source.sha256=null", "source.retries=0",
+                cwd=tmp_path, env=env)  # fmt: skip
+    assert_one_line_error(r, "could not download")

@@ -26,6 +26,11 @@ from corpusprep.redact import redact
 from corpusprep.sources import Source, check_text_file, input_files
 
 CHUNK = 1 << 20
+# (URL, sha256) -> the compressed copy in corpusprep/data: byte-identical to the download
+BUNDLED = {
+    ("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
+     "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"): "tinyshakespeare.txt.xz",
+}  # fmt: skip
 
 
 def default_cache_dir() -> Path:
@@ -100,7 +105,7 @@ class UrlSource(Source):
 
     def local_path(self, progress: bool = True) -> Path:
         path = self.cache_path()
-        if not path.is_file():
+        if not path.is_file() and not self._from_bundle(path):
             self._download(path, progress)
         elif self.sha256 and (found := sha256_file(path)) != self.sha256:
             raise UserError(
@@ -111,7 +116,40 @@ class UrlSource(Source):
         return path
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": "url", "url": self.url, "cache_path": str(self.cache_path())}
+        described = {"kind": "url", "url": self.url, "cache_path": str(self.cache_path())}
+        if self.bundled:
+            described["copy"] = "bundled with corpusprep (same sha256 as the URL's file)"
+        return described
+
+    bundled = False  # whether the cache was filled from the copy corpusprep ships
+
+    def _from_bundle(self, dest: Path) -> bool:
+        """Fill the cache from the copy inside the package, if this URL and pinned sha256
+        are one corpusprep ships (tiny shakespeare: the nanoGPT presets work offline)."""
+        name = BUNDLED.get((self.url, self.sha256 or ""))
+        if name is None:
+            return False
+        import lzma
+        from importlib.resources import files
+
+        try:
+            data = lzma.decompress(files("corpusprep.data").joinpath(name).read_bytes())
+        except (OSError, lzma.LZMAError, ModuleNotFoundError):
+            return False  # not shipped in this install: download as usual
+        if hashlib.sha256(data).hexdigest() != self.sha256:
+            return False
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            part = dest.with_name(f".{dest.name}.{os.getpid()}.part")
+            part.write_bytes(data)
+            os.replace(part, dest)
+        except OSError as e:
+            raise UserError(
+                f"cannot write {dest}: {e.strerror}; set source.cache_dir or "
+                "CORPUSPREP_CACHE_DIR to a writable folder"
+            ) from None
+        self.bundled = True
+        return True
 
     def _download(self, dest: Path, progress: bool) -> None:
         try:

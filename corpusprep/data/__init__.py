@@ -1,0 +1,1 @@
+"""Data shipped with corpusprep: tiny shakespeare (the nanoGPT presets work offline)."""
