@@ -331,9 +331,9 @@ def read_settings(cfg: DictConfig) -> Settings:
     if eot not in EOT:
         raise UserError(f"eot={eot}: use one of {', '.join(EOT)}")
     seed = cfg.get("seed", 2357)
-    # the split hash takes the seed as 8 signed bytes (corpusprep.split.goes_to_train)
-    if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**63:
-        raise UserError(f"seed={seed!r}: must be a whole number from -2**63 to 2**63-1")
+    # numpy's default_rng takes no negative seed; the split hash takes 8 signed bytes
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise UserError(f"seed={seed!r}: must be a whole number from 0 to 2**63-1")
     val_size = cfg.get("val_size")
     counts = split_by in ("head", "tail")
     whole = isinstance(val_size, int) and not isinstance(val_size, bool) and val_size >= 1

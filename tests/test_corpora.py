@@ -68,7 +68,7 @@ def expected(docs, enc, split=0.9, seed=2357, eot="append"):
 
 def read(out, side):
     return (np.fromfile(out / f"{side}.bin", np.uint16).tolist(),
-            np.fromfile(out / f"{side}.docs.bin", np.uint64).tolist())  # fmt: skip
+            np.fromfile(out / "doc_index" / f"{side}.docs.bin", np.uint64).tolist())  # fmt: skip
 
 
 def jsonl_bytes(docs, field="text"):
@@ -162,7 +162,7 @@ def test_spawn_start_method_gives_the_same_bytes(tmp_path, enc):
         "executor.workers=2",
         "executor.start_method=spawn",
     )
-    for name in ("train.bin", "val.bin", "train.docs.bin", "val.docs.bin"):
+    for name in ("train.bin", "val.bin", "doc_index/train.docs.bin", "doc_index/val.docs.bin"):
         assert (tmp_path / "fork" / name).read_bytes() == (tmp_path / "spawn" / name).read_bytes()
 
 
@@ -339,7 +339,7 @@ BAD = {  # lines of d.jsonl, extra overrides, what the one-line error must say
     "bad utf-8": ([b'{"text": "\xff"}\n'], [], ["d.jsonl:1:", "UTF-8"]),
     "unknown format": ([A], ["source.format=csv"], ["source.format=csv"]),
     "eot with byte": ([A] * 9, ["tokenizer=byte", "eot=append"], ["eot=append", "no end-of-text"]),
-    "all docs on one side": ([A, B], ["split=0.999999"], ["leaves val empty"]),
+    "all docs on one side": ([A, B], ["split_by=hash", "split=0.999999"], ["leaves val empty"]),
 }
 
 

@@ -127,7 +127,7 @@ def docs(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("seed", ["99999999999999999999", "-9223372036854775809", "1e20"])
+@pytest.mark.parametrize("seed", ["99999999999999999999", "-1", "1e20"])
 def test_seed_out_of_range(docs: Path, seed: str):
     result = _run(docs, "source=file", "source.path=docs.txt",
                   "source.doc_separator='<|endoftext|>'", f"seed={seed}")  # fmt: skip
@@ -135,7 +135,7 @@ def test_seed_out_of_range(docs: Path, seed: str):
 
 
 def test_seed_at_the_edges_works(docs: Path):
-    for seed in ("9223372036854775807", "-9223372036854775808"):
+    for seed in ("9223372036854775807", "0"):
         result = _run(docs, "source=file", "source.path=docs.txt", "force=true",
                       "source.doc_separator='<|endoftext|>'", f"seed={seed}")  # fmt: skip
         assert result.returncode == 0, result.stderr

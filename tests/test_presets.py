@@ -1,8 +1,9 @@
-"""The well-known corpus presets (conf/dataset/) and source=hf.
+"""The well-known corpus presets (conf/dataset/); source=hf itself: test_hf_source.py.
 
-Nothing here reaches the internet: the URL presets and the Hub are played by a small HTTP
-server on 127.0.0.1 (started and stopped by a fixture, as in test_url_source.py) serving
-small stand-ins in the real formats; python_stdlib reads the local standard library.
+Nothing here reaches the internet: the URL presets are played by a small HTTP server on
+127.0.0.1 (started and stopped by a fixture, as in test_url_source.py) and the Hub by
+test_hf_source.Hub, serving small stand-ins in the real formats; python_stdlib reads the
+local standard library.
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import LocalHTTPServer, assert_one_line_error, compose, run_cli
+from helpers import LocalHTTPServer, compose, run_cli
 
 from corpusprep.config import build
-from corpusprep.errors import UserError
 from corpusprep.sources.files import FilesSource
 from corpusprep.sources.hf import HfSource
 from corpusprep.sources.url import UrlSource
@@ -34,22 +34,18 @@ from corpusprep.tokenizers.tiktoken import TiktokenTokenizer
 
 HOST = "127.0.0.1"
 EOT = 50256  # gpt2's <|endoftext|>
-OWT = "/api/datasets/Skylion007/openwebtext/parquet/plain_text/train"
-TINY = "/api/datasets/test/tiny/parquet/default/train"
 
 
 class Server(LocalHTTPServer):
-    """Serves `routes` (path -> body, JSON for lists) on 127.0.0.1; counts requests and
-    keeps their headers; anything else is a 404."""
+    """Serves `routes` (path -> body) on 127.0.0.1; counts requests and keeps their
+    headers; anything else is a 404."""
 
     def __init__(self) -> None:
         self.routes: dict[str, bytes] = {}
         self.headers: dict[str, dict[str, str]] = {}
         super().__init__(_handler_for)
 
-    def serve(self, path: str, body: bytes | list) -> str:
-        if isinstance(body, list):  # a Hub listing: absolute URLs of this server
-            body = json.dumps([self.root + p for p in body]).encode()
+    def serve(self, path: str, body: bytes) -> str:
         self.routes[path] = body
         return self.root + path
 
@@ -64,9 +60,7 @@ def _handler_for(server: Server) -> type[BaseHTTPRequestHandler]:
             with server._lock:
                 server.counts[path] += 1
                 server.headers[path] = dict(self.headers.items())
-            if path.startswith("/api/datasets/gated/"):
-                code, body = 401, b'{"error": "Access to this dataset is restricted"}'
-            elif path in server.routes:
+            if path in server.routes:
                 code, body = 200, server.routes[path]
             else:
                 code, body = 404, b'{"error": "not found"}'
@@ -177,11 +171,11 @@ def test_openwebtext_preset():
     src = cfg.source
     assert (src.dataset, src.config, src.split) == ("Skylion007/openwebtext", "plain_text", "train")
     assert src.endpoint == "https://huggingface.co"
-    assert (src.format, src.text_field) == ("parquet", "text")
-    assert (cfg.split, cfg.seed, cfg.eot, cfg.split_by) == (0.9995, 2357, "append", "document")
+    assert (src.format, src.text_field, src.revision) == ("auto", "text", "main")
+    assert (cfg.val_size, cfg.order, cfg.seed, cfg.eot, cfg.split_by) == (
+        0.0005, "shuffle", 2357, "append", "document")  # nanoGPT's train_test_split  # fmt: skip
     hf = build(src, "source")
-    assert isinstance(hf, HfSource)
-    assert hf.listing_url() == "https://huggingface.co" + OWT
+    assert isinstance(hf, HfSource) and hf.config == "plain_text"
     assert _target(cfg.tokenizer) is TiktokenTokenizer and cfg.tokenizer.encoding == "gpt2"
 
 
@@ -194,43 +188,6 @@ def test_python_stdlib_preset():
     assert (cfg.split_by, cfg.eot) == ("document", "append")
     assert isinstance(build(cfg.source, "source"), FilesSource)
     assert isinstance(build(cfg.tokenizer, "tokenizer"), CharTokenizer)
-
-
-def test_hf_source_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    cfg = compose("source=hf", "source.dataset=someone/my.corpus")
-    assert cfg.name == "my"  # named after the dataset
-    assert (cfg.source.config, cfg.source.split, cfg.source.format) == (
-        "default", "train", "parquet")  # fmt: skip
-    monkeypatch.setenv("HF_ENDPOINT", "https://hf-mirror.example")
-    cfg = compose("source=hf", "source.dataset=a/b", f"source.cache_dir={tmp_path}")
-    src = build(cfg.source, "source")
-    assert src.listing_url() == "https://hf-mirror.example/api/datasets/a/b/parquet/default/train"
-    assert src.listing_path().parent == tmp_path
-    # the listing's cache key: endpoint, dataset, config and split all count
-    other = [
-        HfSource("a/b", endpoint="https://huggingface.co", cache_dir=str(tmp_path)),
-        HfSource("a/c", endpoint="https://hf-mirror.example", cache_dir=str(tmp_path)),
-        HfSource("a/b", "x", endpoint="https://hf-mirror.example", cache_dir=str(tmp_path)),
-        HfSource(
-            "a/b", split="test", endpoint="https://hf-mirror.example", cache_dir=str(tmp_path)
-        ),
-    ]
-    assert len({src.listing_path(), *(o.listing_path() for o in other)}) == 5
-
-
-@pytest.mark.parametrize(
-    "kwargs, fragment",
-    [
-        ({"dataset": "no spaces/x"}, "source.dataset"),
-        ({"dataset": "a/b/c"}, "source.dataset"),
-        ({"dataset": "a/b", "config": ""}, "source.config"),
-        ({"dataset": "a/b", "split": "x/y"}, "source.split"),
-        ({"dataset": "a/b", "endpoint": "huggingface.co"}, "source.endpoint"),
-    ],
-)
-def test_hf_source_bad_values(kwargs: dict, fragment: str):
-    with pytest.raises(UserError, match=fragment):
-        HfSource(**kwargs)
 
 
 # --- (b) the URL presets end to end, against local stand-ins -----------------------------
@@ -308,7 +265,7 @@ def test_tinystories_end_to_end(server: Server, cache_dir: Path, tmp_path: Path,
     assert int((train == EOT).sum()) == m["documents"]["train"]
 
 
-# --- (c) source=hf against a local stand-in for the Hub --------------------------------------
+# --- (c) the openwebtext preset against a local stand-in for the Hub ---------------------
 
 
 def _parquet(texts: list[str]) -> bytes:
@@ -320,159 +277,50 @@ def _parquet(texts: list[str]) -> bytes:
     return buf.getvalue()
 
 
-def _docs(out: Path, side: str, m: dict) -> list[str]:
-    ids = _ids(out, side, m)
-    starts = np.fromfile(out / f"{side}.docs.bin", dtype=np.uint64).tolist() + [len(ids)]
-    return [bytes(ids[a:b].astype(np.uint8)).decode() for a, b in zip(starts, starts[1:])]
-
-
-@pytest.fixture
-def tiny_hub(server: Server) -> tuple[Server, list[str]]:
-    """The dataset test/tiny: two Parquet files, listed out of order (10 before 2)."""
-    docs = [f"document {i}: {'é' * (i % 3)} the cat sat on the mat\nline two" for i in range(300)]
-    server.serve("/files/tiny/10.parquet", _parquet(docs[120:]))
-    server.serve("/files/tiny/2.parquet", _parquet(docs[:120]))
-    server.serve(TINY, ["/files/tiny/10.parquet", "/files/tiny/2.parquet"])
-    return server, docs
-
-
-def _hf(tmp_path: Path, cache_dir: Path, server: Server, out: str, *extra: str):
-    return _cli(tmp_path, cache_dir, "source=hf", "source.dataset=test/tiny",
-                f"source.endpoint={server.root}", "source.retries=0", "source.timeout=10",
-                "tokenizer=byte", "eot=none", f"out_dir={out}", *extra)  # fmt: skip
-
-
-def test_hf_source_end_to_end_then_offline(tiny_hub, cache_dir: Path, tmp_path: Path):
-    server, docs = tiny_hub
-    r = _hf(tmp_path, cache_dir, server, "out")
-    assert r.returncode == 0, r.stderr
-    out = tmp_path / "out"
-    m = _manifest(out)
-    assert m["name"] == "tiny"
-    src = m["source"]
-    assert (src["kind"], src["dataset"], src["config"], src["split"]) == (
-        "hf", "test/tiny", "default", "train")  # fmt: skip
-    assert src["url"] == server.root + TINY
-    # sorted with numbers as numbers: 2.parquet, then 10.parquet
-    assert [Path(f["path"]).name.split("-", 1)[1] for f in src["files"]] == [
-        "2.parquet", "10.parquet"]  # fmt: skip
-    for f, name in zip(src["files"], ["2.parquet", "10.parquet"]):
-        assert f["format"] == "parquet"
-        assert f["sha256"] == hashlib.sha256(server.routes[f"/files/tiny/{name}"]).hexdigest()
-    assert m["documents"]["total"] == 300 and m["split"]["by"] == "document"
-    assert sorted(_docs(out, "train", m) + _docs(out, "val", m)) == sorted(docs)
-    assert Path(src["listing_path"]).parent == cache_dir
-    assert json.loads(Path(src["listing_path"]).read_text()) == json.loads(server.routes[TINY])
-    assert not [p for p in cache_dir.iterdir() if p.name.endswith(".part")]
-    hits = {p: server.count(p) for p in (TINY, "/files/tiny/2.parquet", "/files/tiny/10.parquet")}
-    assert set(hits.values()) == {1}
-
-    # again with the server gone: the listing and the files come from the cache
-    server.stop()
-    again = _hf(tmp_path, cache_dir, server, "again")
-    assert again.returncode == 0, again.stderr
-    for name in ("train.bin", "val.bin", "train.docs.bin", "val.docs.bin"):
-        assert (tmp_path / "again" / name).read_bytes() == (out / name).read_bytes(), name
-    assert {p: server.count(p) for p in hits} == hits
-
-
-def test_hf_unknown_dataset(server: Server, cache_dir: Path, tmp_path: Path):
-    r = _cli(tmp_path, cache_dir, "source=hf", "source.dataset=nobody/nothing",
-             f"source.endpoint={server.root}", "source.retries=0", "out_dir=out")  # fmt: skip
-    assert_one_line_error(r, "nobody/nothing", "'default'", "'train'", "HTTP 404", "source.dataset")
-    assert server.count("/api/datasets/nobody/nothing/parquet/default/train") == 1
-    assert list(cache_dir.iterdir()) == []  # an error is never cached
-    assert not (tmp_path / "out").exists()
-
-
-def test_hf_offline_without_cached_listing(server: Server, cache_dir: Path, tmp_path: Path):
-    root = server.root
-    server.stop()  # nothing listens there now
-    r = _cli(tmp_path, cache_dir, "source=hf", "source.dataset=test/tiny",
-             f"source.endpoint={root}", "source.retries=0", "out_dir=out")  # fmt: skip
-    assert_one_line_error(r, "test/tiny", "cannot connect", "run once with network",
-                          str(cache_dir), "source=files")  # fmt: skip
-    assert list(cache_dir.iterdir()) == []
-
-
-def test_hf_token_is_sent_with_the_listing(
-    tiny_hub, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
-):
-    server, docs = tiny_hub
-    src = HfSource("test/tiny", endpoint=server.root, cache_dir=str(cache_dir), retries=0)
-    monkeypatch.setenv("HF_TOKEN", "hf_secret")
-    files = src.files(progress=False)
-    assert [f.format for f in files] == ["parquet", "parquet"]
-    assert server.headers[TINY].get("Authorization") == "Bearer hf_secret"
-
-    monkeypatch.delenv("HF_TOKEN")
-    other = HfSource("test/tiny", "other", endpoint=server.root, cache_dir=str(cache_dir))
-    server.serve("/api/datasets/test/tiny/parquet/other/train", ["/files/tiny/2.parquet"])
-    assert len(other.files(progress=False)) == 1
-    assert "Authorization" not in server.headers["/api/datasets/test/tiny/parquet/other/train"]
-
-
-def test_hf_gated_and_bad_listings(server: Server, cache_dir: Path):
-    def source(dataset: str) -> HfSource:
-        return HfSource(dataset, endpoint=server.root, cache_dir=str(cache_dir), retries=0)
-
-    with pytest.raises(UserError) as e:
-        source("gated/thing").files(progress=False)
-    assert "HTTP 401" in str(e.value) and "HF_TOKEN" in str(e.value)
-    # listed, but the file itself is refused; HF_TOKEN, when set, goes with the download too
-    server.serve("/api/datasets/a/locked/parquet/default/train", ["/api/datasets/gated/0.parquet"])
-    with pytest.raises(UserError) as e:
-        source("a/locked").files(progress=False)
-    assert "HTTP 401" in str(e.value) and "gated or private" in str(e.value)
-    assert "set HF_TOKEN" in str(e.value)
-    os.environ["HF_TOKEN"] = "hf_test_token"
-    try:
-        with pytest.raises(UserError):
-            source("a/locked").files(progress=False)
-    finally:
-        del os.environ["HF_TOKEN"]
-    assert (
-        server.headers["/api/datasets/gated/0.parquet"]["Authorization"] == "Bearer hf_test_token"
-    )
-    server.serve("/api/datasets/a/empty/parquet/default/train", [])
-    with pytest.raises(UserError, match="no Parquet files"):
-        source("a/empty").files(progress=False)
-    server.serve("/api/datasets/a/html/parquet/default/train", b"<html>hello</html>")
-    with pytest.raises(UserError, match="not a Parquet file listing"):
-        source("a/html").files(progress=False)
-    # a broken cached listing is reported, never silently replaced
-    src = source("a/broken")
-    src.listing_path().write_text('{"not": "a list"}')
-    with pytest.raises(UserError, match="delete it"):
-        src.files(progress=False)
-    assert server.count("/api/datasets/a/broken/parquet/default/train") == 0
-
-
 def test_openwebtext_preset_against_a_stand_in(
-    server: Server, cache_dir: Path, tmp_path: Path, tiktoken_cache
+    cache_dir: Path, tmp_path: Path, tiktoken_cache, monkeypatch: pytest.MonkeyPatch
 ):
     import tiktoken
+
+    pytest.importorskip("huggingface_hub")
+    from test_hf_source import Cdn, Hub, card
 
     rng = random.Random(11)
     words = ["the", "web", "page", "said", "that", "news", "today", "is", "good", "bad", "."]
     docs = [f"{i}. " + " ".join(rng.choices(words, k=rng.randint(3, 12))) for i in range(20_000)]
-    server.serve("/owt/train/0.parquet", _parquet(docs[:10_000]))
-    server.serve("/owt/train/1.parquet", _parquet(docs[10_000:]))
-    server.serve(OWT, ["/owt/train/0.parquet", "/owt/train/1.parquet"])
-    r = _cli(tmp_path, cache_dir, "dataset=openwebtext", f"source.endpoint={server.root}",
-             "out_dir=out")  # fmt: skip
+    # the layout the Hub's datasets have once converted from a loading script: a card whose
+    # configs name the Parquet files (assumed here for Skylion007/openwebtext: not checked)
+    readme = card("configs:\n- config_name: plain_text\n  data_files:\n"
+                  "  - split: train\n    path: plain_text/train-*\n  default: true")  # fmt: skip
+    cdn = Cdn()
+    hub = Hub(cdn)
+    try:
+        files = {"README.md": readme,
+                 "plain_text/train-00001-of-00002.parquet": _parquet(docs[10_000:]),
+                 "plain_text/train-00000-of-00002.parquet": _parquet(docs[:10_000])}  # fmt: skip
+        sha = hub.push("Skylion007/openwebtext", files)
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))  # the HF cache of the run
+        r = _cli(tmp_path, cache_dir, "dataset=openwebtext", f"source.endpoint={hub.root}",
+                 "out_dir=out")  # fmt: skip
+    finally:
+        hub.stop()
+        cdn.stop()
     assert r.returncode == 0, r.stderr
     m = _manifest(tmp_path / "out")
     assert m["name"] == "openwebtext"
     assert m["source"]["kind"] == "hf" and m["source"]["dataset"] == "Skylion007/openwebtext"
-    assert m["split"] == {"by": "document", "fraction": 0.9995, "seed": 2357}
+    assert (m["source"]["config"], m["source"]["sha"]) == ("plain_text", sha)
+    assert m["source"]["repo_files"] == [
+        f"plain_text/train-0000{i}-of-00002.parquet" for i in (0, 1)
+    ]
+    assert m["split"] == {"by": "document", "fraction": 0.9, "seed": 2357, "val_size": 0.0005}
+    assert m["order"] == {"kind": "shuffle", "seed": 2357}
     assert m["eot"] == {"mode": "append", "id": EOT}
     assert m["tokenizer"]["encoding"] == "gpt2" and m["dtype"] == "uint16"
     assert m["documents"]["total"] == 20_000
     assert 0 < m["documents"]["val"] < 40  # 0.05% of 20,000 is 10
     enc = tiktoken.get_encoding("gpt2")
     assert sum(m["tokens"].values()) == sum(len(enc.encode_ordinary(d)) + 1 for d in docs)
-    assert server.count(OWT) == 1
 
 
 # --- (d) python_stdlib, for real: no network ---------------------------------------------

@@ -8,7 +8,6 @@ Nothing here reaches the network: downloads come from LocalHTTPServer on 127.0.0
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import pickle
 import subprocess
@@ -313,90 +312,78 @@ def test_an_id_beyond_the_vocabulary_is_damaged(made: Path, tmp_path: Path):
 
 
 # --- 5. HF_TOKEN goes to the Hub only --------------------------------------------------
+# source=hf hands the token question to huggingface_hub: token=None (its own token) where
+# a token may go, token=False elsewhere. tests/test_hf_source.py has the stand-in Hub.
 
 
-def _parquet(docs: list[str]) -> bytes:
-    pa = pytest.importorskip("pyarrow")
-    import pyarrow.parquet as pq
+def _hub_cli(tmp_path, monkeypatch, endpoint: str, *extra: str, env=None):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    monkeypatch.setenv("CORPUSPREP_CACHE_DIR", str(tmp_path / "cache"))
+    return run_cli("source=hf", "source.dataset=test/t", f"source.endpoint={endpoint}",
+                   "tokenizer=byte", "eot=none", "split_by=tail", "val_size=2", "quiet=true",
+                   "out_dir=out", *extra, cwd=tmp_path, env=env)  # fmt: skip
 
-    buf = io.BytesIO()
-    pq.write_table(pa.table({"text": docs}), buf)
-    return buf.getvalue()
 
+def test_the_hf_token_goes_to_the_hub_and_not_to_its_cdn(tmp_path, monkeypatch):
+    pytest.importorskip("huggingface_hub")
+    from test_hf_source import Cdn, Hub, parquet
 
-def test_the_hf_token_goes_to_the_endpoint_only(tmp_path, monkeypatch):
-    from corpusprep.sources.hf import HfSource
-
-    hub, other = _Files(), _Files("127.0.0.2")
+    cdn = Cdn()  # on 127.0.0.2: another host, as the Hub's CDN is
+    hub = Hub(cdn)
     try:
-        listing = "/api/datasets/test/t/parquet/default/train"
-        hub.bodies[listing] = json.dumps(
-            [f"{hub.root}/files/0.parquet", f"{other.root}/files/1.parquet"]
-        ).encode()
-        hub.redirects["/files/0.parquet"] = f"{other.root}/files/0.parquet"  # e.g. a CDN
-        other.bodies["/files/0.parquet"] = _parquet(["zero"] * 10)
-        other.bodies["/files/1.parquet"] = _parquet(["one"] * 10)
-        monkeypatch.setenv("HF_TOKEN", "hf_trust_token")
-        src = HfSource("test/t", endpoint=hub.root, cache_dir=str(tmp_path), retries=0)
-        assert len(src.files(progress=False)) == 2
-        assert hub.headers[listing]["Authorization"] == "Bearer hf_trust_token"
-        assert hub.headers["/files/0.parquet"]["Authorization"] == "Bearer hf_trust_token"
-        assert other.count("/files/0.parquet") == 1 and other.count("/files/1.parquet") == 1
-        for path in ("/files/0.parquet", "/files/1.parquet"):
-            assert "Authorization" not in other.headers[path], path
+        hub.push("test/t", {"data/train-00000-of-00001.parquet": parquet(["zero"] * 10)})
+        r = _hub_cli(tmp_path, monkeypatch, hub.root, env={"HF_TOKEN": "hf_trust_token"})
+        assert r.returncode == 0, r.stderr
+        assert [h.get("Authorization") for _, _, h in hub.log] == ["Bearer hf_trust_token"] * 2
+        assert [p for _, p, _ in cdn.log] and all("Authorization" not in h for *_, h in cdn.log)
     finally:
         hub.stop()
-        other.stop()
+        cdn.stop()
+
+
+def test_a_preset_cannot_send_the_hf_token_elsewhere(tmp_path, monkeypatch):
+    """source.endpoint from a config file naming another host: asked, without the token
+    (the host is reached through a proxy on 127.0.0.1, which sees every header)."""
+    pytest.importorskip("huggingface_hub")
+    from test_hf_source import Hub, jsonl
+
+    hub = Hub()
+    try:
+        hub.push("test/t", {"data/train.jsonl": jsonl(["some text\n"] * 5)})
+        env = {"HTTP_PROXY": hub.root, "http_proxy": hub.root, "HF_TOKEN": "hf_trust_token"}
+        r = _hub_cli(tmp_path, monkeypatch, "http://collector.invalid", env=env)
+        assert r.returncode == 0, r.stderr
+        assert len(hub.log) == 3  # the dataset's info, then HEAD and GET of its file
+        assert {h.get("Host") for *_, h in hub.log} == {"collector.invalid"}
+        assert all("Authorization" not in h for *_, h in hub.log)
+    finally:
+        hub.stop()
 
 
 @pytest.mark.parametrize(
-    "endpoint, hf_endpoint, url, sent",
+    "endpoint, hf_endpoint, token",
     [
-        ("https://huggingface.co", None, "https://huggingface.co/api/datasets/a/b/0.parquet", True),
-        ("https://huggingface.co", None, "https://hf.co/api/datasets/a/b/0.parquet", True),
-        ("https://huggingface.co", None, "http://huggingface.co/api/datasets/a/b/0.parquet", False),
-        ("https://huggingface.co", None, "https://huggingface.co.evil.example/x", False),
-        ("https://huggingface.co", None, "https://evil.example/x", False),
+        ("https://huggingface.co", None, None),  # None: huggingface_hub's own token
+        ("https://hf.co", None, None),
+        ("http://huggingface.co", None, False),  # plain http
+        ("https://huggingface.co.evil.example", None, False),
+        ("https://evil.example", None, False),
         # a mirror gets the token only if the user's own HF_ENDPOINT names it, never a config
-        ("https://hub.example", None, "https://hub.example/x", False),
-        ("https://hub.example", "https://hub.example", "https://hub.example/x", True),
-        ("https://hub.example", "https://hub.example", "https://hub.example:8443/x", False),
-        ("https://hub.example", "https://hub.example", "https://cdn.example/x", False),
-        ("http://hub.example", "http://hub.example", "http://hub.example/x", False),  # plain http
-        ("http://127.0.0.1:8000", None, "http://127.0.0.1:8000/x", True),  # stays on this machine
-        ("http://127.0.0.1:8000", None, "http://127.0.0.1:9000/x", False),
-        ("http://127.0.0.1:8000", None, "http://127.0.0.2:8000/x", False),
+        ("https://hub.example", None, False),
+        ("https://hub.example", "https://hub.example", None),
+        ("https://hub.example:8443", "https://hub.example", False),
+        ("http://hub.example", "http://hub.example", False),  # plain http
+        ("http://127.0.0.1:8000", None, None),  # stays on this machine
+        ("http://localhost:8000", None, None),
+        ("http://127.0.0.1:bad", None, False),
     ],
 )
-def test_which_urls_get_the_hf_token(monkeypatch, endpoint, hf_endpoint, url, sent):
-    from corpusprep.sources import hf
+def test_where_the_hf_token_may_go(monkeypatch, endpoint, hf_endpoint, token):
+    from corpusprep.sources.hf import hub_token
 
-    monkeypatch.setenv("HF_TOKEN", "hf_x")
     if hf_endpoint:
         monkeypatch.setenv("HF_ENDPOINT", hf_endpoint)
-    assert bool(hf._auth(url, endpoint)) is sent
-
-
-def test_a_preset_cannot_send_the_hf_token_elsewhere(tmp_path, cache_dir, monkeypatch):
-    """source.endpoint from a config file: the listing is asked for, without the token."""
-    from corpusprep.sources.hf import HfSource
-
-    monkeypatch.setenv("HF_TOKEN", "hf_trust_token")
-    src = HfSource("test/t", endpoint="https://collector.invalid", cache_dir=str(cache_dir),
-                   retries=0)  # fmt: skip
-    sent = []
-
-    class Asked(Exception):
-        pass
-
-    def get(url, **kwargs):  # no network: record what would be sent, and stop there
-        sent.append(kwargs["headers"])
-        raise Asked
-
-    monkeypatch.setattr("requests.get", get)
-    with pytest.raises(Asked):
-        src.files(progress=False)
-    assert sent and "Authorization" not in sent[0]
+    assert hub_token(endpoint) is token
 
 
 # --- 6. credentials in URLs are never written or printed ------------------------------

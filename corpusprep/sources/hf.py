@@ -1,56 +1,67 @@
-"""A Hugging Face Hub dataset, read through the Hub's Parquet conversion (no `datasets`).
+"""A Hugging Face Hub dataset, read as `datasets.load_dataset(dataset, config, split=split)`
+reads it: the repository's own data files, every one, in the same order (no `datasets`).
 
-The Hub converts every public dataset to Parquet and lists the files of one config and
-split at GET {endpoint}/api/datasets/{dataset}/parquet/{config}/{split} (a JSON list of
-URLs). The listing is cached next to the downloads, keyed by endpoint, dataset, config and
-split; each file is downloaded once through UrlSource (cache, retries, temporary file then
-rename, progress). Once both are cached, later runs need no network at all.
+The Hub is asked once for the revision's commit sha and its file list (huggingface_hub's
+dataset_info); the data files of the config and split are then found by `datasets`' rules
+(the dataset card's `configs` / `data_files`, else its default patterns, see _Rules) and
+downloaded through huggingface_hub at that sha: the user's HF cache, HF_HUB_OFFLINE,
+HF_ENDPOINT, tokens and resumable downloads are the library's. The sha and the file list
+are also kept in corpusprep's cache, so that offline (HF_HUB_OFFLINE=1, or the Hub out of
+reach) a later run finds the same files in the HF cache.
 
-HF_TOKEN, when set, is sent as `Authorization: Bearer ...` with the listing request and
-the file downloads (gated or private datasets), and only where it is safe: the endpoint
-must be the Hub, the one $HF_ENDPOINT names (the user's environment, never a config
-file: a downloaded preset could name any host), or on this machine; the URL must be on
-the endpoint itself (scheme, host and port; huggingface.co and hf.co are one Hub), over
-https, or plain http to a loopback address (a local stand-in: the token never leaves the
-machine). A listed URL on another host gets no token, and requests drops it on a
-redirect to another host (the Hub's CDN links are signed: they need none).
+A token goes only where it is safe (hub_token): to the Hub, to the endpoint $HF_ENDPOINT
+names (the user's environment, never a config file: a downloaded preset could name any
+host), or to this machine; over https, or plain http to a loopback address. Elsewhere the
+library is told token=False. On a redirect to another host (the Hub's CDN links are
+signed) huggingface_hub drops the token itself.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
+import posixpath
 import re
-import time
-from pathlib import Path
-from typing import Any, NoReturn, Optional
-from urllib.parse import quote, urlsplit
+from collections import Counter
+from pathlib import Path, PurePosixPath
+from typing import Any, Optional
+from urllib.parse import urlsplit
 
 from corpusprep.errors import UserError
 from corpusprep.formats import InputFile
 from corpusprep.redact import redact
 from corpusprep.sources import Source, input_files
-from corpusprep.sources.url import UrlSource, _reason, default_cache_dir
+from corpusprep.sources.url import default_cache_dir
 
 DATASET = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+SHA = re.compile(r"[0-9a-f]{40}")
+INSTALL = "pip install 'corpusprep[hub]'"
+# the Hub's Parquet conversion of a big dataset: only its first 5 GB, in a partial-* folder
+PARTIAL = re.compile(r"[^/]+/partial-[^/]+/[^/]+\.parquet")
 
 
-class _Transient(Exception):
-    """Worth another attempt: connection trouble, HTTP 5xx or 429."""
+def _hub():
+    try:
+        import huggingface_hub
+    except ImportError:
+        raise UserError(
+            f"source=hf needs the optional huggingface_hub library: {INSTALL}"
+        ) from None
+    return huggingface_hub
 
 
 class HfSource(Source):
     def __init__(
         self,
         dataset: str,
-        config: str = "default",
+        config: Optional[str] = None,
         split: str = "train",
+        revision: str = "main",
         endpoint: str = "https://huggingface.co",
         cache_dir: Optional[str] = None,
         timeout: float = 30,
-        retries: int = 3,
-        deadline: Optional[float] = 3600,  # seconds for each file's download (see UrlSource)
         **options: Any,
     ) -> None:
         super().__init__(**options)
@@ -59,210 +70,568 @@ class HfSource(Source):
                 f"source.dataset={dataset!r}: not a Hub dataset name; "
                 "use OWNER/NAME, e.g. source.dataset=Skylion007/openwebtext"
             )
-        for key, value in (("config", config), ("split", split)):
+        for key, value in (("config", config or "x"), ("split", split)):
             if not value or "/" in str(value):
                 raise UserError(f"source.{key}={value!r}: must be a non-empty name without '/'")
+        if not revision or not str(revision).strip():
+            raise UserError(f"source.revision={revision!r}: name a branch, tag or commit sha")
         if not re.match(r"^https?://[^/]+", str(endpoint or "")):
             raise UserError(
                 f"source.endpoint={endpoint!r}: not an http(s) URL, e.g. https://huggingface.co"
             )
-        if isinstance(retries, bool) or int(retries) < 0:
-            raise UserError(f"source.retries={retries!r}: must be 0 or more")
+        _hub()  # a missing library fails here, before any work
         self.dataset = str(dataset)
-        self.config = str(config)
+        self.config = str(config) if config else None  # None: the dataset's default
         self.split = str(split)
+        self.revision = str(revision)
         self.endpoint = str(endpoint).rstrip("/")
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         self.timeout = float(timeout)
-        self.retries = int(retries)
-        self.deadline = deadline
+        self._resolved: Optional[dict[str, Any]] = None
 
     @property
     def what(self) -> str:
-        return f"dataset {self.dataset!r} (config {self.config!r}, split {self.split!r})"
-
-    def listing_url(self) -> str:
-        parts = (self.dataset, self.config, self.split)
-        ds, config, split = (quote(p, safe="/") for p in parts)
-        return f"{self.endpoint}/api/datasets/{ds}/parquet/{config}/{split}"
-
-    def listing_path(self) -> Path:
-        """Where the listing lives in the cache: a hash of what it is the listing of."""
-        what = "\n".join((self.endpoint, self.dataset, self.config, self.split))
-        key = hashlib.sha256(what.encode()).hexdigest()[:16]
-        label = re.sub(r"[^A-Za-z0-9._-]", "_", f"{self.dataset}-{self.config}-{self.split}")
-        return self.cache_dir / f"{key}-hf-{label[-100:]}.json"
-
-    def urls(self) -> list[str]:
-        """The Parquet files' URLs: from the cached listing, else from the Hub (then cached);
-        sorted, numbers compared as numbers (2.parquet before 10.parquet)."""
-        path = self.listing_path()
-        if path.is_file():
-            try:
-                urls = _parse(path.read_bytes())
-            except ValueError as e:
-                raise UserError(
-                    f"{path}: the cached Parquet listing of {self.what} is unreadable ({e}); "
-                    "delete it to fetch the listing again"
-                ) from None
-        else:
-            body = self._fetch_listing()
-            try:
-                urls = _parse(body)
-            except ValueError as e:
-                raise UserError(
-                    f"{redact(self.listing_url())}: not a Parquet file listing ({e}); "
-                    "check source.endpoint"
-                ) from None
-            self._store(path, body)
-        if not urls:
-            raise UserError(
-                f"source=hf: the Hub lists no Parquet files for {self.what}; "
-                "check source.config and source.split"
-            )
-        return sorted(urls, key=_natural)
+        config = f"config {self.config!r}" if self.config else "its default config"
+        return f"dataset {self.dataset!r} ({config}, split {self.split!r})"
 
     def files(self, progress: bool = True) -> list[InputFile]:
-        paths = []
-        for url in self.urls():
-            src = UrlSource(url, cache_dir=str(self.cache_dir), timeout=self.timeout,
-                            retries=self.retries, headers=_auth(url, self.endpoint),
-                            deadline=self.deadline, max_bytes=self.options.max_bytes)  # fmt: skip
-            try:
-                paths.append(src.local_path(progress))
-            except UserError as e:
-                if re.search(r"HTTP 40[13]\b", str(e)):
-                    raise UserError(
-                        f"{e.args[0].split('; ')[0]}: {self.what} is gated or private; "
-                        "accept its terms on the Hub and set HF_TOKEN"
-                    ) from None
-                raise
+        repo = self.resolve()
+        paths = [self._download(name, repo["sha"], progress) for name in repo["repo_files"]]
         return input_files(paths, self.options)
 
     def describe(self) -> dict[str, Any]:
-        return {
-            "kind": "hf",
-            "dataset": self.dataset,
-            "config": self.config,
-            "split": self.split,
-            "endpoint": self.endpoint,
-            "url": self.listing_url(),
-            "listing_path": str(self.listing_path()),
-        }
+        return {"kind": "hf", "dataset": self.dataset, "endpoint": self.endpoint,
+                "revision": self.revision, **self.resolve()}  # fmt: skip
 
-    # --- the listing ----------------------------------------------------------------------
+    def resolve(self) -> dict[str, Any]:
+        """The config, split, commit sha and data files (repository paths, in reading order)."""
+        if self._resolved is None:
+            sha, names = self._listing()
+            card = self._card(sha, names)
+            config, files = _Rules(self, names).data_files(card)
+            listing = str(self.listing_path())
+            self._resolved = {"config": config, "split": self.split, "sha": sha,
+                              "repo_files": files, "listing_path": listing}  # fmt: skip
+        return self._resolved
 
-    def _fetch_listing(self) -> bytes:
-        url, error = self.listing_url(), None
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(min(2 ** (attempt - 1), 30))  # 1 s, 2 s, 4 s, ...
-            try:
-                return self._get(url)
-            except _Transient as e:
-                error = str(e)
-        self._offline(f"{error} (after {self.retries + 1} attempt{'s' if self.retries else ''})")
+    # --- the revision and its files -------------------------------------------------------
 
-    def _get(self, url: str) -> bytes:
-        import requests
+    def listing_path(self, revision: Optional[str] = None) -> Path:
+        """Where the sha and file list of a revision are kept: a hash of what they are of."""
+        what = "\n".join((self.endpoint, self.dataset, revision or self.revision))
+        key = hashlib.sha256(what.encode()).hexdigest()[:16]
+        label = re.sub(r"[^A-Za-z0-9._-]", "_", self.dataset)
+        return self.cache_dir / f"{key}-hf-{label[-100:]}.json"
 
-        headers = {"Accept": "application/json", **_auth(url, self.endpoint)}
+    def _listing(self) -> tuple[str, list[str]]:
+        """(sha, every file of the repository) at source.revision: from the Hub, or, offline
+        or out of reach, as a previous run kept it (a commit's files never change)."""
+        hub = _hub()
+        kept = self._kept() if SHA.fullmatch(self.revision) else None
+        if kept:
+            return kept
         try:
-            r = requests.get(url, timeout=(self.timeout, self.timeout), headers=headers)
-            body = r.content
-        except requests.RequestException as e:
-            if "NameResolution" in repr(e) or "Name or service not known" in str(e):
-                host = urlsplit(url).hostname
-                self._offline(f"cannot resolve host {host!r} (offline?)")
-            raise _Transient(_reason(e)) from None
-        if r.status_code >= 500 or r.status_code == 429:
-            raise _Transient(f"HTTP {r.status_code} {r.reason}")
-        if r.status_code == 404:
-            raise UserError(
-                f"source=hf: {redact(self.endpoint)} has no Parquet files for {self.what} (HTTP "
-                f"404 from {redact(url)}); check source.dataset, source.config and source.split "
-                f"(the configs and splits are listed at {redact(self.endpoint)}/api/datasets/"
-                f"{self.dataset}/parquet)"
+            info = hub.HfApi(endpoint=self.endpoint, token=hub_token(self.endpoint)).dataset_info(
+                self.dataset, revision=self.revision, timeout=self.timeout
             )
-        if r.status_code in (401, 403):
-            if "Authorization" in headers:
-                why = "HF_TOKEN is set but not allowed"
-            elif os.environ.get("HF_TOKEN"):  # withheld: see token_endpoint
-                why = (
-                    "HF_TOKEN was not sent: it goes only over https to the Hub or to the "
-                    "endpoint $HF_ENDPOINT names"
-                )
-            else:
-                why = "HF_TOKEN is not set: not allowed"
+        except Exception as e:
+            if not _unreachable(e):
+                raise self._refusal(e) from None
+            kept = self._kept()
+            if kept:
+                return kept
             raise UserError(
-                f"source=hf: HTTP {r.status_code} for {self.what} from {redact(url)}: it does "
-                f"not exist, or it is gated or private and {why}; check source.dataset, "
-                "accept the dataset's terms on the Hub and set HF_TOKEN"
-            )
-        if r.status_code != 200:
-            raise UserError(
-                f"source=hf: HTTP {r.status_code} {r.reason} from {redact(url)}; "
-                "check source.endpoint and source.dataset"
-            )
-        return body
+                f"source=hf: cannot ask {redact(self.endpoint)} for the files of {self.what} "
+                f"at revision {self.revision!r} ({_why(e)}), and no earlier run kept them; run "
+                "once with network (the files then stay in the HF cache, the list in "
+                f"{self.cache_dir})"
+            ) from None
+        names = sorted(s.rfilename for s in info.siblings or [])
+        for revision in {self.revision, info.sha}:
+            self._keep(self.listing_path(revision), {"sha": info.sha, "files": names})
+        return info.sha, names
 
-    def _offline(self, reason: str) -> NoReturn:
-        raise UserError(
-            f"source=hf: cannot fetch the Parquet file list of {self.what} from "
-            f"{redact(self.listing_url())}: {reason}; run once with network (the list and the "
-            f"files are then cached in {self.cache_dir}), or download the Parquet files and use "
-            "source=files source.glob='DIR/*.parquet'"
-        )
+    def _kept(self) -> Optional[tuple[str, list[str]]]:
+        path = self.listing_path()
+        if not path.is_file():
+            return None
+        try:
+            kept = json.loads(path.read_text(encoding="utf-8"))
+            return str(kept["sha"]), [str(n) for n in kept["files"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            raise UserError(
+                f"{path}: the kept file list of {self.what} is unreadable; delete it to ask "
+                "the Hub again"
+            ) from None
 
-    def _store(self, path: Path, body: bytes) -> None:
+    def _keep(self, path: Path, data: dict) -> None:
         part = path.with_name(f".{path.name}.{os.getpid()}.part")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            part.write_bytes(body)
+            part.write_text(json.dumps(data), encoding="utf-8")
             os.replace(part, path)
         except OSError as e:
             raise UserError(
-                f"cannot write the Parquet listing to {path}: {e.strerror}; set "
+                f"cannot write the Hub file list to {path}: {e.strerror}; set "
                 "source.cache_dir or CORPUSPREP_CACHE_DIR to a writable folder"
             ) from None
         finally:
             part.unlink(missing_ok=True)
 
+    def _card(self, sha: str, names: list[str]) -> dict[str, Any]:
+        """The dataset card's YAML (README.md), updated by .huggingface.yaml, as datasets reads."""
+        import yaml
 
-def _parse(body: bytes) -> list[str]:
-    """The URLs of a listing: a JSON list of http(s) URLs."""
-    try:
-        urls = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise ValueError("not JSON") from None
-    if not isinstance(urls, list):
-        raise ValueError(f"a JSON {type(urls).__name__}, not a list of URLs")
-    for url in urls:
-        if not isinstance(url, str) or not re.match(r"^https?://[^/]+", url):
-            raise ValueError(f"{url!r} is not an http(s) URL")
-    return urls
+        hub, data = _hub(), {}
+        if "README.md" in names:
+            path = self._download("README.md", sha, progress=False)
+            try:  # the YAML between the --- lines, as DatasetCard.load reads it
+                data = hub.metadata_load(path) or {}
+            except (ValueError, yaml.YAMLError) as e:
+                raise UserError(
+                    f"source=hf: the dataset card (README.md) of {self.dataset!r} at {sha[:12]} "
+                    f"has unreadable YAML ({str(e).splitlines()[0]}); pick another "
+                    "source.revision"
+                ) from None
+        if ".huggingface.yaml" in names:  # datasets lets it add to the card's YAML
+            path = self._download(".huggingface.yaml", sha, progress=False)
+            try:
+                extra = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            except (ValueError, yaml.YAMLError):
+                extra = None
+            if not isinstance(extra, dict):
+                raise UserError(
+                    f"source=hf: .huggingface.yaml of {self.dataset!r} at {sha[:12]} is not a "
+                    "YAML map; pick another source.revision"
+                )
+            data.update(extra)
+        return data
 
+    # --- downloads ----------------------------------------------------------------------
+
+    def _download(self, name: str, sha: str, progress: bool) -> Path:
+        hub = _hub()
+        from huggingface_hub import utils
+
+        quiet = not progress and not utils.are_progress_bars_disabled()
+        log = logging.getLogger("huggingface_hub")  # its retries are warnings
+        level = log.level
+        if quiet:
+            utils.disable_progress_bars()
+            log.setLevel(logging.ERROR)
+        try:
+            return Path(
+                hub.hf_hub_download(
+                    self.dataset,
+                    name,
+                    repo_type="dataset",
+                    revision=sha,
+                    endpoint=self.endpoint,
+                    token=hub_token(self.endpoint),
+                    etag_timeout=self.timeout,
+                )
+            )
+        except Exception as e:
+            if isinstance(e, utils.LocalEntryNotFoundError) or _unreachable(e):
+                raise UserError(
+                    f"source=hf: cannot download {name} of {self.what} at {sha[:12]} from "
+                    f"{redact(self.endpoint)} ({_why(e)}), and the HF cache does not have it; "
+                    "run once with network"
+                ) from None
+            raise self._refusal(e, name) from None
+        finally:
+            if quiet:
+                utils.enable_progress_bars()
+                log.setLevel(level)
+
+    def _refusal(self, e: Exception, name: Optional[str] = None) -> UserError:
+        """One line for what the Hub answered: no such dataset, revision or file, gated, ..."""
+        from huggingface_hub import utils
+
+        where = f"{name} of {self.dataset!r}" if name else repr(self.dataset)
+        if isinstance(e, utils.GatedRepoError):
+            return UserError(
+                f"source=hf: {where} is gated ({_status(e)}): accept its terms on the Hub and "
+                f"set HF_TOKEN{self._withheld()}"
+            )
+        if isinstance(e, utils.RepositoryNotFoundError):
+            return UserError(
+                f"source.dataset={self.dataset!r}: {redact(self.endpoint)} has no such dataset "
+                f"({_status(e)}), or it is private and needs HF_TOKEN{self._withheld()}; check "
+                "the name"
+            )
+        if isinstance(e, utils.RevisionNotFoundError):
+            return UserError(
+                f"source.revision={self.revision!r}: {self.dataset!r} has no such branch, tag "
+                "or commit; use main, a tag or a commit sha"
+            )
+        if isinstance(e, utils.EntryNotFoundError):
+            return UserError(f"source=hf: {where}: listed by the Hub, but not found there")
+        if isinstance(e, utils.HfHubHTTPError):
+            return UserError(
+                f"source=hf: {where}: {_status(e)} from {redact(self.endpoint)}; check "
+                "source.endpoint and source.dataset"
+            )
+        return UserError(f"source=hf: {where}: {_why(e)} from {redact(self.endpoint)}")
+
+    def _withheld(self) -> str:
+        if os.environ.get("HF_TOKEN") and hub_token(self.endpoint) is False:
+            return (
+                " (HF_TOKEN was not sent: it goes only over https to the Hub or to the "
+                "endpoint $HF_ENDPOINT names)"
+            )
+        return ""
+
+
+def _unreachable(e: Exception) -> bool:
+    """Offline mode, or the endpoint out of reach (connection, timeout, 5xx): then the kept
+    list and the HF cache may do. The HTTP libraries differ by version: judged by class."""
+    from huggingface_hub import utils
+
+    if isinstance(e, utils.OfflineModeIsEnabled):
+        return True
+    if isinstance(e, utils.HfHubHTTPError):
+        status = getattr(getattr(e, "response", None), "status_code", None)
+        return status is not None and (status >= 500 or status == 429)
+    names = " ".join(c.__name__ for c in type(e).__mro__)
+    return bool(re.search(r"Connect|Timeout|Network|ProtocolError", names))
+
+
+def _why(e: BaseException) -> str:
+    from huggingface_hub import constants, utils
+
+    if isinstance(e, utils.LocalEntryNotFoundError):  # the cache's miss: say why it was asked
+        cause = e.__cause__ or e.__context__
+        if cause is not None and not isinstance(cause, utils.LocalEntryNotFoundError):
+            return _why(cause)
+        if constants.HF_HUB_OFFLINE:
+            return "offline: HF_HUB_OFFLINE is set"
+    if isinstance(e, utils.OfflineModeIsEnabled):
+        return "offline: HF_HUB_OFFLINE is set"
+    if isinstance(e, utils.HfHubHTTPError):
+        return _status(e)
+    names = " ".join(c.__name__ for c in type(e).__mro__)
+    if "Timeout" in names:
+        return "timed out"
+    if "Connect" in names:
+        return "cannot connect" + (": connection refused" if "refused" in str(e) else "")
+    return type(e).__name__
+
+
+def _status(e: Exception) -> str:
+    response = getattr(e, "response", None)
+    status = getattr(response, "status_code", None)
+    return f"HTTP {status}" if status else type(e).__name__
+
+
+# --- which files datasets reads -------------------------------------------------------------
+
+# datasets.data_files: the split keywords and default patterns (those of fsspec>=2023.12)
+SPLIT_KEYWORDS = {
+    "train": ["train", "training"],
+    "validation": ["validation", "valid", "dev", "val"],
+    "test": ["test", "testing", "eval", "evaluation"],
+}
+SEP = "-._ 0-9"
+SHARDED = "data/{split}-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]*.*"
+IN_DIR_NAME = ["**/{k}/**", "**/{k}[{s}]*/**", "**/*[{s}]{k}/**", "**/*[{s}]{k}[{s}]*/**"]
+IN_FILE_NAME = ["**/{k}[{s}]*", "**/*[{s}]{k}[{s}]*"]
+DEFAULT_PATTERNS = [  # tried in this order; the first that finds files wins
+    {"logs": ["**/*.eval"]},
+    *({split: [p.format(k=k, s=SEP) for k in keywords for p in base]
+       for split, keywords in SPLIT_KEYWORDS.items()} for base in (IN_DIR_NAME, IN_FILE_NAME)),
+    {"train": ["**"]},
+]  # fmt: skip
+IGNORED = {"README.md", "config.json", "dataset_info.json", "dataset_infos.json",
+           "dummy_data.zip", "dataset_dict.json"}  # fmt: skip
+# datasets' packaged modules by extension (its image/audio/video folders left out: no text)
+MODULES = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".ndjson": "json",
+           ".parquet": "parquet", ".geoparquet": "parquet", ".gpq": "parquet", ".arrow": "arrow",
+           ".txt": "text", ".conll": "conll", ".conllu": "conll", ".tar": "webdataset",
+           ".xml": "xml", ".hdf5": "hdf5", ".h5": "hdf5", ".eval": "eval", ".lance": "lance",
+           ".tsfile": "tsfile"}  # fmt: skip
+ALLOWED = {*MODULES, ".zip"}
+METADATA_FILES = {"metadata.csv", "metadata.jsonl", "metadata.parquet"}
+READ = {"parquet": "Parquet", "json": "JSON Lines", "text": "text"}  # what corpusprep reads
+PREFERRED = (".parquet", ".lance", ".arrow", ".jsonl", ".json", ".csv")  # datasets' ties
+
+
+class _Rules:
+    """datasets' HubDatasetModuleFactory, over the file list of one commit: glob patterns
+    match as fsspec's glob does (`*` within a folder, `**` across them), each pattern's
+    matches sorted as strings, the patterns' results concatenated in order."""
+
+    def __init__(self, source: HfSource, names: list[str]) -> None:
+        self.source = source
+        self.names = sorted(names)
+
+    def data_files(self, card: dict[str, Any]) -> tuple[str, list[str]]:
+        """(config name, the split's files in reading order), or a one-line refusal."""
+        src, what = self.source, repr(self.source.dataset)
+        script = src.dataset.split("/")[-1] + ".py"
+        if script in self.names:
+            raise UserError(
+                f"source=hf: {what} is built by its loading script {script}, code that "
+                "corpusprep does not run (datasets 4 refuses it too); pick a source.revision "
+                "with data files, or download them and use source=files"
+            )
+        configs = self._configs(card)
+        if configs:
+            first = next(iter(configs.values()))
+            probe = (
+                _sanitize(first["data_files"], what)
+                if "data_files" in first else self._default_patterns("")
+            )  # fmt: skip
+            module = self._module(self._resolve_all(probe, ""))
+            name = src.config or _default_config(configs, what)
+            if name not in configs:
+                raise UserError(
+                    f"source.config={name!r}: {what} has no such config; it has "
+                    f"{', '.join(map(repr, configs))}"
+                )
+            params = configs[name]
+            base = str(params.get("data_dir") or "").strip("/")
+            patterns = (
+                _sanitize(params["data_files"], what)
+                if params.get("data_files") is not None else self._default_patterns(base)
+            )  # fmt: skip
+            files = self._resolve_all(patterns, base)
+        else:
+            name = src.config or "default"
+            if name != "default":
+                raise UserError(
+                    f"source.config={name!r}: {what} has no configs in its card, only "
+                    "'default'; drop source.config"
+                )
+            files = self._resolve_all(self._default_patterns(""), "")
+            module = self._module(files)
+            keep = re.compile(f".*({'|'.join(map(re.escape, _extensions(module)))})(\\..+)?$")
+            files = {split: [f for f in fs if keep.match(f)] for split, fs in files.items()}
+        if src.split not in files:
+            raise UserError(
+                f"source.split={src.split!r}: {what} (config {name!r}) has no such split; it "
+                f"has {', '.join(map(repr, files))}"
+            )
+        chosen = files[src.split]
+        partial = [f for f in chosen if PARTIAL.fullmatch(f)]
+        if partial:
+            raise UserError(
+                f"source=hf: {partial[0]} of {what} is from the Hub's partial Parquet "
+                "conversion (its first 5 GB only); refusing to prepare part of a corpus: use "
+                "source.revision=main"
+            )
+        if not chosen:
+            raise UserError(f"source.split={src.split!r}: {what} has no data files for it")
+        if module not in READ:
+            raise UserError(
+                f"source=hf: {what} is {module} data ({chosen[0]}); corpusprep reads "
+                f"{', '.join(READ.values())}: convert it and use source=files"
+            )
+        return name, chosen
+
+    def _configs(self, card: dict[str, Any]) -> dict[str, dict]:
+        configs = card.get("configs")
+        if not configs:
+            return {}
+        if not isinstance(configs, list) or not all(
+            isinstance(c, dict) and isinstance(c.get("config_name"), str) for c in configs
+        ):
+            raise UserError(
+                f"source=hf: the `configs` of {self.source.dataset!r}'s dataset card are not a "
+                "list of maps with a config_name; pick another source.revision"
+            )
+        return {c["config_name"]: {k: v for k, v in c.items() if k != "config_name"}
+                for c in configs}  # fmt: skip
+
+    def _default_patterns(self, base: str) -> dict[str, list[str]]:
+        """datasets' get_data_patterns: `data/{split}-00000-of-00001.*` files name their
+        splits; else the first pattern family that finds any file (any extension)."""
+        sharded = self._resolve(SHARDED.replace("{split}", "*"), base, allowed=None)
+        if sharded:
+            # datasets' string_to_dict: the pattern's name part read as a regex, {split} a group
+            tail = posixpath.basename(SHARDED).replace("{split}", "(.+)")
+            splits = {re.search(tail, posixpath.basename(f)).group(1) for f in sharded}
+            bad = [s for s in splits if not re.match(r"^\w+(\.\w+)*$", s)]
+            if bad:
+                raise UserError(
+                    f"source=hf: {self.source.dataset!r} names a split {bad[0]!r} in its data "
+                    "file names, which datasets refuses (split names are words)"
+                )
+            known = [s for s in SPLIT_KEYWORDS if s in splits]
+            return {s: [SHARDED.format(split=s)] for s in known + sorted(splits - set(known))}
+        for family in DEFAULT_PATTERNS:
+            found = {split: patterns for split, patterns in family.items()
+                     if any(self._resolve(p, base, allowed=None) for p in patterns)}  # fmt: skip
+            if found:
+                return found
+        raise UserError(
+            f"source=hf: {self.source.dataset!r} has no data files"
+            + (f" in {base}/" if base else "")
+        )
+
+    def _resolve_all(self, patterns: dict[str, list[str]], base: str) -> dict[str, list[str]]:
+        out = {}
+        for split, split_patterns in patterns.items():
+            out[split] = []
+            for pattern in split_patterns:
+                found = self._resolve(pattern, base, allowed=ALLOWED)
+                if not found and not _has_magic(pattern):
+                    raise UserError(
+                        f"source=hf: the dataset card of {self.source.dataset!r} names "
+                        f"{pattern!r} (split {split!r}), which the repository does not have"
+                    )
+                out[split] += found  # no de-duplication: datasets reads such a file twice
+        return out
+
+    def _resolve(self, pattern: str, base: str, allowed: Optional[set[str]]) -> list[str]:
+        """datasets' resolve_pattern on the repository's files: relative paths, sorted."""
+        from fsspec.utils import glob_translate
+
+        if not isinstance(pattern, str) or "://" in pattern:
+            raise UserError(
+                f"source=hf: the dataset card of {self.source.dataset!r} names {pattern!r}: "
+                "only paths inside the repository are read"
+            )
+        full = posixpath.join(base, pattern) if base else pattern
+        full = full.lstrip("/")
+        if not _has_magic(full):
+            matches = [full] if full in self.names else []
+        else:
+            try:
+                rx = re.compile(glob_translate(full))
+            except ValueError as e:
+                raise UserError(
+                    f"source=hf: {pattern!r} in the dataset card of {self.source.dataset!r}: {e}"
+                ) from None
+            matches = [n for n in self.names if rx.match(n)]
+        ignored = IGNORED - {posixpath.basename(full)}
+        out = []
+        for name in matches:
+            suffixes = ["." + s for s in posixpath.basename(name).split(".")[1:]]
+            if posixpath.basename(name) in ignored or _unrequested(name, full):
+                continue
+            if allowed is None or any(s in allowed for s in suffixes):
+                out.append(name)
+        return out
+
+    def _module(self, files: dict[str, list[str]]) -> str:
+        """datasets' infer_module_for_data_files: each split's most common extension (ties:
+        Parquet first), the same for every split."""
+        modules = {_infer(fs) for fs in files.values()}
+        if len(modules) > 1:
+            raise UserError(
+                f"source=hf: {self.source.dataset!r} mixes file formats across its splits "
+                f"({', '.join(sorted(map(str, modules)))}), which datasets refuses"
+            )
+        module = modules.pop() if modules else None
+        if module == "zip":
+            raise UserError(
+                f"source=hf: {self.source.dataset!r} keeps its data in zip archives; download "
+                "them and use source=files"
+            )
+        if not module:
+            raise UserError(f"source=hf: {self.source.dataset!r} has no data files it can read")
+        return module
+
+
+def _infer(files: list[str]) -> Optional[str]:
+    counts = Counter(
+        ("." + suffix.lower(), posixpath.basename(f) in METADATA_FILES)
+        for f in files
+        for suffix in posixpath.basename(f).split(".")[1:]
+    )
+
+    def key(item):
+        (ext, metadata), count = item
+        return (not metadata, count, *(ext == p for p in PREFERRED), ext)
+
+    for (ext, _), _ in sorted(counts.items(), key=key, reverse=True):
+        if ext in MODULES:
+            return MODULES[ext]
+        if ext == ".zip":
+            return "zip"
+    return None
+
+
+def _extensions(module: str) -> list[str]:
+    return [ext for ext, m in MODULES.items() if m == module] + [".zip"]
+
+
+def _has_magic(pattern: str) -> bool:
+    return re.search(r"[*?[]", pattern) is not None
+
+
+def _unrequested(name: str, pattern: str) -> bool:
+    """Hidden files and folders (.x), and special folders (__x), unless the pattern names
+    as many of them: datasets leaves them out."""
+
+    def hidden(path: str) -> int:
+        return sum(p.startswith(".") and set(p) != {"."} for p in PurePosixPath(path).parts)
+
+    def special(path: str) -> int:
+        return sum(p.startswith("__") for p in PurePosixPath(path).parent.parts)
+
+    return hidden(name) != hidden(pattern) or special(name) != special(pattern)
+
+
+def _sanitize(data_files: Any, what: str) -> dict[str, list[str]]:
+    """datasets' sanitize_patterns for the card's data_files: a pattern, a list of them
+    (the train split), or a list of {split, path}."""
+    if isinstance(data_files, str):
+        return {"train": [data_files]}
+    if isinstance(data_files, list) and not any(isinstance(p, dict) for p in data_files):
+        return {"train": data_files}
+    if isinstance(data_files, list) and all(
+        isinstance(p, dict) and set(p) == {"split", "path"} and isinstance(p["path"], (str, list))
+        for p in data_files
+    ):
+        splits = [str(p["split"]) for p in data_files]
+        if len(set(splits)) == len(splits):
+            return {str(p["split"]): p["path"] if isinstance(p["path"], list) else [p["path"]]
+                    for p in data_files}  # fmt: skip
+    raise UserError(
+        f"source=hf: the data_files of {what}'s dataset card are not a pattern, a list of "
+        "patterns, or a list of {split, path} with each split once"
+    )
+
+
+def _default_config(configs: dict[str, dict], what: str) -> str:
+    """datasets' default config: the only one, the one named default, or default: true."""
+    chosen = [
+        n for n, c in configs.items() if len(configs) == 1 or n == "default" or c.get("default")
+    ]
+    if len(chosen) == 1:
+        return chosen[0]
+    raise UserError(
+        f"source.config=null: {what} has "
+        + (
+            f"several default configs ({', '.join(map(repr, chosen))})"
+            if chosen
+            else "no default config"
+        )
+        + f"; pick one of {', '.join(map(repr, configs))}, e.g. source.config={next(iter(configs))}"
+    )
+
+
+# --- where the token may go ------------------------------------------------------------
 
 HUB_HOSTS = ("huggingface.co", "hf.co")  # one Hub, two names
 
 
-def _auth(url: str, endpoint: str) -> dict[str, str]:
-    """The Authorization header for `url`: HF_TOKEN, if set, `url` is on the endpoint and
-    the endpoint is one the token may go to (token_endpoint)."""
-    token = os.environ.get("HF_TOKEN")
-    if not token or not token_endpoint(endpoint):
-        return {}
+def hub_token(endpoint: str) -> Optional[bool]:
+    """What huggingface_hub is told about the token for `endpoint`: None (its own: HF_TOKEN,
+    or the saved login) where a token may go (token_endpoint), over https or plain http to
+    this machine; False (none at all) anywhere else."""
     try:
-        to, hub = _origin(url), _origin(endpoint)
-    except ValueError:  # a port that is not a number
-        return {}
-    same = to == hub or (to[::2] == ("https", 443) and {to[1], hub[1]} <= set(HUB_HOSTS))
-    secure = to[0] == "https" or (to[0] == "http" and _loopback(to[1]))
-    return {"Authorization": f"Bearer {token}"} if same and secure else {}
+        scheme, host, _ = _origin(endpoint)
+    except ValueError:
+        return False
+    secure = scheme == "https" or (scheme == "http" and _loopback(host))
+    return None if secure and token_endpoint(endpoint) else False
 
 
 def token_endpoint(endpoint: str) -> bool:
-    """Whether HF_TOKEN may go to `endpoint`: the Hub (https://huggingface.co, hf.co), the
+    """Whether a token may go to `endpoint`: the Hub (https://huggingface.co, hf.co), the
     endpoint $HF_ENDPOINT names (the user's own setting, as huggingface_hub reads it), or
     one on this machine (loopback: a local stand-in). Never one that only a config file
     names: a downloaded preset could point source.endpoint at any host to collect it."""
@@ -291,7 +660,3 @@ def _loopback(host: Optional[str]) -> bool:
         return ipaddress.ip_address(host or "").is_loopback
     except ValueError:
         return False
-
-
-def _natural(text: str) -> list:
-    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", text)]
