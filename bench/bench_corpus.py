@@ -12,7 +12,7 @@
    nanoGPT      bench/peer_nanogpt_owt.py: data/openwebtext/prepare.py (Hugging Face
                 datasets, .map(num_proc), eot appended); skipped if `datasets` is missing
 3. checks that every method made the same tokens: each output is cut into documents at
-   the end-of-text tokens (corpusprep's also by train.docs.bin / val.docs.bin), and the
+   the end-of-text tokens (corpusprep's also by doc_index/train.docs.bin / val.docs.bin), and the
    sorted sha1 digests of the documents' ids, the document and token counts must agree
    (exit 1 if not): the methods order and split the documents differently;
 4. prints a table, the throughput ratios corpusprep/peer and whether corpusprep meets its
@@ -299,7 +299,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             "corpusprep": documents_of(
                 [cp / "train.bin", cp / "val.bin"],
                 "prepend",
-                [cp / "train.docs.bin", cp / "val.docs.bin"],
+                [cp / "doc_index" / "train.docs.bin", cp / "doc_index" / "val.docs.bin"],
             ),
             "llm.c": documents_of([outs["llm.c"] / "tokens.bin"], "prepend"),
         }

@@ -233,7 +233,8 @@ def summary(m: dict[str, Any], out_dir: str) -> str:
     lines = [
         f"corpusprep: {m['name']} -> {out_dir}",
         f"  source     {where} ({src['bytes']:,} bytes, sha256 {src['sha256'][:12]}...)",
-        f"  tokenizer  {m['tokenizer']['kind']}, vocab {m['vocab_size']:,}, dtype {m['dtype']}",
+        f"  tokenizer  {m['tokenizer']['kind']}, vocab {m['vocab_size']:,}, dtype {m['dtype']}"
+        + (f"; {m['tokenizer']['per_document']}" if m["tokenizer"].get("per_document") else ""),
         f"  train      {m['tokens']['train']:,} tokens",
         f"  val        {m['tokens']['val']:,} tokens",
         f"  files      {shown} ({m.get('format', {}).get('kind', 'nanogpt')})",

@@ -30,6 +30,7 @@ from typing import Any, NoReturn, Optional, Union
 import numpy as np
 
 from corpusprep.errors import UserError
+from corpusprep.exporters import doc_index_name
 from corpusprep.tokenizers import Tokenizer
 
 SIDES = ("train", "val")
@@ -120,7 +121,7 @@ class PreparedDataset:
     val: Tokens
     tokenizer: Optional[Tokenizer]  # None only with load(..., tokenizer=False)
     manifest: dict[str, Any]
-    meta: dict[str, Any]
+    meta: dict[str, Any]  # meta.pkl's dict; {} when the folder has none (GPT-2)
     # where each document starts (token offsets into the split, uint64); None for one text
     train_docs: Optional[np.ndarray] = None
     val_docs: Optional[np.ndarray] = None
@@ -181,8 +182,13 @@ def load(path: str | Path, tokenizer: bool = True, check_ids: bool = True) -> Pr
             raise _damaged(folder, f"{side} holds {len(arrays[side]):,} tokens, not {tokens:,}")
     if kind == "nanogpt":
         _check_sizes(folder, manifest)
-    meta = read_meta(folder / "meta.pkl")
-    if meta.get("vocab_size") != manifest["vocab_size"]:
+    # no meta.pkl for the GPT-2 vocabulary (nanoGPT's train.py and sample.py default to it):
+    # the manifest lists every file a run wrote, so an unlisted, absent one was never made;
+    # one on disk is read (and checked) all the same, as nanoGPT would read it
+    listed = manifest.get("files")
+    has_meta = listed is None or "meta.pkl" in listed or (folder / "meta.pkl").exists()
+    meta = read_meta(folder / "meta.pkl") if has_meta else {}
+    if has_meta and meta.get("vocab_size") != manifest["vocab_size"]:
         raise UserError(
             f"{folder / 'meta.pkl'}: vocab_size {meta.get('vocab_size')} but the manifest says "
             f"{manifest['vocab_size']}; prepare the folder again"
@@ -256,7 +262,9 @@ def _check_sizes(folder: Path, manifest: dict[str, Any]) -> None:
 
 
 def _doc_index(folder: Path, side: str) -> Optional[np.ndarray]:
-    file = folder / f"{side}.docs.bin"
+    file = folder / doc_index_name(side)
+    if not file.is_file():
+        file = folder / f"{side}.docs.bin"  # where folders made before kept it
     if not file.is_file():
         return None
     return np.memmap(file, dtype="<u8", mode="r") if file.stat().st_size else np.zeros(0, "<u8")

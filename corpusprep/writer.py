@@ -159,8 +159,16 @@ class OutputWriter:
 
     def temp(self, name: str, nbytes: int = 0) -> Path:
         """A new temporary file that becomes `name` on commit, with `nbytes` reserved on
-        disk (so a full disk fails here, before any work, rather than halfway)."""
-        path = self.out_dir / f".{name}.{self._tag}.tmp"
+        disk (so a full disk fails here, before any work, rather than halfway). `name` may
+        be in one subfolder ("doc_index/train.docs.bin"): the temporary file stays in out_dir."""
+        if "/" in name:
+            sub = self.out_dir / Path(name).parent
+            if sub.is_symlink() or (sub.exists() and not sub.is_dir()):
+                raise UserError(
+                    f"{sub}: not a folder (a file or a symlink) where this run puts "
+                    f"{name}; remove it, or choose another out_dir"
+                )
+        path = self.out_dir / f".{name.replace('/', '--')}.{self._tag}.tmp"
         self._temps[name] = path
         with disk_errors(self.out_dir, nbytes), open(path, "wb") as f:
             if nbytes:
@@ -185,6 +193,12 @@ class OutputWriter:
         reader globbing the folder must not find stale files next to the new ones."""
         if _plain_name(name) and name != MANIFEST:
             self._obsolete.append(name)  # unless this run makes it after all (see commit)
+
+    def scratch(self, name: str) -> Path:
+        """A temporary file that is never committed (deleted on commit or abort)."""
+        path = self.out_dir / f".{name}.{self._tag}.tmp"
+        self._scratch.append(path)
+        return path
 
     def drop(self, name: str) -> None:
         """Keep a temporary file out of the final folder (it becomes scratch)."""
@@ -299,11 +313,23 @@ def _apply(folder: Path, journal: dict[str, Any]) -> None:
     if manifest_temp is not None and manifest_temp.exists():
         (folder / MANIFEST).unlink(missing_ok=True)  # from now on the folder is unfinished
         _fsync_dir(folder)
+    subfolders = {folder / Path(name).parent for _, name in renames} - {folder}
+    for sub in subfolders:  # a real folder: never a symlink that would lead elsewhere
+        if sub.is_symlink():
+            sub.unlink()
+        sub.mkdir(exist_ok=True)
     for temp, name in renames:
         if name != MANIFEST and (folder / temp).exists():
             os.replace(folder / temp, folder / name)
     for name in journal["obsolete"]:
+        if (folder / name).parent.is_symlink():
+            continue  # a file elsewhere, not of this folder
         (folder / name).unlink(missing_ok=True)
+        if "/" in name:  # a subfolder the new run no longer uses goes too, once empty
+            with contextlib.suppress(OSError):
+                (folder / name).parent.rmdir()
+    for sub in subfolders:
+        _fsync_dir(sub)
     _fsync_dir(folder)
     if manifest_temp is not None and manifest_temp.exists():
         os.replace(manifest_temp, folder / MANIFEST)
@@ -407,7 +433,14 @@ def _reserve(fd: int, nbytes: int) -> None:
 
 
 def _plain_name(name: str) -> bool:
-    return bool(name) and Path(name).name == name and name not in (".", "..")
+    """A file right in the folder, or in one subfolder of it (not a hidden one): "a.bin",
+    "doc_index/train.docs.bin"; never "..", an absolute path or deeper."""
+    parts = name.split("/")
+    if len(parts) == 2 and parts[0].startswith("."):
+        return False
+    return 1 <= len(parts) <= 2 and all(
+        p and Path(p).name == p and p not in (".", "..") for p in parts
+    )
 
 
 def start_writeback(fd: int, offset: int, nbytes: int) -> None:

@@ -18,7 +18,7 @@ from helpers import REPO, run_cli
 
 TESTS = REPO / "tests"
 ENV = {"PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)])}
-OUTPUTS = ("train.bin", "val.bin", "train.docs.bin", "val.docs.bin", "meta.pkl")
+OUTPUTS = ("train.bin", "val.bin", "doc_index/train.docs.bin", "doc_index/val.docs.bin", "meta.pkl")
 ARGS = ["source=files", "source.glob=corpus/*.jsonl", "shard_bytes=6000", "quiet=true"]
 
 

@@ -141,12 +141,13 @@ def test_llmc_shards_read_as_llmc_reads_them(bpe_runs, corpus):
         assert np.array_equal(np.concatenate([t for t, _, _ in parts]), nanogpt(ref, side))
     m = json.loads((out / "manifest.json").read_text())
     assert m["format"]["kind"] == "llmc" and m["format"]["shard_tokens"] == SHARD
-    on_disk = {p.name: p.stat().st_size for p in out.iterdir()}
+    on_disk = {str(p.relative_to(out)): p.stat().st_size for p in out.rglob("*") if p.is_file()}
     del on_disk["manifest.json"]
     assert m["files"] == on_disk
     assert not (out / "train.bin").exists() and not (out / "val.bin").exists()
-    # the document index stays (offsets into the whole split) when there are documents
-    assert (out / "train.docs.bin").is_file() == (corpus == "docs")
+    # the document index stays (offsets into the whole split) when there are documents, in
+    # doc_index/: out of the way of llm.c's globs
+    assert (out / "doc_index" / "train.docs.bin").is_file() == (corpus == "docs")
 
 
 def test_llmc_uint32_is_the_llama3_header(shakespeare, tmp_path):
@@ -205,7 +206,7 @@ def test_megatron_documents(bpe_runs):
     for side in ("train", "val"):
         ds = read_megatron(out / f"docs_{side}_text_document")
         ids = nanogpt(ref, side)
-        starts = np.fromfile(ref / f"{side}.docs.bin", dtype=np.uint64).astype(np.int64)
+        starts = np.fromfile(ref / "doc_index" / f"{side}.docs.bin", np.uint64).astype(np.int64)
         n = len(starts)
         assert n == m["documents"][side] and ds["code"] == 8  # uint16
         assert np.array_equal(ds["data"], ids)
@@ -216,7 +217,7 @@ def test_megatron_documents(bpe_runs):
         for i in (0, n // 2, n - 1):
             assert np.array_equal(ds["documents"][i], ids[bounds[i] : bounds[i + 1]])
             assert ds["documents"][i][-1] == 50256  # eot=append: each ends with <|endoftext|>
-    assert not (out / "train.docs.bin").exists()  # the .idx holds the document index
+    assert not (out / "doc_index").exists()  # the .idx holds the document index
 
 
 def test_megatron_one_text_is_one_document_per_side(bpe_runs):
@@ -342,8 +343,11 @@ def test_the_issue_example(tmp_path, seeded_cache, tiktoken_cache):
     assert r.returncode == 0, r.stderr
     out = tmp_path / "data" / "shakespeare"
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["manifest.json", "meta.pkl", "shakespeare_train_000001.bin",
-                     "shakespeare_val_000000.bin"]  # fmt: skip
+    assert names == [
+        "manifest.json",
+        "shakespeare_train_000001.bin",
+        "shakespeare_val_000000.bin",
+    ]  # fmt: skip  (GPT-2: no meta.pkl)
     tokens, magic, _ = read_llmc(out / "shakespeare_train_000001.bin")
     assert magic == 20240520 and len(tokens) == 301_966  # nanoGPT's data/shakespeare count
     r = run_cli("dataset=shakespeare", "format=npy", "shard_tokens=100000", cwd=tmp_path)

@@ -108,7 +108,7 @@ def test_documents_figure_and_its_numbers(tmp_path, docs_corpus, tiktoken_cache)
     assert edges.dtype.kind == "i" and (np.diff(edges) > 0).all()
     for side in ("train", "val"):
         ids = ids_of(ref, side)
-        starts = np.fromfile(ref / f"{side}.docs.bin", np.uint64).astype(np.int64)
+        starts = np.fromfile(ref / "doc_index" / f"{side}.docs.bin", np.uint64).astype(np.int64)
         lengths = np.diff(np.append(starts, len(ids)))
         assert edges[0] <= lengths.min() and lengths.max() < edges[-1]
         assert np.array_equal(hist["counts"][side], np.histogram(lengths, edges)[0])

@@ -60,7 +60,14 @@ def _wait_until(condition, timeout: float = 30, what: str = "") -> None:
 
 
 def _visible(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in folder.iterdir() if not p.name.startswith(".")}
+    """Every file a reader sees, by its name in the folder (doc_index/ holds some)."""
+    files = {}
+    for p in folder.iterdir():
+        if p.name.startswith("."):
+            continue
+        inner = sorted(p.iterdir()) if p.is_dir() else [p]
+        files.update({str(f.relative_to(folder)): f.read_bytes() for f in inner})
+    return files
 
 
 def _hidden(folder: Path) -> list[str]:

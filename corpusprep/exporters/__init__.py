@@ -4,10 +4,16 @@ default). The pipeline always first makes nanoGPT's layout under temporary names
 out_dir: `train.bin` / `val.bin` (flat ids), `train.docs.bin` / `val.docs.bin` (uint64
 offsets where documents start, when there are several documents); an exporter turns
 those into its own files, written through the same OutputWriter (temporary names,
-renamed into place only when the whole run succeeded)."""
+renamed into place only when the whole run succeeded).
+
+The document index never stays next to the token files: peers' loaders take files by
+name (build-nanogpt: every file whose name contains "train" or "val"; llm.c: a glob), and
+would read it as tokens. It goes to `doc_index/train.docs.bin` / `doc_index/val.docs.bin`:
+a subfolder, whose name holds no split word, that no loader lists or globs into."""
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +36,32 @@ class Streams:
     name: str  # the run's name (for file names such as <name>_train.bin)
 
 
+DOC_INDEX = "doc_index"  # the document index's subfolder: no split word in its name
+
+
+def doc_index_name(side: str) -> str:
+    """Where a split's document index goes in out_dir (folders made before: {side}.docs.bin)."""
+    return f"{DOC_INDEX}/{side}.docs.bin"
+
+
+def keep_doc_index(streams: Streams, out: OutputWriter) -> dict[str, int]:
+    """Move the document index (if any) into doc_index/: {file name: bytes}."""
+    produced = {}
+    for side in ("train", "val"):
+        docs = getattr(streams, f"{side}_docs")
+        if docs is not None:
+            name = doc_index_name(side)
+            os.replace(docs, out.temp(name))
+            out.drop(f"{side}.docs.bin")
+            produced[name] = out.path_of(name).stat().st_size
+    return produced
+
+
 class Exporter(ABC):
+    def check(self, name: str) -> None:  # noqa: B027 - optional hook
+        """Refuse, before any work, a run `name` that would make this format's files
+        unreadable or mixed (a UserError naming `name` and a fix)."""
+
     @abstractmethod
     def export(self, streams: Streams, out: OutputWriter) -> dict[str, int]:
         """Write this format's files through `out` (out.temp(name) gives a temporary path

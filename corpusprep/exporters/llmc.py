@@ -25,7 +25,7 @@ from typing import Any, BinaryIO, Optional
 import numpy as np
 
 from corpusprep.errors import UserError
-from corpusprep.exporters import Exporter, Streams
+from corpusprep.exporters import Exporter, Streams, keep_doc_index
 from corpusprep.writer import OutputWriter
 
 MAX_SHARD_TOKENS = 2**31 - 1  # llm.c: assert len(toks) < 2**31
@@ -82,6 +82,7 @@ class ShardedExporter(Exporter):
         raise NotImplementedError
 
     def export(self, streams: Streams, out: OutputWriter) -> dict[str, int]:
+        self.check(streams.name)
         dtype = np.dtype(streams.dtype).newbyteorder("<")
         stem = file_stem(streams.name)
         produced: dict[str, int] = {}
@@ -102,14 +103,11 @@ class ShardedExporter(Exporter):
                     self._shards[side].append({"file": name, "tokens": count})
                     index += 1
             out.drop(f"{side}.bin")
-        # the document index stays, as in the nanogpt format: offsets into the whole split
-        # (all its shards end to end), so a sampler can keep windows inside documents
+        # the document index stays, as in the nanogpt format (in doc_index/, where no
+        # loader's glob finds it): offsets into the whole split (all its shards end to
+        # end), so a sampler can keep windows inside documents
         self._index = streams.train_docs is not None
-        for side in ("train", "val"):
-            docs = getattr(streams, f"{side}_docs")
-            if docs is not None:
-                produced[f"{side}.docs.bin"] = Path(docs).stat().st_size
-        return produced
+        return produced | keep_doc_index(streams, out)
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "shard_tokens": self.shard_tokens}

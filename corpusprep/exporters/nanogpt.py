@@ -1,19 +1,20 @@
-"""nanoGPT's layout, as it is: train.bin, val.bin (and the document index, if any)."""
+"""nanoGPT's layout, as it is: train.bin, val.bin (and the document index, if any, in
+doc_index/)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from corpusprep.exporters import Exporter, Streams
+from corpusprep.exporters import Exporter, Streams, keep_doc_index
 from corpusprep.writer import OutputWriter
 
 
 class NanoGPTExporter(Exporter):
     def export(self, streams: Streams, out: OutputWriter) -> dict[str, int]:
-        files = {"train.bin": streams.train, "val.bin": streams.val,
-                 "train.docs.bin": streams.train_docs,
-                 "val.docs.bin": streams.val_docs}  # fmt: skip
-        return {name: path.stat().st_size for name, path in files.items() if path is not None}
+        files = {"train.bin": streams.train, "val.bin": streams.val}
+        return {name: path.stat().st_size for name, path in files.items()} | keep_doc_index(
+            streams, out
+        )
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "nanogpt"}

@@ -6,21 +6,43 @@ train_gpt2.py `load_tokens` reads either: `np.load(f).astype(np.int32)`).
 
 The .npy header is NumPy's own format 1.0 (numpy.lib.format), written once before the
 tokens are streamed in: no shard is ever held in memory.
+
+build-nanogpt's DataLoaderLite takes every file of the folder whose name contains the
+split (`[s for s in os.listdir(data_root) if split in s]`): a run name holding "train"
+would put the val shards in its train set ("val": the train shards in its val set), so
+such a name is refused before any work.
 """
 
 from __future__ import annotations
 
+import re
 from typing import BinaryIO
 
 import numpy as np
 from numpy.lib import format as npy_format
 
-from corpusprep.exporters.llmc import ShardedExporter
+from corpusprep.errors import UserError
+from corpusprep.exporters.llmc import ShardedExporter, file_stem
+
+SPLIT_WORDS = ("train", "val")  # what build-nanogpt's `split in s` looks for
 
 
 class NpyExporter(ShardedExporter):
     kind = "npy"
     suffix = ".npy"
+
+    def check(self, name: str) -> None:
+        stem = file_stem(name)
+        words = [w for w in SPLIT_WORDS if w in stem]
+        if words:
+            other = {"train": "val", "val": "train"}[words[0]]
+            fix = re.sub(r"[_\-.]{2,}", "_", re.sub("|".join(SPLIT_WORDS), "", stem)).strip("_-.")
+            raise UserError(
+                f"name={name}: format=npy names its shards {stem}_train_*.npy and "
+                f"{stem}_val_*.npy, and build-nanogpt's loader takes every file whose name "
+                f"contains {words[0]!r}, so its {words[0]} set would hold the {other} shards; "
+                f"give a name without 'train' or 'val', e.g. name={fix or 'corpus'}"
+            )
 
     def write_header(self, f: BinaryIO, count: int, dtype: np.dtype) -> None:
         header = {"descr": npy_format.dtype_to_descr(dtype), "fortran_order": False,

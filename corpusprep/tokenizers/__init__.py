@@ -4,13 +4,41 @@ with a config file of the same name in conf/tokenizer/. A tokenizer never opens 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Optional
 
 import numpy as np
 
 ANYWHERE: Optional[bytes] = None
 NOWHERE = b""
+NO_IDS = np.zeros(0, dtype=np.uint32)
+
+
+def sample_stoi(itos: dict[int, str], encode: Callable[[str], Sequence[int]]) -> dict[str, int]:
+    """meta.pkl's stoi for a vocabulary of many-character tokens. nanoGPT's sample.py
+    encodes a prompt one character at a time (`[stoi[c] for c in s]`), so what matters is
+    each character's entry: the token that spells that character alone, the one the
+    tokenizer gives for it when that is such a token, else the lowest such id. Then the
+    prompt's ids decode back to the prompt (they are not the tokenizer's own, merged ids:
+    no character-by-character lookup can give those); a character no token spells alone
+    (one the vocabulary holds only as several byte tokens) is not there: KeyError.
+    Longer token texts map to their first id, as a table; a text with U+FFFD (a token
+    holding part of a character) is left out, unless the tokenizer gives that very token
+    for U+FFFD itself."""
+    stoi: dict[str, int] = {}
+    spelled: dict[str, list[int]] = {}
+    for i, text in itos.items():
+        if len(text) == 1:
+            spelled.setdefault(text, []).append(i)
+        elif "\ufffd" not in text:
+            stoi.setdefault(text, i)
+    for char, ids in spelled.items():
+        own = list(encode(char))
+        if len(own) == 1 and own[0] in ids:
+            stoi[char] = int(own[0])
+        elif char != "\ufffd":
+            stoi[char] = min(ids)
+    return stoi
 
 
 class Tokenizer(ABC):
@@ -74,9 +102,18 @@ class Tokenizer(ABC):
     def restore(self, description: dict[str, Any]) -> None:  # noqa: B027 - optional hook
         """Take back what fit() learned, from describe()'s output (corpusprep.load uses it)."""
 
+    def document_specials(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids before, ids after) each document: special tokens the tokenizer itself puts
+        around a text (tokenizer=hf: its post-processor's template, a BOS/EOS). The
+        pipeline writes them once per document, at its start and its end, never between
+        the pieces of a document cut into several; none by default (and none from a
+        tokenizer whose tokens_for() is known: shards then write at computed places)."""
+        return NO_IDS, NO_IDS
+
     @abstractmethod
-    def meta(self) -> dict[str, Any]:
-        """The meta.pkl dict: nanoGPT's train.py reads vocab_size, sample.py stoi/itos."""
+    def meta(self) -> Optional[dict[str, Any]]:
+        """The meta.pkl dict: nanoGPT's train.py reads vocab_size, sample.py stoi/itos.
+        None: write no meta.pkl (the GPT-2 vocabulary, nanoGPT's default without one)."""
 
     @abstractmethod
     def describe(self) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from typing import Any, Optional
 import numpy as np
 
 from corpusprep.errors import UserError
-from corpusprep.tokenizers import NOWHERE, Tokenizer
+from corpusprep.tokenizers import NOWHERE, Tokenizer, sample_stoi
 from corpusprep.tokenizers.tiktoken import CUT_AT, encode_at_cuts
 
 MIN_SEGMENT = 1 << 16  # encode at least this many characters at once: fewer calls into Rust
@@ -81,6 +81,34 @@ def _load(path: str, data: bytes):
     return tok
 
 
+PROBES = ("a", "Hello world", "0", " ")  # texts whose ids locate the template's own
+
+
+def special_ids(tok) -> Optional[tuple[list[int], list[int]]]:
+    """What `tok.encode(text)` (add_special_tokens=True, the library's default) puts
+    before and after the ids of `text` itself: its post-processor's template for one
+    sequence (TemplateProcessing, Bert, Roberta...), e.g. ([<s>], []) for Llama's
+    "<s> $A". Found by encoding probes with and without, and checked on the others;
+    None when the post-processor does more than that."""
+    found = None
+    for probe in PROBES:
+        plain = tok.encode(probe, add_special_tokens=False).ids
+        full = tok.encode(probe).ids
+        if not plain:
+            continue
+        if found is None:
+            at = next((k for k in range(len(full) - len(plain) + 1)
+                       if full[k : k + len(plain)] == plain), None)  # fmt: skip
+            if at is None:
+                return None
+            found = (full[:at], full[at + len(plain) :])
+        elif full != found[0] + plain + found[1]:
+            return None
+    if found is None:  # no probe has ids of its own: it is known only if nothing is added
+        return ([], []) if not tok.encode("").ids else None
+    return found
+
+
 def _proven_split(step: dict[str, Any]) -> bool:
     return (
         step.get("type") == "Split"
@@ -122,11 +150,15 @@ def cut_rule(spec: dict[str, Any]) -> tuple[Optional[bytes], str]:
 
 
 class HfTokenizer(Tokenizer):
-    """A tokenizer.json, encoded as `tok.encode(text, add_special_tokens=False).ids`.
+    """A tokenizer.json: each document's ids are `tok.encode(doc).ids`, the library's
+    default (add_special_tokens=True), or `tok.encode(doc, add_special_tokens=False).ids`
+    with `add_special_tokens=False`.
 
-    add_special_tokens=False turns off the post-processor's template (a BOS/EOS around
-    every encode call, which here would land at every segment boundary). It does not
-    stop the library from matching added tokens in the text: a string such as
+    Text is encoded in segments with add_special_tokens=False (the post-processor's
+    template, a BOS/EOS around every encode call, would otherwise land at every segment
+    boundary); what the template puts around one sequence is found once (special_ids)
+    and written by the pipeline at each document's start and end (document_specials).
+    Neither stops the library from matching added tokens in the text: a string such as
     "<|endoftext|>" or "</s>" written in the corpus becomes that token's single id (the
     library's behaviour, unlike tokenizer=tiktoken, where it is ordinary text). So a
     corpus can mark document ends with the eot string itself.
@@ -135,7 +167,8 @@ class HfTokenizer(Tokenizer):
     guessed, and must be in the vocabulary.
     """
 
-    def __init__(self, path: str, eot: Optional[str] = None) -> None:
+    def __init__(self, path: str, eot: Optional[str] = None,
+                 add_special_tokens: bool = True) -> None:  # fmt: skip
         _library()  # fail first, with the install hint, if the library is missing
         given = path
         if eot is not None and not isinstance(eot, str):
@@ -143,6 +176,12 @@ class HfTokenizer(Tokenizer):
                 f"tokenizer.eot={eot!r}: give the end-of-text token's text, not an id, "
                 """e.g. 'tokenizer.eot="<|endoftext|>"'"""
             )
+        if not isinstance(add_special_tokens, bool):
+            raise UserError(
+                f"tokenizer.add_special_tokens={add_special_tokens}: use true (each "
+                "document as tok.encode(doc) gives it, the library's default) or false"
+            )
+        self.add_special_tokens = add_special_tokens
         file = Path(str(path)).expanduser().resolve()
         if file.is_dir():
             hint = " (it has a tokenizer.json)" if (file / "tokenizer.json").is_file() else ""
@@ -160,6 +199,15 @@ class HfTokenizer(Tokenizer):
             _cache[self._key()] = tok
         self._tok: Any = tok
         self.cut_at, self.cuts = cut_rule(json.loads(tok.to_str()))
+        template = special_ids(tok)  # what tok.encode(text) adds around a text
+        if template is None and add_special_tokens:
+            raise UserError(
+                f"tokenizer.path={given}: its post-processor does more than put special "
+                "tokens around a text, so they cannot be added per document; use "
+                "tokenizer.add_special_tokens=false"
+            )
+        self.template = template or ([], [])
+        self._specials = tuple(np.array(ids, dtype=np.uint32) for ids in self.template)
         ids = list(tok.get_vocab(with_added_tokens=True).values())
         ids += list(tok.get_added_tokens_decoder())
         self._max_id = max(ids, default=0)
@@ -217,14 +265,30 @@ class HfTokenizer(Tokenizer):
     def encode_pieces(self, pieces: Iterable[str]) -> Iterator[np.ndarray]:
         return encode_at_cuts(self.encode, pieces, bool(self.cut_at), MIN_SEGMENT)
 
+    def document_specials(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._specials if self.add_special_tokens else super().document_specials()
+
+    def per_document(self) -> Optional[str]:
+        """For the summary: what is added around each document, when the template adds
+        anything (None otherwise)."""
+        tok = self._hf()
+        before, after = ([tok.id_to_token(i) for i in ids] for ids in self.template)
+        if not before and not after:
+            return None
+        what = " and ".join(
+            f"{' '.join(t)} {where}" for t, where in ((before, "before"), (after, "after")) if t
+        )
+        if self.add_special_tokens:
+            off = "tokenizer.add_special_tokens=false: none"
+            return f"adds {what} each document, as its encode() does ({off})"
+        return f"adds nothing (tokenizer.add_special_tokens=false; encode() adds {what})"
+
     def decode(self, ids: Iterable[int]) -> str:
         return self._hf().decode([int(i) for i in ids], skip_special_tokens=False)
 
     def meta(self) -> dict[str, Any]:
         itos = self._itos()
-        stoi: dict[str, int] = {}
-        for i, s in itos.items():
-            stoi.setdefault(s, i)
+        stoi = sample_stoi(itos, lambda c: self.encode(c).tolist())
         return {"vocab_size": self.vocab_size, **self.describe(), "itos": itos, "stoi": stoi}
 
     def _itos(self) -> dict[int, str]:
@@ -264,5 +328,8 @@ class HfTokenizer(Tokenizer):
             "vocab_size": self.vocab_size,
             "special_tokens": special,
             "cuts": self.cuts,
+            "add_special_tokens": self.add_special_tokens,
+            "document_specials": dict(zip(("before", "after"), self.template)),
+            "per_document": self.per_document(),
             "tokenizers_version": _library().__version__,
         }

@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from corpusprep.errors import UserError
-from corpusprep.tokenizers import Tokenizer
+from corpusprep.tokenizers import Tokenizer, sample_stoi
 
 CUT_AT = rb"(?<=[\x21-\x7e])\n(?=[0-9A-Za-z])"
 _PREV_OK = frozenset(chr(c) for c in range(0x21, 0x7F))
@@ -37,6 +37,8 @@ _NEXT_OK = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuv
 # tests/test_bpe_cuts.py; any other encoding stays on tiktoken
 RIPTOKEN_PROVEN = {"gpt2", "r50k_base", "cl100k_base"}
 MIN_SEGMENT = 1 << 16  # encode at least this many characters at once: fewer calls into Rust
+GPT2_ENCODINGS = ("gpt2", "r50k_base")  # one vocabulary under two names
+R50K_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"  # tiktoken's pin
 
 # Patterns the cut rule is proven for (tests/test_bpe_cuts.py), by the encodings using them.
 PROVEN_PATTERNS = {
@@ -211,16 +213,26 @@ class TiktokenTokenizer(Tokenizer):
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         return self._enc().decode_bytes([int(i) for i in ids])
 
-    def meta(self) -> dict[str, Any]:
+    @property
+    def is_gpt2(self) -> bool:
+        """GPT-2's vocabulary exactly (gpt2 and r50k_base are the same ranks, pattern and
+        special token; a ranks file only if it is r50k_base.tiktoken itself): the one that
+        nanoGPT's train.py (vocab 50,304) and sample.py (tiktoken gpt2) assume without a
+        meta.pkl."""
+        base = self.encoding in GPT2_ENCODINGS
+        return base and (self.ranks_file is None or self.ranks_sha256 == R50K_SHA256)
+
+    def meta(self) -> Optional[dict[str, Any]]:
+        if self.is_gpt2:
+            return None  # nanoGPT's own data/shakespeare and openwebtext have no meta.pkl
         enc = self._enc()
-        # itos/stoi (each token's text) let nanoGPT's sample.py run unchanged: it decodes
-        # with itos and encodes a prompt character by character with stoi. See README.
+        # itos/stoi let nanoGPT's sample.py run unchanged: it decodes with itos (each
+        # token's text) and encodes a prompt character by character with stoi (see
+        # sample_stoi and the README)
         tokens = {rank: token for token, rank in enc._mergeable_ranks.items()}
         tokens.update({i: special.encode() for special, i in enc._special_tokens.items()})
         itos = {i: tokens[i].decode("utf-8", errors="replace") for i in sorted(tokens)}
-        stoi: dict[str, int] = {}
-        for i, s in itos.items():
-            stoi.setdefault(s, i)
+        stoi = sample_stoi(itos, lambda c: enc.encode_ordinary(c))
         return {"vocab_size": enc.n_vocab, **self.describe(), "itos": itos, "stoi": stoi}
 
     def describe(self) -> dict[str, Any]:
