@@ -24,8 +24,8 @@ import numpy as np
 from corpusprep.shards import SIDES, EncodeResult
 from corpusprep.writer import OutputWriter, check_free_space
 
-COPY_TOKENS = 1 << 23  # tokens per copy step: memory stays flat
-GATHER_DOCS = 1 << 16  # documents per gather step of the shuffle
+COPY_BYTES = 1 << 24  # bytes per copy step: memory stays flat
+GATHER_TOKENS = 1 << 22  # tokens per gather step of the shuffle (about 50 MB with positions)
 
 
 @dataclass(frozen=True)
@@ -95,21 +95,32 @@ def _starts_and_ends(out: OutputWriter, side: str, dtype: str) -> tuple[np.ndarr
 
 
 def _reorder(out: OutputWriter, side: str, dtype: str, order: np.ndarray) -> None:
-    """Rewrite one side with its documents in `order`: sequential writes, random reads."""
+    """Rewrite one side with its documents in `order`: sequential writes, random reads,
+    GATHER_TOKENS at a time from a fresh memory map (memory: the index, not the corpus)."""
     path = out.path_of(f"{side}.bin")
     starts, ends = _starts_and_ends(out, side, dtype)
     if len(order) != len(starts):
         raise RuntimeError(f"{side}: {len(order)} documents to order, {len(starts)} in the index")
     lengths = ends - starts
+    ordered_starts, ordered_lengths = starts[order], lengths[order]
+    # where each group of documents ends: about GATHER_TOKENS tokens a group
+    bounds = np.searchsorted(np.cumsum(ordered_lengths), np.arange(
+        GATHER_TOKENS, int(ordered_lengths.sum()) + GATHER_TOKENS, GATHER_TOKENS))  # fmt: skip
     shuffled = out.scratch(f"{side}.bin.order")
-    src = np.memmap(path, dtype=dtype, mode="r") if len(starts) and ends[-1] else None
     with open(shuffled, "wb") as dst:
-        for i in range(0, len(order), GATHER_DOCS):
-            docs = order[i : i + GATHER_DOCS]
-            if src is not None:
-                pieces = [src[a:b] for a, b in zip(starts[docs], ends[docs])]
-                dst.write(np.concatenate(pieces).tobytes() if pieces else b"")
-    del src
+        first = 0
+        for last in np.unique(np.append(bounds + 1, len(order)).clip(max=len(order))):
+            group_starts, group_lengths = ordered_starts[first:last], ordered_lengths[first:last]
+            first = last
+            if not group_lengths.sum():
+                continue
+            # every token position of the group's documents, in order
+            shift = np.repeat(group_starts - np.cumsum(group_lengths) + group_lengths,
+                              group_lengths)  # fmt: skip
+            positions = np.arange(int(group_lengths.sum())) + shift
+            source = np.memmap(path, dtype=dtype, mode="r")  # mapped anew: pages let go
+            dst.write(source[positions].tobytes())
+            del source
     os.replace(shuffled, path)
     new_starts = np.concatenate([[0], np.cumsum(lengths[order])[:-1]]).astype(np.uint64)
     new_starts.tofile(out.path_of(f"{side}.docs.bin"))
@@ -145,7 +156,7 @@ def _cut(out: OutputWriter, dtype: str, mode: str, n: int, indexed: bool) -> Mer
 def _copy(src, dst, offset: int, nbytes: int) -> None:
     src.seek(offset)
     while nbytes > 0:
-        chunk = src.read(min(COPY_TOKENS, nbytes))
+        chunk = src.read(min(COPY_BYTES, nbytes))
         if not chunk:
             raise RuntimeError(f"{src.name}: ended {nbytes} bytes early")
         dst.write(chunk)
