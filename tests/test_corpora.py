@@ -7,6 +7,7 @@ import bz2
 import gzip
 import json
 import lzma
+import math
 import os
 import random
 import zipfile
@@ -16,7 +17,6 @@ import pytest
 from helpers import assert_one_line_error, compose, run_cli
 
 from corpusprep.prepare import prepare
-from corpusprep.split import document_key, goes_to_train
 
 EOT = 50256
 WORDS = [
@@ -54,10 +54,13 @@ def make_docs(n: int, seed: int = 0) -> list[str]:
 
 def expected(docs, enc, split=0.9, seed=2357, eot="append"):
     """What corpusprep must write, built independently: each document encoded on its own,
-    its side from the seeded hash, the end-of-text token before or after it."""
+    its side by HF train_test_split's rule (train_size=split: the last floor(split * n) of
+    numpy's seeded permutation are train), the end-of-text token before or after it."""
     out = {"train": ([], []), "val": ([], [])}
+    n = len(docs)
+    val = set(np.random.default_rng(seed).permutation(n)[: n - math.floor(split * n)].tolist())
     for i, text in enumerate(docs):
-        side = "train" if goes_to_train(seed, i, document_key(text), split) else "val"
+        side = "val" if i in val else "train"
         ids, starts = out[side]
         starts.append(len(ids))
         ids += [EOT] if eot == "prepend" else []
