@@ -22,9 +22,8 @@ from typing import Optional
 import numpy as np
 
 from corpusprep.shards import SIDES, EncodeResult
-from corpusprep.writer import OutputWriter, check_free_space
+from corpusprep.writer import OutputWriter, check_free_space, copy_range
 
-COPY_BYTES = 1 << 24  # bytes per copy step: memory stays flat
 GATHER_TOKENS = 1 << 22  # tokens per gather step of the shuffle (about 50 MB with positions)
 
 
@@ -135,11 +134,11 @@ def _cut(out: OutputWriter, dtype: str, mode: str, n: int, indexed: bool) -> Mer
     val_at = 0 if mode == "head" else total - n
     train_at = n if mode == "head" else 0
     with open(stream, "rb") as src, open(out.path_of("val.bin"), "wb") as val:
-        _copy(src, val, val_at * itemsize, n * itemsize)
+        copy_range(src, val, val_at * itemsize, n * itemsize)
     if mode == "head":  # train: the stream from n on, moved to the front
         rest = out.scratch("train.bin.rest")
         with open(stream, "rb") as src, open(rest, "wb") as dst:
-            _copy(src, dst, n * itemsize, (total - n) * itemsize)
+            copy_range(src, dst, n * itemsize, (total - n) * itemsize)
         os.replace(rest, stream)
     else:
         os.truncate(stream, (total - n) * itemsize)
@@ -151,13 +150,3 @@ def _cut(out: OutputWriter, dtype: str, mode: str, n: int, indexed: bool) -> Mer
         (starts[~in_val] - train_at).astype(np.uint64).tofile(out.path_of("train.docs.bin"))
         docs = {"val": int(in_val.sum()), "train": int((~in_val).sum())}
     return Merged({"train": total - n, "val": n}, docs)
-
-
-def _copy(src, dst, offset: int, nbytes: int) -> None:
-    src.seek(offset)
-    while nbytes > 0:
-        chunk = src.read(min(COPY_BYTES, nbytes))
-        if not chunk:
-            raise RuntimeError(f"{src.name}: ended {nbytes} bytes early")
-        dst.write(chunk)
-        nbytes -= len(chunk)

@@ -30,7 +30,7 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, BinaryIO, Optional
 
 import numpy as np
 
@@ -410,6 +410,20 @@ def file_sha256(path: Path) -> str:
         while chunk := f.read(1 << 22):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+COPY_BYTES = 1 << 24  # 16 MiB per step of copy_range: memory stays flat
+
+
+def copy_range(src: BinaryIO, dst: BinaryIO, offset: int, nbytes: int) -> None:
+    """Copy nbytes of src from offset to dst's current position, in bounded steps."""
+    src.seek(offset)
+    while nbytes > 0:
+        chunk = src.read(min(COPY_BYTES, nbytes))
+        if not chunk:
+            raise RuntimeError(f"{src.name}: ended {nbytes} bytes early")
+        dst.write(chunk)
+        nbytes -= len(chunk)
 
 
 def _write_atomic(path: Path, data: bytes, tag: str) -> None:

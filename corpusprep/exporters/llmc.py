@@ -26,11 +26,10 @@ import numpy as np
 
 from corpusprep.errors import UserError
 from corpusprep.exporters import Exporter, Streams, keep_doc_index
-from corpusprep.writer import OutputWriter
+from corpusprep.writer import OutputWriter, copy_range
 
 MAX_SHARD_TOKENS = 2**31 - 1  # llm.c: assert len(toks) < 2**31
 DEFAULT_SHARD_TOKENS = 10**8  # llm.c's fineweb.py and build-nanogpt's fineweb.py: 100M
-COPY_BYTES = 1 << 24  # 16 MiB per step (8M uint16 tokens): memory stays flat
 SPLIT_ORDER = ("val", "train")  # fineweb.py's order: shard 0 is val
 
 HEADERS = {  # data_common.py HEADERS_INFO: "gpt-2" and "llama-3"
@@ -53,17 +52,6 @@ def check_shard_tokens(value: Any, limit: int = MAX_SHARD_TOKENS) -> int:
 def file_stem(name: str) -> str:
     """The run's name, safe as the start of a file name."""
     return re.sub(r"[/\\:*?\"<>|\s]+", "_", name).strip("._") or "corpus"
-
-
-def copy_range(src: BinaryIO, dst: BinaryIO, offset: int, nbytes: int) -> None:
-    """Copy nbytes of src from offset to dst's current position, in bounded steps."""
-    src.seek(offset)
-    while nbytes > 0:
-        chunk = src.read(min(COPY_BYTES, nbytes))
-        if not chunk:
-            raise RuntimeError(f"{src.name}: ended {nbytes} bytes early")
-        dst.write(chunk)
-        nbytes -= len(chunk)
 
 
 class ShardedExporter(Exporter):
