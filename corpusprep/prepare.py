@@ -162,6 +162,11 @@ def plan_shards(run: Run) -> None:
             f"split_by={run.split_by}: {run.name} is one text, not documents; use "
             "split_by=position (or head/tail), or source.doc_separator to cut it into documents"
         )
+    if settings.order == "shuffle" and run.split_by == "hash":
+        raise UserError(
+            "order=shuffle: needs split_by=document (or head/tail); split_by=hash picks "
+            "each document's side on its own, with no permutation to order by"
+        )
     if settings.order == "shuffle" and run.single:
         raise UserError(
             f"order=shuffle: {run.name} is one text, not documents; use order=source, or "
@@ -295,9 +300,7 @@ def _side_orders(perm: np.ndarray, val_docs: Optional[np.ndarray], split_by: str
     documents in corpus order (what the merged index lists)."""
     if split_by in ("head", "tail"):  # one stream, cut after ordering
         return {"train": perm, "val": np.zeros(0, np.int64)}
-    if val_docs is None:  # hash: the sides are known from the encoded keys' counts only
-        raise UserError("order=shuffle needs split_by=document (or head/tail)")
-    orders = {}
+    orders = {}  # split_by=document (hash with a shuffle is refused in plan_shards)
     for side, mask in (("val", val_docs), ("train", ~val_docs)):
         local = np.cumsum(mask) - 1  # a document's index among its side's documents
         orders[side] = local[perm[mask[perm]]]

@@ -65,3 +65,14 @@ def tiktoken_cache(shared_data: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = shared_data / "tiktoken"
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(path))
     return path
+
+
+@pytest.fixture
+def loopback_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No proxy between the tests and their servers on 127.0.0.1/127.0.0.2; no Hub
+    settings from the developer's shell."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
+                 "HF_TOKEN", "HF_ENDPOINT"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,127.0.0.2,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,127.0.0.2,localhost")

@@ -74,14 +74,7 @@ def _handler_for(server: Server) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No proxy between the tests and 127.0.0.1; no Hub settings from the developer's shell."""
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
-                 "HF_TOKEN", "HF_ENDPOINT"):  # fmt: skip
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+pytestmark = pytest.mark.usefixtures("loopback_env")
 
 
 @pytest.fixture

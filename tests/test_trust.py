@@ -28,14 +28,7 @@ TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\nAll: Spea
 SECRETS = ("secret", "hunter2")
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No proxy between the tests and the loopback servers; no Hub token from the shell."""
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
-                 "HF_TOKEN", "HF_ENDPOINT"):  # fmt: skip
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,127.0.0.2,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,127.0.0.2,localhost")
+pytestmark = pytest.mark.usefixtures("loopback_env")
 
 
 @pytest.fixture
