@@ -142,6 +142,26 @@ class PreparedDataset:
     def docs(self, side: str) -> Optional[np.ndarray]:
         return self.train_docs if side == "train" else self.val_docs
 
+    def __repr__(self) -> str:
+        # one short line: the generated repr printed every field, the manifest and meta.pkl
+        # in full (megabytes for a char vocabulary or a big run)
+        m = self.manifest
+        tok = m.get("tokenizer") or {}
+        kind = " ".join(str(tok[k]) for k in ("kind", "encoding") if tok.get(k)) or "?"
+        tokens = m.get("tokens") or {}
+        names = list(m.get("files") or {})
+        shown = ", ".join(names[:REPR_FILES])
+        if len(names) > REPR_FILES:
+            shown += f" and {len(names) - REPR_FILES} more"
+        return (
+            f"PreparedDataset({str(self.path)!r}: {m.get('name')}, {kind} vocab "
+            f"{m.get('vocab_size', 0):,}, {m.get('dtype')}, {tokens.get('train', 0):,} train + "
+            f"{tokens.get('val', 0):,} val tokens, {self.format}: {shown or 'no files listed'})"
+        )
+
+
+REPR_FILES = 3  # file names a repr shows before "and N more"
+
 
 def _damaged(what: Path | str, detail: str) -> UserError:
     return UserError(

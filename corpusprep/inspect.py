@@ -2,8 +2,9 @@
 [--plot FILE.png]`.
 
 Prints the manifest as a table, the most frequent tokens, characters and bytes per token,
-and the first tokens of val decoded. --verify decodes train + val and compares them with
-the source text, byte for byte (for lossless tokenizers: char, byte, tiktoken). --plot
+and the first tokens of val decoded. --verify checks every input file against its own
+sha256, then decodes train + val and compares them with the text the run read, byte for
+byte, document by document (for lossless tokenizers: char, byte, tiktoken). --plot
 draws token frequencies, document lengths and chars per token (corpusprep.plot; needs
 matplotlib). Any output format reads back (nanogpt, llmc, npy, megatron).
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Optional
@@ -26,7 +28,7 @@ from corpusprep.dataset import PreparedDataset, load
 from corpusprep.errors import UserError
 from corpusprep.redact import redact_text
 
-CHUNK = 1 << 22  # tokens per step: memory stays flat however big the files are
+CHUNK = 1 << 18  # ids decoded per step (as a list, ~10 MB): memory stays flat
 
 
 def token_counts(ds: PreparedDataset) -> np.ndarray:
@@ -91,10 +93,10 @@ def summary(ds: PreparedDataset, top: int = 10, head: int = 64) -> str:
 
 
 def verify(ds: PreparedDataset) -> str:
-    """Check every output file's sha256 against the manifest, then decode train + val and
-    compare with the source text as nanoGPT reads it."""
-    from corpusprep.sources.url import sha256_file
-    from corpusprep.text import read_text
+    """Check every output file's sha256 against the manifest and every input file's against
+    its own recorded one, then decode train + val and compare them with the text the run
+    read, byte for byte: each document framed as the run framed it (end-of-text ids, a
+    tokenizer's own specials), on its side, in its place (order=shuffle: by the index)."""
     from corpusprep.writer import changed_files
 
     changed = changed_files(ds.path, ds.manifest)
@@ -105,40 +107,218 @@ def verify(ds: PreparedDataset) -> str:
             f"{ds.path / changed[0]}: its sha256 is not the manifest's; the folder is damaged "
             "or mixed with another run: prepare it again"
         )
-
-    src = Path(ds.manifest["source"]["file"])
-    if not src.is_file():
-        raise UserError(f"{src}: the source file is gone; cannot verify")
-    if sha256_file(src) != ds.manifest["source"]["sha256"]:
-        raise UserError(f"{src}: the source changed since the run (sha256 differs); cannot verify")
-    expected = (text.encode("utf-8") for text in read_text(src))
-    decoded = (
-        ds.tokenizer.decode_bytes(ids[i : i + CHUNK])
-        for _, ids in ds.splits()
-        for i in range(0, len(ids), CHUNK)
-    )
-    where = _first_difference(expected, decoded)
-    if where is not None:
+    files, keys = _input_files(ds.manifest)
+    streams, writers = _streams(ds)
+    try:
+        _replay(ds, files, keys, writers)
+        for stream in streams:
+            stream.finish()
+    except _Differs as e:
+        where = e.file or (files[0].name if len(files) == 1 else f"its {len(files)} input files")
+        what = "the text" if e.doc is None else f"document {e.doc + 1:,} (counting from 1)"
         raise UserError(
-            f"{ds.path}: decoding train + val differs from {src} at byte {where:,} of the text"
+            f"{ds.path}: decoding {e.stream.label} differs from {where} at byte {e.offset:,} "
+            f"of {what}; prepare it again"
+        ) from None
+    what = files[0].name if len(files) == 1 else f"its {len(files):,} input files"
+    docs = ds.manifest.get("documents", {}).get("total")
+    docs = f", {docs:,} documents" if docs and len(files) > 1 else ""
+    chars = ds.manifest["chars"]
+    return f"verified: decoding train + val gives back {what} exactly ({chars:,} chars{docs})"
+
+
+def _input_files(manifest: dict) -> tuple[list, dict[str, bytes]]:
+    """The run's input files, rebuilt from the manifest, each checked against its own
+    sha256; and the keys the run gave documents read in pieces (by file)."""
+    from corpusprep.formats import InputFile
+    from corpusprep.prepare import _member_digest
+    from corpusprep.sources import ReadOptions
+    from corpusprep.sources.url import sha256_file
+
+    src = manifest["source"]
+    listed = src.get("files") or [{"path": src["file"], "sha256": src["sha256"],
+                                   "format": "text", "compression": "none"}]  # fmt: skip
+    given = (manifest.get("config") or {}).get("source") or {}
+    options = {k: given[k] for k in ReadOptions.__dataclass_fields__ if k in given}
+    options.pop("format", None)  # each file's own is listed
+    members = Counter(f["path"] for f in listed)
+    files, keys, digests = [], {}, {}
+    for f in listed:
+        path = Path(f["path"])
+        if f["path"] not in digests:
+            if not path.is_file():
+                raise UserError(f"{path}: the source file is gone; cannot verify")
+            digests[f["path"]] = sha256_file(path)
+            if digests[f["path"]] != f["sha256"]:
+                raise UserError(
+                    f"{path}: the source changed since the run (sha256 differs from the "
+                    "manifest's); cannot verify: prepare the folder again"
+                )
+        file = InputFile(path=f["path"], format=f["format"], compression=f["compression"],
+                         size=path.stat().st_size // members[f["path"]], member=f.get("member"),
+                         **options)  # fmt: skip
+        files.append(file)
+        keys[file.name] = _member_digest(bytes.fromhex(digests[f["path"]]), file.member)[:16]
+    return files, keys
+
+
+def _streams(ds: PreparedDataset) -> tuple[list[_Check], dict[str, _Check]]:
+    """What the decoded ids are compared in: one stream in corpus order (split by position:
+    train then val; head/tail: the stream the cut was made in), or one per side (split by
+    document or hash); and which of them each side the run wrote to feeds."""
+    from corpusprep.dataset import ShardedTokens
+    from corpusprep.split import permutation, val_document_count, val_documents
+
+    m, decode = ds.manifest, ds.tokenizer.decode_bytes
+    split, docs = m["split"], m["documents"]["total"]
+    by = split["by"]
+    seed = split.get("seed", m.get("order", {}).get("seed"))
+    shuffle = m.get("order", {}).get("kind") == "shuffle"
+    if shuffle and ds.train_docs is None:
+        raise UserError(
+            f"{ds.path}: order=shuffle, and the folder keeps no document index, so --verify "
+            "cannot tell where each document went; prepare it with one to verify it"
         )
-    return (
-        f"verified: decoding train + val gives back {src} exactly ({ds.manifest['chars']:,} chars)"
-    )
+    if by in ("document", "hash"):
+        orders: dict[str, Optional[np.ndarray]] = {"train": None, "val": None}
+        if shuffle:  # as prepare._side_orders: each side's documents in the permutation's order
+            val = val_documents(
+                docs, val_document_count(docs, split["fraction"], split.get("val_size")), seed
+            )
+            perm = permutation(docs, seed)
+            for side, mask in (("val", val), ("train", ~val)):
+                local = (np.cumsum(mask) - 1)[perm[mask[perm]]]
+                orders[side] = np.argsort(local)  # the k-th document written: its place
+        sides = {side: _Check(f"{side}.bin", getattr(ds, side), decode,
+                              getattr(ds, f"{side}_docs"), orders[side])
+                 for side in ("train", "val")}  # fmt: skip
+        return list(sides.values()), sides
+    first, second = ("val", "train") if by == "head" else ("train", "val")
+    ids = ShardedTokens([getattr(ds, first), getattr(ds, second)])
+    starts = None
+    if ds.train_docs is not None:  # a document cut by the split is listed on its first side
+        shift = np.uint64(len(getattr(ds, first)))
+        starts = np.concatenate(
+            [getattr(ds, f"{first}_docs"), getattr(ds, f"{second}_docs") + shift]
+        )
+    order = np.argsort(permutation(docs, seed)) if shuffle else None
+    stream = _Check(f"{first}.bin + {second}.bin", ids, decode, starts, order)
+    return [stream], {"train": stream, "val": stream}
 
 
-def _first_difference(a: Iterator[bytes], b: Iterator[bytes]) -> Optional[int]:
-    """Where two byte streams, cut into different chunks, first differ; None if equal."""
-    a, b = (x for x in a if x), (x for x in b if x)
-    offset, xa, xb = 0, b"", b""
-    while True:
-        xa, xb = xa or next(a, b""), xb or next(b, b"")
-        if not xa or not xb:
-            return None if xa == xb else offset  # one stream is longer
-        n = min(len(xa), len(xb))
-        if xa[:n] != xb[:n]:
-            return offset + next(i for i in range(n) if xa[i] != xb[i])
-        xa, xb, offset = xa[n:], xb[n:], offset + n
+def _replay(ds: PreparedDataset, files: list, keys: dict[str, bytes], writers: dict) -> None:
+    """Read the input as the run did (its shard plan, so documents are cut the same way)
+    and hand each document's text to the writers through the run's own encoding step, with
+    the text in place of its ids: the decoded ids must give back exactly that."""
+    from corpusprep.formats import get_format
+    from corpusprep.prepare import plan
+    from corpusprep.shards import EncodeTask, _encode_part
+    from corpusprep.split import val_document_count, val_documents
+
+    m = ds.manifest
+    split, eot = m["split"], m.get("eot") or {"mode": "none", "id": None}
+    docs = m["documents"]["total"]
+    val_docs = None
+    if split["by"] == "document":  # as prepare.decide, from the document before the first
+        val = val_document_count(docs, split["fraction"], split.get("val_size"))
+        val_docs = np.concatenate([[False], val_documents(docs, val, split["seed"])])
+    task = EncodeTask(None, _AsText(ds.tokenizer), m["dtype"], split["fraction"], split["by"],
+                      split.get("train_chars", 0), 0, 0, split.get("seed", 0), keys,
+                      eot["mode"], eot["id"], None, None, val_docs=val_docs)  # fmt: skip
+    eot_ids = None if eot["id"] is None else np.array([eot["id"]], dtype=np.uint32)
+    doc, position, seen = -1, [0], {"train": [], "val": []}
+    shard_bytes = (m.get("shards") or {}).get("shard_bytes") or m["config"]["shard_bytes"]
+    for shard in plan(files, shard_bytes, ds.tokenizer):
+        for segment in shard.segments:
+            for part in get_format(segment.file.format).parts(segment):
+                doc += part.starts
+                for w in writers.values():
+                    w.file, w.doc = segment.file.name, None if w.starts is None else doc
+                _encode_part(task, part, doc, keys.get(segment.file.name), position, writers,
+                             writers, seen, eot_ids)  # fmt: skip
+
+
+class _AsText:
+    """A tokenizer that gives back the text itself, keeping the real one's specials."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def document_specials(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.tokenizer.document_specials()
+
+    def encode_pieces(self, pieces: Iterator[str]) -> Iterator[str]:
+        return iter(pieces)
+
+
+class _Differs(Exception):
+    def __init__(self, stream: _Check, offset: int) -> None:
+        self.stream, self.offset, self.file, self.doc = stream, offset, stream.file, stream.doc
+
+
+class _Check:
+    """The decoded ids of one output stream, compared with the text the run wrote into it
+    as it comes: a writer (write) and a document index (append: a document starts) of the
+    run's encoding step. With an index, each document is compared with its own range of
+    ids, found by its place (`order`: where the k-th document written went)."""
+
+    def __init__(self, label: str, ids, decode, starts: Optional[np.ndarray] = None,
+                 order: Optional[np.ndarray] = None) -> None:  # fmt: skip
+        self.label, self.ids, self.decode = label, ids, decode
+        self.starts, self.order = starts, order
+        self.docs = 0  # documents started so far
+        self.pos, self.end = 0, len(ids) if starts is None or not len(starts) else int(starts[0])
+        self.held = b""  # decoded, not compared yet
+        self.offset = 0  # bytes compared in this stream (with an index: in this document)
+        self.file: Optional[str] = None  # where the text being compared comes from
+        self.doc: Optional[int] = None
+        self.tokens = 0  # read by the encoding step; unused here
+
+    def append(self, _tokens: int) -> None:
+        if self.starts is None:
+            return  # one text, no index: the stream goes on
+        self._close()
+        if self.docs >= len(self.starts):
+            raise _Differs(self, self.offset)  # more documents than the index lists
+        k = self.docs if self.order is None else int(self.order[self.docs])
+        self.docs += 1
+        self.pos = int(self.starts[k])
+        self.end = int(self.starts[k + 1]) if k + 1 < len(self.starts) else len(self.ids)
+        self.offset = 0
+
+    def write(self, data) -> None:
+        data = data.encode("utf-8") if isinstance(data, str) else self.decode(data)
+        while data:
+            if not self.held:
+                if self.pos >= self.end:
+                    raise _Differs(self, self.offset)  # the ids end before the text
+                self._read()
+                continue
+            n = min(len(data), len(self.held))
+            if data[:n] != self.held[:n]:
+                raise _Differs(
+                    self, self.offset + next(i for i in range(n) if data[i] != self.held[i])
+                )
+            data, self.held, self.offset = data[n:], self.held[n:], self.offset + n
+
+    def _read(self) -> None:
+        stop = min(self.pos + CHUNK, self.end)
+        # a list: a memmap read one id at a time is 20x slower
+        self.held = self.decode(np.asarray(self.ids[self.pos : stop]).tolist())
+        self.pos = stop
+
+    def _close(self) -> None:
+        """The document (or the text before the first) must have used all its ids."""
+        while not self.held and self.pos < self.end:
+            self._read()
+        if self.held:
+            raise _Differs(self, self.offset)  # ids left over: they decode to more text
+
+    def finish(self) -> None:
+        self.file = self.doc = None
+        self._close()
+        if self.starts is not None and self.docs != len(self.starts):
+            raise _Differs(self, self.offset)
 
 
 def _need_matplotlib() -> None:

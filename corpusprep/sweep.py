@@ -157,10 +157,22 @@ class SweepCallback(Callback):
             writer.writerows(rows)
         counts = Counter(r["status"] for r in rows)
         tally = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-        print(f"\ncorpusprep sweep: {len(rows)} jobs ({tally}) -> {sweep}")
-        print(markdown(rows))
+        line = f"corpusprep sweep: {len(rows)} jobs ({tally}) -> {sweep}"
+        if not _quiet(config):
+            print(f"\n{line}")
+            print(markdown(rows))
+        elif counts.get("failed"):  # quiet: nothing on stdout, but say why the exit is 1
+            print(line, file=sys.stderr)
         if counts.get("failed"):
             sys.exit(1)
+
+
+def _quiet(config: DictConfig) -> bool:
+    """quiet=true for the whole sweep (summary.csv / summary.md are written all the same)."""
+    try:
+        return bool(OmegaConf.select(config, "quiet", default=False))
+    except Exception:  # a config that does not resolve: print, as without quiet
+        return False
 
 
 def _count_jobs(config: DictConfig) -> int:
