@@ -14,13 +14,14 @@ the result is the same for any number of workers, shards or machines.
 from __future__ import annotations
 
 import os
-import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
+from corpusprep.progress import Bar
 from corpusprep.shards import SIDES, EncodeResult
 from corpusprep.writer import OutputWriter, check_free_space, copy_range
 
@@ -45,10 +46,11 @@ class Merged:
 
 def merge(out: OutputWriter, parts: list[PartFile], results: list[EncodeResult], dtype: str,
           order: Optional[dict[str, np.ndarray]] = None,
-          cut: Optional[tuple[str, int]] = None) -> Merged:  # fmt: skip
+          cut: Optional[tuple[str, int]] = None, show: bool = False) -> Merged:  # fmt: skip
     """Write train.bin / val.bin (and *.docs.bin) under temporary names in `out`.
     order: per side, its documents' new order (indices into the side's corpus order);
-    cut: ("head" | "tail", n): val is the first | last n tokens of the one stream."""
+    cut: ("head" | "tail", n): val is the first | last n tokens of the one stream;
+    show: progress bars (on a terminal)."""
     itemsize = np.dtype(dtype).itemsize
     totals = {side: sum(getattr(r, f"{side}_tokens") for r in results) for side in SIDES}
     # the merge writes every id once more (twice with a shuffle) while the parts still exist
@@ -56,24 +58,28 @@ def merge(out: OutputWriter, parts: list[PartFile], results: list[EncodeResult],
     indexed = bool(parts) and parts[0].index is not None
     for side in SIDES:
         mine = sorted((p for p in parts if p.side == side), key=lambda p: p.shard)
-        _concatenate(out.temp(f"{side}.bin"), [p.tokens for p in mine], totals[side] * itemsize)
+        with Bar(f"merge {side}.bin", totals[side] * itemsize, show) as bar:
+            _concatenate(out.temp(f"{side}.bin"), [p.tokens for p in mine],
+                         totals[side] * itemsize, bar.update)  # fmt: skip
         if indexed:
             counts = [getattr(r, f"{side}_tokens") for r in results]
             _concatenate_index(out.temp(f"{side}.docs.bin"), [p.index for p in mine], counts)
     if order:
         for side in SIDES:
-            _reorder(out, side, dtype, order[side])
+            with Bar(f"shuffle {side}.bin", totals[side] * itemsize, show) as bar:
+                _reorder(out, side, dtype, order[side], bar.update)
     if cut:
-        return _cut(out, dtype, *cut, indexed)
+        return _cut(out, dtype, *cut, indexed, show)
     docs = {side: sum(getattr(r, f"{side}_docs") for r in results) for side in SIDES}
     return Merged(totals, docs)
 
 
-def _concatenate(dst_path: Path, sources: list[str], expected: int) -> None:
+def _concatenate(dst_path: Path, sources: list[str], expected: int,
+                 progress: Callable[[int], None]) -> None:  # fmt: skip
     with open(dst_path, "r+b") as dst:
         for path in sources:
             with open(path, "rb") as src:
-                shutil.copyfileobj(src, dst, 1 << 20)
+                copy_range(src, dst, 0, os.path.getsize(path), progress)
         if dst.tell() != expected:
             raise RuntimeError(f"{dst_path.name}: merged {dst.tell()} bytes, not {expected}")
 
@@ -93,7 +99,8 @@ def _starts_and_ends(out: OutputWriter, side: str, dtype: str) -> tuple[np.ndarr
     return starts, np.append(starts[1:], total)
 
 
-def _reorder(out: OutputWriter, side: str, dtype: str, order: np.ndarray) -> None:
+def _reorder(out: OutputWriter, side: str, dtype: str, order: np.ndarray,
+             progress: Callable[[int], None]) -> None:  # fmt: skip
     """Rewrite one side with its documents in `order`: sequential writes, random reads,
     GATHER_TOKENS at a time from a fresh memory map (memory: the index, not the corpus)."""
     path = out.path_of(f"{side}.bin")
@@ -120,12 +127,14 @@ def _reorder(out: OutputWriter, side: str, dtype: str, order: np.ndarray) -> Non
             source = np.memmap(path, dtype=dtype, mode="r")  # mapped anew: pages let go
             dst.write(source[positions].tobytes())
             del source
+            progress(len(positions) * np.dtype(dtype).itemsize)
     os.replace(shuffled, path)
     new_starts = np.concatenate([[0], np.cumsum(lengths[order])[:-1]]).astype(np.uint64)
     new_starts.tofile(out.path_of(f"{side}.docs.bin"))
 
 
-def _cut(out: OutputWriter, dtype: str, mode: str, n: int, indexed: bool) -> Merged:
+def _cut(out: OutputWriter, dtype: str, mode: str, n: int, indexed: bool,
+         show: bool = False) -> Merged:  # fmt: skip
     """Everything is in the train stream: move its first (head) or last (tail) n tokens
     to val."""
     itemsize = np.dtype(dtype).itemsize
@@ -133,14 +142,17 @@ def _cut(out: OutputWriter, dtype: str, mode: str, n: int, indexed: bool) -> Mer
     total = os.path.getsize(stream) // itemsize
     val_at = 0 if mode == "head" else total - n
     train_at = n if mode == "head" else 0
-    with open(stream, "rb") as src, open(out.path_of("val.bin"), "wb") as val:
-        copy_range(src, val, val_at * itemsize, n * itemsize)
-    if mode == "head":  # train: the stream from n on, moved to the front
-        rest = out.scratch("train.bin.rest")
-        with open(stream, "rb") as src, open(rest, "wb") as dst:
-            copy_range(src, dst, n * itemsize, (total - n) * itemsize)
-        os.replace(rest, stream)
-    else:
+    copied = total if mode == "head" else n  # head: train is copied too
+    with Bar("write val.bin", copied * itemsize, show) as bar:
+        with open(stream, "rb") as src, open(out.path_of("val.bin"), "wb") as val:
+            copy_range(src, val, val_at * itemsize, n * itemsize, bar.update)
+        if mode == "head":  # train: the stream from n on, moved to the front
+            bar.describe("write train.bin")
+            rest = out.scratch("train.bin.rest")
+            with open(stream, "rb") as src, open(rest, "wb") as dst:
+                copy_range(src, dst, n * itemsize, (total - n) * itemsize, bar.update)
+            os.replace(rest, stream)
+    if mode == "tail":
         os.truncate(stream, (total - n) * itemsize)
     docs = {"val": int(mode == "head"), "train": int(mode == "tail")}  # one text: its start
     if indexed:

@@ -27,7 +27,7 @@ import shutil
 import signal
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO, Optional
@@ -415,8 +415,10 @@ def file_sha256(path: Path) -> str:
 COPY_BYTES = 1 << 24  # 16 MiB per step of copy_range: memory stays flat
 
 
-def copy_range(src: BinaryIO, dst: BinaryIO, offset: int, nbytes: int) -> None:
-    """Copy nbytes of src from offset to dst's current position, in bounded steps."""
+def copy_range(src: BinaryIO, dst: BinaryIO, offset: int, nbytes: int,
+               progress: Optional[Callable[[int], None]] = None) -> None:  # fmt: skip
+    """Copy nbytes of src from offset to dst's current position, in bounded steps
+    (`progress`: told the bytes of every step, for a bar)."""
     src.seek(offset)
     while nbytes > 0:
         chunk = src.read(min(COPY_BYTES, nbytes))
@@ -424,6 +426,8 @@ def copy_range(src: BinaryIO, dst: BinaryIO, offset: int, nbytes: int) -> None:
             raise RuntimeError(f"{src.name}: ended {nbytes} bytes early")
         dst.write(chunk)
         nbytes -= len(chunk)
+        if progress is not None:
+            progress(len(chunk))
 
 
 def _write_atomic(path: Path, data: bytes, tag: str) -> None:

@@ -34,6 +34,7 @@ class Streams:
     vocab_size: int
     eot_id: Optional[int]
     name: str  # the run's name (for file names such as <name>_train.bin)
+    show: bool = False  # progress bars while writing (on a terminal)
 
 
 DOC_INDEX = "doc_index"  # the document index's subfolder: no split word in its name

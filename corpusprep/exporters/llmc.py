@@ -26,6 +26,7 @@ import numpy as np
 
 from corpusprep.errors import UserError
 from corpusprep.exporters import Exporter, Streams, keep_doc_index
+from corpusprep.progress import Bar
 from corpusprep.writer import OutputWriter, copy_range
 
 MAX_SHARD_TOKENS = 2**31 - 1  # llm.c: assert len(toks) < 2**31
@@ -75,22 +76,26 @@ class ShardedExporter(Exporter):
         stem = file_stem(streams.name)
         produced: dict[str, int] = {}
         self._dtype, self._shards, index = dtype.name, {}, 0
-        for side in SPLIT_ORDER:
-            src = Path(getattr(streams, side))
-            total = src.stat().st_size // dtype.itemsize
-            self._shards[side] = []
-            with open(src, "rb") as f:
-                for start in range(0, total, self.shard_tokens):
-                    count = min(self.shard_tokens, total - start)
-                    name = f"{stem}_{side}_{index:06d}{self.suffix}"
-                    path = out.temp(name)
-                    with open(path, "r+b") as dst:
-                        self.write_header(dst, count, dtype)
-                        copy_range(f, dst, start * dtype.itemsize, count * dtype.itemsize)
-                    produced[name] = path.stat().st_size
-                    self._shards[side].append({"file": name, "tokens": count})
-                    index += 1
-            out.drop(f"{side}.bin")
+        nbytes = sum(Path(getattr(streams, side)).stat().st_size for side in SPLIT_ORDER)
+        with Bar(f"write {self.kind}", nbytes, streams.show) as bar:
+            for side in SPLIT_ORDER:
+                src = Path(getattr(streams, side))
+                total = src.stat().st_size // dtype.itemsize
+                self._shards[side] = []
+                with open(src, "rb") as f:
+                    for start in range(0, total, self.shard_tokens):
+                        count = min(self.shard_tokens, total - start)
+                        name = f"{stem}_{side}_{index:06d}{self.suffix}"
+                        path = out.temp(name)
+                        bar.describe(f"write {name}")
+                        with open(path, "r+b") as dst:
+                            self.write_header(dst, count, dtype)
+                            copy_range(f, dst, start * dtype.itemsize, count * dtype.itemsize,
+                                       bar.update)  # fmt: skip
+                        produced[name] = path.stat().st_size
+                        self._shards[side].append({"file": name, "tokens": count})
+                        index += 1
+                out.drop(f"{side}.bin")
         # the document index stays, as in the nanogpt format (in doc_index/, where no
         # loader's glob finds it): offsets into the whole split (all its shards end to
         # end), so a sampler can keep windows inside documents

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Optional
 
@@ -36,6 +36,7 @@ import numpy as np
 
 from corpusprep.exporters import Exporter, Streams
 from corpusprep.exporters.llmc import file_stem
+from corpusprep.progress import Bar
 from corpusprep.writer import OutputWriter
 
 INDEX_HEADER = b"MMIDIDX\x00\x00"
@@ -77,8 +78,10 @@ def sequences(
 
 
 def write_index(f: BinaryIO, starts: Optional[np.ndarray], total: int, dtype: str,
-                max_len: int = MAX_SEQUENCE) -> tuple[int, int]:  # fmt: skip
-    """Write the .idx; returns (sequences, documents)."""
+                max_len: int = MAX_SEQUENCE,
+                progress: Optional[Callable[[int], None]] = None) -> tuple[int, int]:  # fmt: skip
+    """Write the .idx; returns (sequences, documents). `progress`: told the documents of
+    every chunk written, for a bar."""
     itemsize = np.dtype(dtype).itemsize
     count = docs = 0
     for seq_starts, _, begins in sequences(starts, total, max_len):
@@ -102,6 +105,8 @@ def write_index(f: BinaryIO, starts: Optional[np.ndarray], total: int, dtype: st
             f.write(array.tobytes())
             where[part] += array.nbytes
         seen += len(seq_starts)
+        if progress is not None:
+            progress(int(begins.sum()))
     f.seek(where["documents"])
     f.write(struct.pack("<q", count))
     return count, docs
@@ -124,8 +129,10 @@ class MegatronExporter(Exporter):
             if docs_path is not None and Path(docs_path).stat().st_size:
                 starts = np.memmap(docs_path, dtype="<u8", mode="r")
             idx = out.temp(f"{stem}.idx")
-            with open(idx, "r+b") as f:
-                count, docs = write_index(f, starts, total, streams.dtype)
+            documents = 1 if starts is None else len(starts)
+            bar = Bar(f"write {stem}.idx", documents, streams.show, unit="doc")
+            with open(idx, "r+b") as f, bar:
+                count, docs = write_index(f, starts, total, streams.dtype, progress=bar.update)
             del starts
             # the tokens are already laid out as Megatron wants: rename, no copy
             os.replace(src, out.temp(f"{stem}.bin"))

@@ -1,0 +1,52 @@
+"""Progress bars: on a terminal only (stderr a tty, quiet=false), never in a log or a pipe,
+and never in what a run writes. tqdm is imported only when a bar is shown."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+def shown(quiet: bool) -> bool:
+    """Whether bars are drawn: not quiet, and stderr is a terminal."""
+    return not quiet and sys.stderr.isatty()
+
+
+class Bar:
+    """`with Bar("merge", total, show) as bar: bar.update(n)`: a bar in bytes (or `unit`)
+    that clears itself when done (leave=False); nothing when `show` is false or total 0."""
+
+    def __init__(self, desc: str, total: int, show: bool, unit: str = "B") -> None:
+        self._bar: Any = None
+        if show and total:  # nothing to count: no bar
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, desc=desc, unit=unit, unit_scale=True, leave=False,
+                             dynamic_ncols=True)  # fmt: skip
+
+    def __enter__(self) -> Bar:
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: object) -> None:
+        if self._bar is not None:
+            if exc_type is None:
+                self._bar.refresh()  # the finished bar is drawn, however fast the work went
+            self._bar.close()
+
+    def update(self, n: int) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def describe(self, desc: str) -> None:
+        """Name what the bar counts now (the file being written)."""
+        if self._bar is not None:
+            self._bar.set_description_str(desc)  # once a file: drawn now
+
+    def note(self, text: str) -> None:
+        """Rates and counts after the bar, shown at its next refresh."""
+        if self._bar is not None:
+            self._bar.set_postfix_str(text, refresh=False)
+
+    @property
+    def elapsed(self) -> float:
+        return self._bar.format_dict["elapsed"] if self._bar is not None else 0.0
