@@ -15,11 +15,11 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from corpusprep._paths import config_dirs, config_path
+from corpusprep._paths import config_path
+from corpusprep.config import drop_leftovers
 from corpusprep.errors import UserError
+from corpusprep.overrides import available_options, check_overrides, guard_key_overrides
 from corpusprep.redact import redact_text
-
-GROUPS = ("dataset", "source", "tokenizer", "executor", "format")
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -37,6 +37,7 @@ def _run(cfg: DictConfig) -> Any:
     folder = job_dir()  # in a sweep: a failed job is recorded, and the others go on
     try:
         _check_required(cfg)
+        drop_leftovers(cfg, overrides)
         if cfg.get("dry_run"):
             from corpusprep.estimate import estimate
 
@@ -73,7 +74,11 @@ def main() -> None:
     """Console entry point (`corpusprep ...` and `python -m corpusprep ...`)."""
     # SIGTERM (kill, a scheduler's timeout) cleans up like Ctrl-C: no half-written files.
     signal.signal(signal.SIGTERM, _interrupt)
-    _check_group_choices(sys.argv[1:])
+    # `split=0.8,0.9 -m` as well as `-m split=0.8,0.9` (argparse wants flags first)
+    flags = [a for a in sys.argv[1:] if a in ("-m", "--multirun")]
+    sys.argv[1:] = flags + [a for a in sys.argv[1:] if a not in flags]
+    check_overrides(sys.argv[1:])
+    guard_key_overrides()
     _guard_hydra_targets()
     _run()
 
@@ -147,69 +152,13 @@ def _check_required(cfg: DictConfig) -> None:
         return source is not None and key in source.keys() and OmegaConf.is_missing(source, key)  # noqa: SIM118
 
     if missing("url"):
-        datasets = ", ".join(sorted(_available_options()["dataset"]))
+        datasets = ", ".join(sorted(available_options()["dataset"]))
         raise UserError(
             f"nothing to prepare: choose a preset with dataset=NAME ({datasets}) or your own "
             "text with source=file source.path=FILE (or source.url=URL)"
         )
     if missing("path"):
         raise UserError("source.path is required: set source.path=FILE")
-
-
-def _available_options() -> dict[str, set[str]]:
-    options: dict[str, set[str]] = {g: set() for g in GROUPS}
-    for root in config_dirs():
-        for group in GROUPS:
-            folder = root / group
-            if folder.is_dir():
-                options[group].update(
-                    f.name[: -len(".yaml")] for f in folder.iterdir() if f.name.endswith(".yaml")
-                )
-    return options
-
-
-def _check_group_choices(args: list[str]) -> None:
-    """`tokenizer=nope` gets one line naming the choices, before Hydra starts."""
-    try:
-        from hydra._internal.utils import get_args_parser
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-        from hydra.core.override_parser.types import ChoiceSweep
-        from hydra.errors import OverrideParseException
-
-        ns, _ = get_args_parser().parse_known_args(args)
-        if ns.config_dir or ns.help or ns.hydra_help or ns.info or ns.config_path:
-            return  # other config folders, or no run: Hydra knows best
-        parser = OverridesParser.create()
-        overrides = []
-        for arg in ns.overrides:  # one at a time: the message names the one at fault
-            try:
-                overrides.append(parser.parse_override(arg))
-            except OverrideParseException:
-                fail(
-                    f"{arg}: cannot parse this override; quote a value holding special "
-                    """characters, e.g. 'key="<|endoftext|>"' or 'source.url="https://h/x?a=1"'"""
-                )
-    except SystemExit:
-        raise
-    except Exception:
-        return  # anything unexpected: Hydra's own message says where
-    if any(o.key_or_group.startswith("hydra.searchpath") for o in overrides):
-        return
-    available = None
-    for o in overrides:
-        if o.key_or_group not in GROUPS or o.is_delete() or o.package:
-            continue
-        value = o.value()
-        values = value.list if isinstance(value, ChoiceSweep) else [value]
-        for v in values:
-            if v is None or not isinstance(v, str):
-                continue
-            available = available or _available_options()
-            if v not in available[o.key_or_group]:
-                fail(
-                    f"{o.key_or_group}={v}: no such {o.key_or_group}; choose one of "
-                    f"{', '.join(sorted(available[o.key_or_group]))}"
-                )
 
 
 def summary(m: dict[str, Any], out_dir: str) -> str:
@@ -223,20 +172,26 @@ def summary(m: dict[str, Any], out_dir: str) -> str:
             f"{m['created']}); skipped, force=true redoes it"
         )
     src = m["source"]
-    files = src.get("files", [])
+    inputs = src.get("files", [])
     where = redact_text(src.get("url") or src.get("path") or src["file"])
-    if len(files) > 1:
-        where = f"{', '.join(src['glob']) if 'glob' in src else where} ({len(files):,} files)"
+    if len(inputs) > 1 and "glob" in src:
+        where = ", ".join(src["glob"])
+    detail = f"{src['bytes']:,} bytes, sha256 {src['sha256'][:12]}..."
+    if len(inputs) > 1:
+        detail = f"{plural(len(inputs), 'file')}, {detail}"
+    source = f"  source     {where} ({detail})"
+    if len(source) > 100:  # a long URL or glob: the details on a line of their own
+        source = f"  source     {where}\n             {detail}"
     docs = m.get("documents", {})
     files = list(m.get("files", {}))
     shown = ", ".join(files[:4]) + (f" and {len(files) - 4} more" if len(files) > 4 else "")
     lines = [
         f"corpusprep: {m['name']} -> {out_dir}",
-        f"  source     {where} ({src['bytes']:,} bytes, sha256 {src['sha256'][:12]}...)",
+        source,
         f"  tokenizer  {m['tokenizer']['kind']}, vocab {m['vocab_size']:,}, dtype {m['dtype']}"
         + (f"; {m['tokenizer']['per_document']}" if m["tokenizer"].get("per_document") else ""),
-        f"  train      {m['tokens']['train']:,} tokens",
-        f"  val        {m['tokens']['val']:,} tokens",
+        f"  train      {plural(m['tokens']['train'], 'token')}",
+        f"  val        {plural(m['tokens']['val'], 'token')}",
         f"  files      {shown} ({m.get('format', {}).get('kind', 'nanogpt')})",
     ]
     if docs.get("total", 1) > 1:
@@ -251,3 +206,8 @@ def summary(m: dict[str, Any], out_dir: str) -> str:
     if "nanogpt_note" in m:
         lines.append(f"  note: {m['nanogpt_note']}")
     return "\n".join(lines)
+
+
+def plural(count: int, word: str) -> str:
+    """'1 token', '1,003,854 tokens'."""
+    return f"{count:,} {word}{'' if count == 1 else 's'}"

@@ -82,7 +82,7 @@ def register_resolvers() -> None:
             OmegaConf.register_new_resolver(name, fn)
 
 
-def build(node: DictConfig | dict, what: str, given: Optional[set[str]] = None) -> Any:
+def build(node: DictConfig | dict, what: str) -> Any:
     """Make a plugin (source, tokenizer, executor, format) from its config node, or from a
     plain dict (a manifest's record: taken as written, no interpolation).
 
@@ -92,11 +92,6 @@ def build(node: DictConfig | dict, what: str, given: Optional[set[str]] = None) 
     module is imported, and a subclass of the group's base (Tokenizer for tokenizer, ...).
     Its arguments are plain values: a nested `_target_` is a dict like any other, never
     built. Hydra's instantiate is not used: it imports and calls whatever a config names.
-
-    `given`: the keys of this group set on the command line. When it is passed, keys the
-    class does not take and the user did not give are dropped: they come from a preset
-    made for another choice of the group (dataset=openwebtext source=files drops the
-    preset's source.dataset, keeps everything else).
     """
     target = node.get("_target_") if isinstance(node, (DictConfig, dict)) else None
     if not target:
@@ -110,10 +105,6 @@ def build(node: DictConfig | dict, what: str, given: Optional[set[str]] = None) 
         values = copy.deepcopy(dict(node))
     # `name` labels the choice for folder names and tables; it is not a constructor argument.
     kwargs = {str(k): v for k, v in values.items() if k not in ("_target_", "name")}
-    if given is not None:
-        taken = accepted_keys(cls)
-        if taken is not None:
-            kwargs = {k: v for k, v in kwargs.items() if k in taken or k in given}
     try:
         return cls(**kwargs)
     except UserError:
@@ -124,11 +115,38 @@ def build(node: DictConfig | dict, what: str, given: Optional[set[str]] = None) 
         raise UserError(redact_text(f"{what}: cannot create {target}: {e}")) from None
 
 
+PLUGIN_GROUPS = ("source", "tokenizer", "executor", "format")
+
+
+def drop_leftovers(cfg: DictConfig, overrides: list[str]) -> None:
+    """Remove the keys a preset set for another choice of a group: `dataset=shakespeare
+    tokenizer=char` keeps the preset's source and name but not its tokenizer.encoding,
+    which CharTokenizer does not take. A key given on the command line is never dropped
+    (one the class does not take was refused before Hydra ran: corpusprep.overrides)."""
+    from omegaconf import open_dict
+
+    given = [o.lstrip("+~").split("=", 1)[0] for o in overrides if "=" in o]
+    for group in PLUGIN_GROUPS:
+        node = cfg.get(group)
+        target = node.get("_target_") if isinstance(node, DictConfig) else None
+        if not target:
+            continue
+        taken = accepted_keys(locate(target, group))
+        if taken is None:
+            continue
+        mine = {k.split(".")[1] for k in given if k.startswith(f"{group}.")}
+        with open_dict(node):
+            for key in [k for k in node if k not in taken | mine | {"_target_", "name"}]:
+                del node[key]
+
+
 def accepted_keys(cls: type) -> Optional[set[str]]:
     """The keyword arguments cls takes (with a source's read options); None: any."""
     import dataclasses
     import inspect
 
+    if cls.__init__ is object.__init__:  # no constructor of its own: takes nothing
+        return set()
     params = inspect.signature(cls.__init__).parameters.values()
     names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     if any(p.kind == p.VAR_KEYWORD for p in params):

@@ -37,6 +37,7 @@ from corpusprep.executors import Executor
 from corpusprep.exporters import Exporter, Streams
 from corpusprep.formats import InputFile, Segment, get_format
 from corpusprep.merge import Merged, PartFile, merge
+from corpusprep.progress import Bar, shown
 from corpusprep.shards import (
     SIDES,
     EncodeResult,
@@ -59,6 +60,9 @@ from corpusprep.writer import (
     choose_dtype,
     disk_errors,
 )
+
+BLOCK_SIZE = 1024  # nanoGPT's default block_size: a side shorter than a few blocks is warned
+FEW_BLOCKS = 4
 
 
 @dataclass
@@ -105,9 +109,7 @@ class Run:
 def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str, Any]:
     """Run the whole job described by a composed config; returns the manifest."""
     settings = read_settings(cfg)
-    given = {o.split("=", 1)[0].split(".", 1)[1] for o in overrides or []
-             if o.lstrip("+~").startswith("source.") and "=" in o}  # fmt: skip
-    source: Source = build(cfg.source, "source", given={g.lstrip("+~") for g in given})
+    source: Source = build(cfg.source, "source")
     tokenizer: Tokenizer = build(cfg.tokenizer, "tokenizer")
     executor: Executor = build(cfg.executor, "executor")
     exporter: Exporter = build(cfg.format, "format")
@@ -146,8 +148,68 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
         if previous.get("fingerprint") == fingerprint(run.cfg, run.tokenizer, digest):
             run.out.remove_stale_work()  # of a run killed after its commit, or superseded
             return {**previous, "skipped": True}
+    if previous is not None:  # its input or settings differ
+        warn_replacing(run, previous, input_checked=True)
+    elif run.settings.force and (made := _read_manifest(Path(run.settings.out_dir))):
+        warn_replacing(run, made, input_checked=False)  # force: settings only, no hashing
     run.before = {f.path: os.stat(f.path) for f in run.files}
     return None
+
+
+def warn_replacing(run: Run, made: dict[str, Any], input_checked: bool) -> None:
+    """One line before a run replaces an out_dir made with other settings (a preset's
+    data/NAME re-run with tokenizer=byte): what differs, and an out_dir that keeps both."""
+    from corpusprep.overrides import choice_name
+
+    was, now = _flat(made.get("config") or {}), _flat(_redacted_config(run.cfg))
+    changed, suffix, regrouped = [], [], set()
+    for group in ("source", "tokenizer", "format"):  # another class: named by its choice
+        if was.get(f"{group}._target_") != now.get(f"{group}._target_"):
+            changed.append(f"{group}={made.get(group, {}).get('kind')}")
+            suffix.append(choice_name(group, run.cfg[group]))
+            regrouped.add(group)
+    for key in sorted(set(was) | set(now)):
+        group, leaf = key.split(".")[0], key.split(".")[-1]
+        if group in NOT_IN_FINGERPRINT | regrouped or leaf in SOURCE_NOT_IN_FINGERPRINT:
+            continue
+        if key == "shard_tokens" and "format" in regrouped:  # the format's own default
+            continue
+        if was.get(key) != now.get(key):
+            changed.append(f"{key}={_shown(was.get(key))}")
+            suffix.append(f"{leaf}{_shown(now.get(key))}")
+    if not changed and not input_checked:
+        return
+    if changed:
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        what = f"made with {', '.join(changed[:3])}{more}"
+    else:
+        sha256 = str(made.get("source", {}).get("sha256"))[:12]
+        what, suffix = f"made from other input (sha256 {sha256}...)", ["new"]
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(suffix[:2]))
+    keep = f"{run.settings.out_dir.rstrip('/')}-{slug}"
+    print(f"corpusprep: replacing {run.settings.out_dir}, {what}; out_dir={keep} keeps both",
+          file=sys.stderr)  # fmt: skip
+
+
+def _shown(value: Any) -> str:
+    return (
+        "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    )
+
+
+def _redacted_config(cfg: DictConfig) -> dict[str, Any]:
+    from corpusprep.redact import redact_values
+
+    return redact_values(OmegaConf.to_container(cfg, resolve=True))  # as the manifest has it
+
+
+def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(node, dict):
+        return {prefix: node}
+    out: dict[str, Any] = {}
+    for k, v in node.items():
+        out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
 
 
 def plan_shards(run: Run) -> None:
@@ -161,6 +223,13 @@ def plan_shards(run: Run) -> None:
         raise UserError(
             f"split_by={run.split_by}: {run.name} is one text, not documents; use "
             "split_by=position (or head/tail), or source.doc_separator to cut it into documents"
+        )
+    if settings.val_size is not None and run.split_by in ("position", "hash"):
+        rule = "splits one text by position" if run.split_by == "position" else "hashes"
+        raise UserError(
+            f"val_size={settings.val_size}: does nothing with split_by={run.split_by} (it "
+            f"{rule}, by split={settings.split}); drop val_size, or use split_by=document "
+            "(or head/tail for tokens)"
         )
     if settings.order == "shuffle" and run.split_by == "hash":
         raise UserError(
@@ -232,7 +301,8 @@ def encode(run: Run) -> None:
             run.hashes = _hashes(run.files)  # here, while the workers encode and wait on disk
         if work:  # what the shards' markers were made from, for a resume
             _record_inputs(work, run.hashes)
-        fresh = _progress(fresh, [t.shard for t in todo], "encode", run.settings.quiet)
+        # read to the end: the bar closes drawn full, even for one shard
+        fresh = iter(list(_progress(fresh, [t.shard for t in todo], "encode", run.settings.quiet)))
         run.results = [done[t.shard.index] if t.shard.index in done else next(fresh)
                        for t in tasks]  # fmt: skip
         _check_unchanged(run.before)
@@ -258,7 +328,8 @@ def merge_parts(run: Run) -> None:
                 f"{sum(r.train_tokens for r in results):,} tokens; choose a smaller val_size"
             )
         with disk_errors(run.out.label, sum(r.tokens for r in results) * run.itemsize):
-            run.merged = merge(run.out, run.parts, results, run.dtype, order, cut)
+            run.merged = merge(run.out, run.parts, results, run.dtype, order, cut,
+                               show=shown(settings.quiet))  # fmt: skip
     run.clock.lap("encode")
     for side in SIDES:
         if run.merged.tokens[side] == 0:
@@ -267,6 +338,25 @@ def merge_parts(run: Run) -> None:
                 f"({sum(s.docs for s in run.scans):,} documents); use more documents or "
                 "another split"
             )
+    warn_small(run.merged.tokens, settings, str(run.cfg.get("name")))
+
+
+def warn_small(tokens: dict[str, int], settings: Settings, name: str) -> None:
+    """A side shorter than a few of nanoGPT's blocks gets a warning: train.py's get_batch
+    draws block_size + 1 tokens at a time, and a loss over a few tokens says nothing."""
+    few = FEW_BLOCKS * BLOCK_SIZE
+    small = [side for side in SIDES if tokens[side] < few]
+    if not small:
+        return
+    counts = f"train {tokens['train']:,}, val {tokens['val']:,} tokens"
+    if sum(tokens.values()) < 2 * few:
+        fix = "a bigger corpus is needed to train on"
+    else:
+        fix = f"change split (now {settings.split})" + (
+            f" or val_size (now {settings.val_size})" if settings.val_size else "")  # fmt: skip
+    print(f"corpusprep: warning: {name}: {' and '.join(small)} under {FEW_BLOCKS} blocks of "
+          f"{BLOCK_SIZE} tokens (nanoGPT's default block_size; {counts}); {fix}",
+          file=sys.stderr)  # fmt: skip
 
 
 def export(run: Run) -> None:
@@ -276,7 +366,8 @@ def export(run: Run) -> None:
         run.produced = run.exporter.export(
             Streams(out.path_of("train.bin"), out.path_of("val.bin"),
                     out.path_of("train.docs.bin"), out.path_of("val.docs.bin"), run.dtype,
-                    run.tokenizer.vocab_size, run.eot_id, str(run.cfg.get("name"))),
+                    run.tokenizer.vocab_size, run.eot_id, str(run.cfg.get("name")),
+                    show=shown(run.settings.quiet)),
             out,
         )  # fmt: skip
 
@@ -528,22 +619,19 @@ def _name(files: list[InputFile]) -> str:
 def _progress(results: Iterable, shards: list[Shard], what: str, quiet: bool) -> Iterator:
     """On a terminal, a bar in bytes of input (MB/s, ETA) with documents/s and tokens/s;
     nothing otherwise (not even tqdm's import)."""
-    if quiet or not sys.stderr.isatty():
+    if not shown(quiet):
         yield from results
         return
-    from tqdm import tqdm
-
     docs = tokens = 0
-    with tqdm(total=sum(s.nbytes for s in shards), unit="B", unit_scale=True, desc=what,
-              leave=False, dynamic_ncols=True) as bar:  # fmt: skip
+    with Bar(what, sum(s.nbytes for s in shards), show=True) as bar:  # drawn before shard 1
         for count, (shard, result) in enumerate(zip(shards, results), 1):
             docs += result.docs  # scan and encode results both count documents
             tokens += getattr(result, "tokens", 0)  # only encode results count tokens
-            bar.update(shard.nbytes)
-            elapsed = max(bar.format_dict["elapsed"], 1e-9)
+            elapsed = max(bar.elapsed, 1e-9)
             rates = f"{count}/{len(shards)} shards, {docs / elapsed:,.0f} docs/s" + (
                 f", {tokens / elapsed:,.0f} tok/s" if tokens else "")  # fmt: skip
-            bar.set_postfix_str(rates, refresh=False)
+            bar.note(rates)
+            bar.update(shard.nbytes)
             yield result
 
 
@@ -622,7 +710,7 @@ def _manifest(run: Run) -> dict[str, Any]:
         },  # fmt: skip
         "executor": run.executor.describe(),
         "seconds": {**run.clock.laps, "total": run.clock.total()},
-        "config": redact_values(OmegaConf.to_container(run.cfg, resolve=True)),
+        "config": _redacted_config(run.cfg),
         "overrides": redact_values(run.overrides),
         "versions": {
             "python": platform.python_version(),

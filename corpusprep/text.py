@@ -49,12 +49,24 @@ def decode(raw: bytes, path: Path | str, offset: int) -> str:
     except UnicodeDecodeError as e:
         bad = raw[e.start : e.start + 1].hex()
         raise InvalidText(
-            f"{path}: not valid UTF-8 at byte {offset + e.start} (0x{bad}); "
-            "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+            f"{path}: not valid UTF-8 at byte {offset + e.start} (0x{bad}); {_not_utf8_fix(raw)}"
         ) from None
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     return text
+
+
+def _not_utf8_fix(raw: bytes) -> str:
+    """What to do with bytes that are not UTF-8: text in another encoding is converted,
+    binary data (NUL bytes, as in a program or an image) is not text at all."""
+    if raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "it is UTF-16: convert it (iconv -f utf-16 -t utf-8)"
+    if b"\x00" in raw[:65536]:
+        return (
+            "it holds NUL bytes, so it is binary data (a program, an image, an archive), "
+            "not text: give a text file, or source.skip_invalid=true to leave such documents out"
+        )
+    return "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)"
 
 
 def read_raw(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from helpers import assert_one_line_error, run_cli
 
@@ -15,12 +17,14 @@ def work(tmp_path):
     (tmp_path / "a_file").write_text("x")
     (tmp_path / "tiny.txt").write_text("ab")
     (tmp_path / "wide.txt").write_text("".join(chr(c) for c in range(0x10000, 0x10000 + 70_000)))
+    (tmp_path / "program").write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4)
+    os.mkfifo(tmp_path / "fifo")
     return tmp_path
 
 
 CASES = {
     "missing path": (["source=file", "source.path=nope.txt"], ["nope.txt", "no such file"]),
-    "directory": (["source=file", "source.path=folder"], ["folder", "is a directory"]),
+    "directory": (["source=file", "source.path=folder"], ["folder", "source=files"]),
     "empty file": (["source=file", "source.path=empty.txt"], ["empty.txt", "empty"]),
     "invalid utf-8": (
         ["source=file", "source.path=latin1.txt"],
@@ -65,18 +69,102 @@ CASES = {
         ["source=file", "source.path=good.txt", "out_dir=a_file/sub"],
         ["out_dir=a_file/sub", "is a file, not a folder"],
     ),
-    "out_dir is a file": (["source=file", "source.path=good.txt", "out_dir=a_file"], ["a_file"]),
+    "out_dir is a file": (
+        ["source=file", "source.path=good.txt", "out_dir=a_file"],
+        ["out_dir=a_file", "is a file, not a folder"],
+    ),
+    # the first ten minutes (issue 12): what a newcomer types
+    "misspelt key": (["dataset=shakespeare_char", "splt=0.8"], ["splt", "did you mean split?"]),
+    "misspelt key, as Hydra advises": (
+        ["dataset=shakespeare_char", "+splt=0.8"],
+        ["splt", "did you mean split?"],
+    ),
+    "a known key with +": (
+        ["source=file", "source.path=good.txt", "+split=0.8"],
+        ["+split=0.8", "without +", "split=0.8"],
+    ),
+    "misspelt group key": (
+        ["dataset=shakespeare_char", "executor.wrkers=2"],
+        ["executor.wrkers", "did you mean executor.workers?"],
+    ),
+    "path without source=file": (
+        ["source.path=good.txt"],
+        ["source.path", "source=url does not take path", "source=file"],
+    ),
+    "a key the tokenizer does not take": (
+        ["dataset=shakespeare_char", "tokenizer.encoding=gpt2"],
+        ["tokenizer.encoding", "tokenizer=char", "tokenizer=tiktoken"],
+    ),
+    "an unknown tokenizer key": (
+        ["dataset=shakespeare_char", "+tokenizer.nope=1"],
+        ["tokenizer.nope", "separator"],
+    ),
+    "a key of no group": (["dataset=shakespeare_char", "dataset.x=1"], ["dataset.x", "split"]),
+    "commas without -m": (
+        ["source=file", "source.path=good.txt", "split=0.8,0.9"],
+        ["split=0.8,0.9", "add -m"],
+    ),
+    "shard_tokens with nanogpt": (
+        ["source=file", "source.path=good.txt", "shard_tokens=1000"],
+        ["shard_tokens", "format=nanogpt", "format=llmc"],
+    ),
+    "shard_tokens with megatron": (
+        ["source=file", "source.path=good.txt", "format=megatron", "shard_tokens=1000"],
+        ["shard_tokens", "format=megatron"],
+    ),
+    "val_size with one text": (
+        ["source=file", "source.path=good.txt", "val_size=10"],
+        ["val_size=10", "split_by=position", "split_by=document"],
+    ),
+    "a binary file": (
+        ["source=file", "source.path=program"],
+        ["program", "binary", "!iconv"],
+    ),
+    "a fifo": (["source=file", "source.path=fifo"], ["fifo", "not a regular file"]),
+    "a device": (["source=file", "source.path=/dev/zero"], ["/dev/zero", "not a regular file"]),
+    "tiktoken offline": (  # the proxy is a dead port on loopback: no traffic leaves
+        [
+            "source=file",
+            "source.path=good.txt",
+            "tokenizer=tiktoken",
+            "tokenizer.encoding=cl100k_base",
+        ],
+        [
+            "tokenizer.encoding=cl100k_base",
+            "cannot reach openaipublic.blob.core.windows.net",
+            "TIKTOKEN_CACHE_DIR",
+            "tokenizer.ranks_file",
+        ],
+        {
+            "TIKTOKEN_CACHE_DIR": "empty_cache",
+            "HTTPS_PROXY": "http://127.0.0.1:9",
+            "HTTP_PROXY": "http://127.0.0.1:9",
+            "NO_PROXY": "",
+        },
+    ),  # fmt: skip
 }
+
+
+def offline_env(work, env):
+    if env is None:
+        return None
+    (work / "empty_cache").mkdir(exist_ok=True)
+    cache = str(work / "empty_cache")
+    return {**os.environ, **{k: (cache if v == "empty_cache" else v) for k, v in env.items()}}
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_user_mistake(work, case):
-    args, fragments = CASES[case]
+    args, fragments, *env = CASES[case]
+    env = offline_env(work, env[0] if env else None)
     before = sorted(p.name for p in work.iterdir())
     if not any(a.startswith("out_dir=") for a in args):
         args = [*args, "out_dir=out"]
-    result = run_cli(*args, cwd=work)
-    assert_one_line_error(result, *fragments)
+    result = run_cli(*args, cwd=work, env=env)
+    assert result.returncode == 1, result.stderr
+    assert_one_line_error(result, *[f for f in fragments if not f.startswith("!")])
+    for absent in [f[1:] for f in fragments if f.startswith("!")]:
+        assert absent not in result.stderr, result.stderr
     assert sorted(p.name for p in work.iterdir()) == before  # nothing written, not even out_dir
 
 

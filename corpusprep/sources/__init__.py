@@ -101,6 +101,11 @@ def check_text_file(path: Path, how_to_fix: str) -> int:
         raise UserError(f"{path}: no such file; {how_to_fix}")
     if path.is_dir():
         raise UserError(f"{path}: is a directory, not a text file; {how_to_fix}")
+    if not path.is_file():  # a FIFO, a device (/dev/zero): no size, maybe no end
+        raise UserError(
+            f"{path}: not a regular file (a pipe or a device); save the text to a file "
+            f"first (e.g. cat {path} > corpus.txt) and give that"
+        )
     if not os.access(path, os.R_OK):
         raise UserError(f"{path}: permission denied; make it readable or copy it elsewhere")
     size = path.stat().st_size

@@ -18,6 +18,11 @@ class FileSource(Source):
         self.path = Path(path).expanduser()
 
     def files(self, progress: bool = True) -> list[InputFile]:
+        if self.path.is_dir():  # a folder of texts is source=files' job
+            raise UserError(
+                f"source.path={self.path}: is a folder; for the files in it use source=files "
+                f"'source.glob={self.path}/**/*.txt' (or the pattern that matches them)"
+            )
         check_text_file(self.path, "check source.path")
         return input_files([self.path], self.options)
 

@@ -103,6 +103,35 @@ def read_ranks(path: Path) -> dict[bytes, int]:
     return ranks
 
 
+# GPT-2's ranks ship inside corpusprep, so that nanoGPT's presets need no download: the
+# public r50k_base.tiktoken, byte for byte (xz-compressed), which holds the same ranks as
+# gpt2's vocab.bpe + encoder.json (tests/test_tokenizers.py compares them with tiktoken's).
+BUNDLED_RANKS = (
+    "r50k_base.tiktoken.xz",
+    "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930",
+)
+BUNDLED_ENCODINGS = ("gpt2", "r50k_base")  # the sha256 is the one tiktoken pins for the file
+
+
+def bundled_ranks(encoding: str) -> Optional[dict[bytes, int]]:
+    """GPT-2's ranks from the copy shipped with corpusprep; None for other encodings, or
+    when the copy is missing or damaged (tiktoken then loads them as usual)."""
+    if encoding not in BUNDLED_ENCODINGS:
+        return None
+    import lzma
+    from importlib.resources import files
+
+    name, sha256 = BUNDLED_RANKS
+    try:
+        data = lzma.decompress(files("corpusprep.data").joinpath(name).read_bytes())
+    except (OSError, lzma.LZMAError, ModuleNotFoundError):
+        return None
+    if hashlib.sha256(data).hexdigest() != sha256:
+        return None
+    return {base64.b64decode(token): int(rank) for token, rank in
+            (line.split() for line in data.splitlines() if line)}  # fmt: skip
+
+
 class TiktokenTokenizer(Tokenizer):
     def __init__(
         self, encoding: str = "gpt2", ranks_file: Optional[str] = None, backend: str = "tiktoken"
@@ -153,12 +182,18 @@ class TiktokenTokenizer(Tokenizer):
             )
         if self.encoding not in tiktoken.list_encoding_names():
             base_spec(self.encoding)  # raises the unknown-encoding message
+        ranks = bundled_ranks(self.encoding)
+        if ranks is not None:  # GPT-2: no download, no cache needed
+            spec = base_spec(self.encoding)
+            return tiktoken.Encoding(
+                self.encoding, pat_str=spec["pat_str"], mergeable_ranks=ranks,
+                special_tokens=spec["special_tokens"],
+            )  # fmt: skip
         try:
             return tiktoken.get_encoding(self.encoding)
         except Exception as e:
-            reason = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
             raise UserError(
-                f"tokenizer.encoding={self.encoding}: cannot load its ranks ({reason}); "
+                f"tokenizer.encoding={self.encoding}: cannot load its ranks ({_reason(e)}); "
                 "offline, point TIKTOKEN_CACHE_DIR at a folder with tiktoken's cached files, "
                 "or give the file itself with tokenizer.ranks_file=FILE.tiktoken"
             ) from None
@@ -290,3 +325,16 @@ def _tiktoken_version() -> str:
     import tiktoken
 
     return getattr(tiktoken, "__version__", "unknown")
+
+
+def _reason(e: Exception) -> str:
+    """Why tiktoken could not fetch an encoding's files, in a few words: no network names
+    the host, anything else its first line, cut at a word."""
+    import requests
+
+    if isinstance(e, requests.ConnectionError):
+        host = getattr(getattr(e, "request", None), "url", None) or ""
+        host = host.split("/")[2] if host.count("/") >= 2 else "its host"
+        return f"cannot reach {host}: no network?"
+    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return text if len(text) <= 120 else text[:120].rsplit(" ", 1)[0] + " ..."

@@ -1,0 +1,294 @@
+"""The command line's overrides, checked before Hydra runs.
+
+Hydra's own messages for a wrong override are several lines, and some of its advice does
+harm: for `splt=0.8` it suggests `+splt=0.8`, which runs with a key nothing reads. Here
+every mistake is one line naming the override at fault and a fix that works: an unknown
+key (with `+` too) with the closest known ones, a key the chosen plugin does not take
+(and which choice takes it), several values without -m, a launcher whose extra is not
+installed, a setting that does nothing with the chosen format.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+from typing import Any, NoReturn, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from corpusprep._paths import config_dirs
+from corpusprep.config import PLUGIN_GROUPS
+from corpusprep.errors import UserError
+
+GROUPS = ("dataset", "source", "tokenizer", "executor", "format")
+LAUNCHER_EXTRAS = {  # hydra/launcher=NAME: the module Hydra needs, and corpusprep's extra
+    "joblib": ("hydra_plugins.hydra_joblib_launcher", "joblib"),
+    "submitit_local": ("hydra_plugins.hydra_submitit_launcher", "submitit"),
+    "submitit_slurm": ("hydra_plugins.hydra_submitit_launcher", "submitit"),
+}
+
+
+def check_overrides(args: list[str]) -> None:
+    """Fail with one line if the overrides in args are wrong; nothing otherwise. Anything
+    this check cannot judge (another config folder, an unexpected error) is left to Hydra."""
+    try:
+        parsed = _parse(args)
+        if parsed is None:
+            return
+        overrides, multirun = parsed
+        _check_sweeps(overrides, multirun)
+        _check_group_choices(overrides)
+        _check_launchers(overrides)
+    except UserError as e:
+        _fail(str(e))
+    except SystemExit:
+        raise
+    except Exception:
+        return  # not a user mistake we know: Hydra's own message says where
+
+
+def _fail(message: str) -> NoReturn:
+    from corpusprep.app import fail
+
+    fail(message)
+
+
+def _parse(args: list[str]) -> Optional[tuple[list[Any], bool]]:
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    ns, _ = get_args_parser().parse_known_args(args)
+    if ns.config_dir or ns.help or ns.hydra_help or ns.info or ns.config_path or ns.config_name:
+        return None  # other config folders, or no run: Hydra knows best
+    parser = OverridesParser.create()
+    overrides = []
+    for arg in ns.overrides:  # one at a time: the message names the one at fault
+        try:
+            overrides.append(parser.parse_override(arg))
+        except OverrideParseException:
+            raise UserError(
+                f"{arg}: cannot parse this override; quote a value holding special "
+                """characters, e.g. 'key="<|endoftext|>"' or 'source.url="https://h/x?a=1"'"""
+            ) from None
+    if any(o.key_or_group.startswith("hydra.searchpath") for o in overrides):
+        return None
+    return overrides, bool(ns.multirun)
+
+
+def _check_sweeps(overrides: list[Any], multirun: bool) -> None:
+    """`split=0.8,0.9` without -m: Hydra's three-option message; here, the fix."""
+    if multirun:
+        return
+    for o in overrides:
+        if o.is_sweep_override():
+            key, raw = o.input_line.split("=", 1)
+            raise UserError(
+                f"{o.input_line}: several values make a sweep; add -m (python -m corpusprep "
+                f"-m {o.input_line} ...), or quote one value holding commas: '{key}=\"{raw}\"'"
+            )
+
+
+def _values(o: Any) -> list[Any]:
+    from hydra.core.override_parser.types import ChoiceSweep
+
+    value = o.value()
+    return list(value.list) if isinstance(value, ChoiceSweep) else [value]
+
+
+def _is_group_choice(o: Any) -> bool:
+    return o.key_or_group in GROUPS and not o.is_delete() and not o.package
+
+
+def available_options() -> dict[str, set[str]]:
+    """The options of each group: corpusprep's configs and installed plugins'."""
+    options: dict[str, set[str]] = {g: set() for g in GROUPS}
+    for root in config_dirs():
+        for group in GROUPS:
+            folder = root / group
+            if folder.is_dir():
+                options[group].update(
+                    f.name[: -len(".yaml")] for f in folder.iterdir() if f.name.endswith(".yaml")
+                )
+    return options
+
+
+def _check_group_choices(overrides: list[Any]) -> None:
+    """`tokenizer=nope`: one line naming the choices."""
+    available = None
+    for o in filter(_is_group_choice, overrides):
+        for v in _values(o):
+            if v is None or not isinstance(v, str):
+                continue
+            available = available or available_options()
+            if v not in available[o.key_or_group]:
+                raise UserError(
+                    f"{o.key_or_group}={v}: no such {o.key_or_group}; choose one of "
+                    f"{', '.join(sorted(available[o.key_or_group]))}"
+                )
+
+
+def _check_launchers(overrides: list[Any]) -> None:
+    """hydra/launcher=joblib without its plugin: the pip command, not Hydra's listing."""
+    for o in overrides:
+        if o.key_or_group != "hydra/launcher":
+            continue
+        for name in _values(o):
+            module, extra = LAUNCHER_EXTRAS.get(str(name), (None, None))
+            if module and importlib.util.find_spec(module) is None:
+                raise UserError(
+                    f"hydra/launcher={name}: Hydra's {name} launcher is not installed; "
+                    f"pip install 'corpusprep[{extra}]'"
+                )
+
+
+def _is_key(o: Any) -> bool:
+    key = o.key_or_group
+    return not (
+        "/" in key or key == "hydra" or key.startswith("hydra.") or key in GROUPS or o.package
+    )
+
+
+def guard_key_overrides() -> None:
+    """Check every key override against the config it changes, composed with the same group
+    choices (a preset's too) just before Hydra applies it: inside Hydra's composition, so
+    the config is composed once, for a plain run and for each job of a sweep."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    apply = ConfigLoaderImpl._apply_overrides_to_config
+    if getattr(apply, "_corpusprep_guard", False):
+        return
+
+    def checked(overrides: list[Any], cfg: DictConfig) -> None:
+        # a group whose _target_ the command line changes takes other keys: config.build
+        # judges that class (and whether it may be made at all)
+        retargeted = {o.key_or_group.split(".")[0] for o in overrides
+                      if o.key_or_group.endswith("._target_")}  # fmt: skip
+        try:
+            for o in overrides:
+                head = o.key_or_group.split(".")[0]
+                if _is_key(o) and not o.is_delete() and head not in retargeted:
+                    _check_key(o, cfg)
+        except UserError as e:
+            _fail(str(e))
+        apply(overrides, cfg)
+
+    checked._corpusprep_guard = True  # type: ignore[attr-defined]
+    ConfigLoaderImpl._apply_overrides_to_config = staticmethod(checked)  # type: ignore[method-assign]
+
+
+def _check_key(o: Any, cfg: DictConfig) -> None:
+    key, line = o.key_or_group, o.input_line
+    head, *rest = key.split(".")
+    if head in PLUGIN_GROUPS and rest and isinstance(cfg.get(head), DictConfig):
+        _check_plugin_key(o, cfg[head], head, rest[0])
+        return
+    top = [k for k in cfg if k != "hydra" and k not in PLUGIN_GROUPS]
+    if head in top and not rest:
+        if o.is_add():
+            raise UserError(f"{line}: {key} is a key already; set it without +: {line[1:]}")
+        if key == "shard_tokens":
+            _check_shard_tokens(cfg)
+        return
+    known = top + [f"{g}.{k}" for g in PLUGIN_GROUPS if g in cfg for k in _settable(cfg[g])]
+    raise UserError(f"{key}: no such key; {_closest(key, known)}")
+
+
+def choice_name(group: str, node: DictConfig) -> str:
+    """The option of a group a composed node comes from (its class names it): for messages."""
+    target = node.get("_target_")
+    for name in sorted(available_options()[group]):
+        option = _option_node(group, name)
+        if option is not None and option.get("_target_") == target:
+            return name
+    return str(target)
+
+
+def _option_node(group: str, name: str) -> Optional[DictConfig]:
+    for root in config_dirs():
+        file = root / group / f"{name}.yaml"
+        if file.is_file():
+            node = OmegaConf.create(file.read_text("utf-8"))
+            node = node if "_target_" in node else node.get(group)  # a global package
+            return node if isinstance(node, DictConfig) else None
+    return None
+
+
+def _settable(node: DictConfig) -> list[str]:
+    """The keys of a plugin node a user may set: what its class takes (and `name`)."""
+    taken = _taken(node)
+    keys = list(node)  # _target_ too: config.build checks what it names
+    return keys if taken is None else [k for k in keys if k in taken or k in ("name", "_target_")]
+
+
+def _taken(node: Any) -> Optional[set[str]]:
+    from corpusprep.config import accepted_keys, locate
+
+    target = node.get("_target_") if isinstance(node, DictConfig) else None
+    if not target:
+        return None
+    try:
+        return accepted_keys(locate(target, "plugin"))
+    except UserError:
+        return None  # an untrusted or broken _target_: the run refuses it, in one line
+
+
+def _check_plugin_key(o: Any, node: DictConfig, group: str, sub: str) -> None:
+    key, line, choice = o.key_or_group, o.input_line, choice_name(group, node)
+    settable = _settable(node)
+    taken = _taken(node)
+    if sub in settable or (taken is not None and sub in taken):
+        in_config = sub in node.keys()  # noqa: SIM118 (`in` misses a "???" value)
+        if o.is_add() and in_config:
+            raise UserError(f"{line}: {key} is a key already; set it without +: {line[1:]}")
+        if not in_config and not (o.is_add() or o.is_force_add()):
+            raise UserError(
+                f"{key}: {group}={choice} takes {sub} but its config does not list it; "
+                f"add it with +{line}"
+            )
+        return
+    others = _choices_taking(group, sub)
+    if others:
+        takers = " or ".join(f"{group}={c}" for c in others)
+        raise UserError(
+            f"{key}: {group}={choice} does not take {sub}; {takers} does: add {group}="
+            f"{others[0]} before {line}"
+        )
+    known = [f"{group}.{k}" for k in settable]
+    raise UserError(f"{key}: {group}={choice} has no such key; {_closest(key, known)}")
+
+
+def _choices_taking(group: str, sub: str) -> list[str]:
+    """The options of a group whose class takes `sub` (source.path: file)."""
+    found = []
+    for name in sorted(available_options()[group]):
+        taken = _taken(_option_node(group, name))
+        if taken is not None and sub in taken:
+            found.append(name)
+    return found
+
+
+def _check_shard_tokens(cfg: DictConfig) -> None:
+    """shard_tokens shapes only a sharded format's files: with another it would do nothing."""
+    taken = _taken(cfg.get("format"))
+    if taken is not None and "shard_tokens" not in taken:
+        fmt = choice_name("format", cfg.format)
+        sharded = " or ".join(f"format={c}" for c in _choices_taking("format", "shard_tokens"))
+        raise UserError(
+            f"shard_tokens: format={fmt} writes one file per split, not shards, so it would "
+            f"do nothing; use {sharded or 'a sharded format'} (e.g. format=llmc shard_tokens=N)"
+        )
+
+
+def _closest(key: str, known: list[str]) -> str:
+    """The known keys closest to a misspelt one: within its group when it names one."""
+    head, _, last = key.rpartition(".")
+    pool = {k.rpartition(".")[2]: k for k in known if k.rpartition(".")[0] == head}
+    close = [pool[m] for m in difflib.get_close_matches(last, list(pool), n=3, cutoff=0.7)]
+    if close:
+        return f"did you mean {' or '.join(close)}?"
+    if pool:
+        return f"its keys are {', '.join(sorted(pool))}"
+    groups = sorted({k.split(".")[0] + ".*" for k in known if "." in k})
+    tops = sorted(k for k in known if "." not in k)
+    return f"the keys are {', '.join(tops + groups)} (python -m corpusprep --help)"
