@@ -122,7 +122,7 @@ def _check_hydra_targets(config: DictConfig) -> None:
         if not ok:
             raise UserError(
                 f"{key}={target}: a config may not name code to run here; only "
-                f"hydra.callbacks.NAME._target_ of {', '.join(trusted)} (see README, Safety)"
+                f"hydra.callbacks.NAME._target_ of {', '.join(trusted)} (see docs/safety.md)"
             )
 
 
@@ -180,8 +180,8 @@ def summary(m: dict[str, Any], out_dir: str) -> str:
     if len(inputs) > 1:
         detail = f"{plural(len(inputs), 'file')}, {detail}"
     source = f"  source     {where} ({detail})"
-    if len(source) > 100:  # a long URL or glob: the details on a line of their own
-        source = f"  source     {where}\n             {detail}"
+    if len(source) > WIDTH:  # a long URL or glob: the details on a line of their own
+        source = f"  source     {_elide(where, WIDTH - 13)}\n             {detail}"
     docs = m.get("documents", {})
     files = list(m.get("files", {}))
     shown = ", ".join(files[:4]) + (f" and {len(files) - 4} more" if len(files) > 4 else "")
@@ -206,6 +206,17 @@ def summary(m: dict[str, Any], out_dir: str) -> str:
     if "nanogpt_note" in m:
         lines.append(f"  note: {m['nanogpt_note']}")
     return "\n".join(lines)
+
+
+WIDTH = 100  # the summary's lines fit in this many columns
+
+
+def _elide(text: str, width: int) -> str:
+    """A long URL or path cut in the middle: its start (the host) and its end (the file)."""
+    if len(text) <= width:
+        return text
+    head = (width - 3) // 2
+    return f"{text[:head]}...{text[len(text) - (width - 3 - head) :]}"
 
 
 def plural(count: int, word: str) -> str:

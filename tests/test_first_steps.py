@@ -1,0 +1,231 @@
+"""The first ten minutes (issue 12): what a newcomer runs works, keeps what it should, and
+says what it does.
+
+- every preset takes another source (file, files, url) and keeps its other settings;
+- a preset's keys for another group choice are dropped (dataset=shakespeare tokenizer=char);
+- GPT-2's ranks ship with corpusprep: the same ranks tiktoken loads, and the nanoGPT
+  presets run with no network and no tiktoken cache;
+- a re-run that replaces a folder made with other settings says so first;
+- a side with fewer than a few blocks of tokens gets a warning;
+- the summary reads well: plurals, the source line within 100 columns;
+- `-m` may come after the overrides.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from helpers import REPO, LocalHTTPServer, run_cli
+
+PRESETS = sorted(p.stem for p in (REPO / "conf" / "dataset").glob("*.yaml"))
+DOCUMENT_PRESETS = {"openwebtext", "python_stdlib", "tinystories"}  # split_by=document
+
+
+def _serving(folder: Path):
+    from http.server import BaseHTTPRequestHandler
+
+    def handler_for(server):
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                server.hit(self.path)
+                file = folder / self.path.lstrip("/")
+                if not file.is_file():
+                    self.send_error(404)
+                    return
+                body = file.read_bytes()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        return Handler
+
+    return LocalHTTPServer(handler_for)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Path:
+    """tiny shakespeare as one text, and its paragraphs as JSONL documents."""
+    from conftest import SHARED_DATA
+
+    text_file = SHARED_DATA / "tinyshakespeare" / "input.txt"
+    if not text_file.is_file():
+        pytest.skip(f"offline data folder {SHARED_DATA} is absent")
+    folder = tmp_path_factory.mktemp("inputs")
+    text = text_file.read_text(encoding="utf-8")
+    (folder / "input.txt").write_text(text, encoding="utf-8")
+    docs = [p for p in text[:200_000].split("\n\n") if p.strip()]
+    (folder / "docs.jsonl").write_text(
+        "".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8"
+    )
+    return folder
+
+
+@pytest.fixture(scope="module")
+def http(inputs):
+    server = _serving(inputs)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _preset(name: str) -> dict:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.load(REPO / "conf" / "dataset" / f"{name}.yaml"))
+
+
+@pytest.mark.parametrize("switch", ["file", "files", "url"])
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_preset_takes_another_source(preset, switch, inputs, http, tmp_path, loopback_env,
+                                           tiktoken_cache):  # fmt: skip
+    name = "docs.jsonl" if preset in DOCUMENT_PRESETS else "input.txt"
+    where = {
+        "file": [f"source.path={inputs / name}"],
+        "files": [f"source.glob={inputs / name}"],
+        "url": [f"source.url={http.root}/{name}"],
+    }[switch]
+    cache = {"CORPUSPREP_CACHE_DIR": str(tmp_path / "cache")}
+    r = run_cli(f"dataset={preset}", f"source={switch}", *where, "out_dir=out", "quiet=true",
+                cwd=tmp_path, env=cache)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["source"]["kind"] == switch
+    wanted = _preset(preset)
+    tokenizer = next(d["override /tokenizer"] for d in wanted["defaults"]
+                     if "override /tokenizer" in d)  # fmt: skip
+    assert manifest["tokenizer"]["kind"] == tokenizer  # the preset's other settings are kept
+    assert manifest["name"] == wanted["name"]
+    for key in ("split_by", "eot", "order", "seed", "val_size"):
+        if key in wanted:
+            assert manifest["config"][key] == wanted[key], key
+    for key, value in wanted.get("tokenizer", {}).items():
+        assert manifest["config"]["tokenizer"][key] == value
+    # keys only the preset's own source takes are gone, the common read options stay
+    source = manifest["config"]["source"]
+    assert "dataset" not in source and "glob" not in source or switch == "files"
+    for key, value in wanted.get("source", {}).items():
+        if key in ("doc_end", "doc_separator", "skip_invalid"):
+            assert source[key] == value, key
+
+
+def test_a_preset_keeps_its_settings_when_the_tokenizer_changes(tmp_path, seeded_cache):
+    """dataset=shakespeare sets tokenizer.encoding for tiktoken; with tokenizer=char that key
+    would be refused by the char tokenizer: it is the preset's, so it is dropped."""
+    r = run_cli("dataset=shakespeare", "tokenizer=char", "out_dir=out", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["tokenizer"]["kind"] == "char" and manifest["name"] == "shakespeare"
+    assert "encoding" not in manifest["config"]["tokenizer"]
+    assert manifest["tokens"] == {"train": 1_003_854, "val": 111_540}
+
+
+def test_the_bundled_gpt2_ranks_are_tiktokens(tiktoken_cache):
+    import tiktoken
+
+    from corpusprep.tokenizers.tiktoken import BUNDLED_ENCODINGS, bundled_ranks
+
+    real = tiktoken.get_encoding("gpt2")  # from vocab.bpe + encoder.json in the cache
+    for name in BUNDLED_ENCODINGS:
+        assert bundled_ranks(name) == real._mergeable_ranks, name
+    assert bundled_ranks("cl100k_base") is None
+
+
+def test_the_nanogpt_presets_need_no_network_and_no_cache(tmp_path, shakespeare):
+    """No TIKTOKEN_CACHE_DIR, an empty home and cache, and every proxy a dead port on
+    loopback: nothing can be fetched, and the three presets still give nanoGPT's and
+    llm.c's counts."""
+    dead = "http://127.0.0.1:9"
+    env = {k: v for k, v in os.environ.items() if k != "TIKTOKEN_CACHE_DIR"}
+    env.update(HOME=str(tmp_path / "home"), XDG_CACHE_HOME=str(tmp_path / "xdg"),
+               CORPUSPREP_CACHE_DIR=str(tmp_path / "cache"), HTTP_PROXY=dead,
+               HTTPS_PROXY=dead, NO_PROXY="", HF_HUB_OFFLINE="1")  # fmt: skip
+    expected = {
+        "shakespeare_char": {"train": 1_003_854, "val": 111_540},
+        "shakespeare": {"train": 301_966, "val": 36_059},
+    }
+    for preset, tokens in expected.items():
+        r = run_cli(f"dataset={preset}", f"out_dir={preset}", "quiet=true", cwd=tmp_path,
+                    env=env)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        manifest = json.loads((tmp_path / preset / "manifest.json").read_text())
+        assert manifest["tokens"] == tokens
+        assert manifest["source"]["url"].startswith("https://raw.githubusercontent.com/")
+    r = run_cli("dataset=shakespeare_llmc", "out_dir=llmc", "quiet=true", cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    assert not (tmp_path / "home").exists() or not any((tmp_path / "home").rglob("*.tiktoken"))
+
+
+def _replacing_line(result) -> list[str]:
+    return [line for line in result.stderr.splitlines() if "replacing" in line]
+
+
+def test_a_rerun_with_other_settings_says_what_it_replaces(tmp_path, seeded_cache):
+    first = run_cli("dataset=shakespeare_char", "quiet=true", cwd=tmp_path)
+    assert first.returncode == 0 and not _replacing_line(first), first.stderr
+    same = run_cli("dataset=shakespeare_char", "quiet=true", cwd=tmp_path)
+    assert "up to date" in same.stdout and not _replacing_line(same)
+    forced = run_cli("dataset=shakespeare_char", "quiet=true", "force=true", cwd=tmp_path)
+    assert not _replacing_line(forced), forced.stderr  # the same settings: nothing to say
+    other = run_cli("dataset=shakespeare_char", "tokenizer=byte", "quiet=true", cwd=tmp_path)
+    assert other.returncode == 0, other.stderr
+    assert _replacing_line(other) == [
+        "corpusprep: replacing data/shakespeare_char, made with tokenizer=char; "
+        "out_dir=data/shakespeare_char-byte keeps both"
+    ]
+    split = run_cli("dataset=shakespeare_char", "tokenizer=byte", "split=0.8", "quiet=true",
+                    cwd=tmp_path)  # fmt: skip
+    assert _replacing_line(split) == [
+        "corpusprep: replacing data/shakespeare_char, made with split=0.9; "
+        "out_dir=data/shakespeare_char-split0.8 keeps both"
+    ]
+    keep = run_cli("dataset=shakespeare_char", "out_dir=data/shakespeare_char-char",
+                   "quiet=true", cwd=tmp_path)  # fmt: skip
+    assert keep.returncode == 0 and not _replacing_line(keep)  # the advice keeps both
+    made = json.loads((tmp_path / "data/shakespeare_char/manifest.json").read_text())
+    assert made["config"]["split"] == 0.8
+
+
+def test_a_tiny_side_is_warned(tmp_path, seeded_cache):
+    r = run_cli("dataset=shakespeare_char", "split=0.9999999", "quiet=true", cwd=tmp_path)
+    assert r.returncode == 0
+    assert r.stderr.strip() == (
+        "corpusprep: warning: shakespeare_char: val under 4 blocks of 1024 tokens (nanoGPT's "
+        "default block_size; train 1,115,393, val 1 tokens); change split (now 0.9999999)"
+    )
+    (tmp_path / "small.txt").write_text("a tiny corpus\n" * 20)
+    r = run_cli("source=file", "source.path=small.txt", "quiet=true", cwd=tmp_path)
+    assert r.returncode == 0 and "a bigger corpus is needed" in r.stderr
+    r = run_cli("dataset=shakespeare_char", "out_dir=ok", "quiet=true", cwd=tmp_path)
+    assert r.stderr == ""  # 111,540 val tokens: nothing to say
+
+
+def test_the_summary_reads_well(tmp_path, seeded_cache):
+    r = run_cli("dataset=shakespeare_char", "split=0.9999999", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "  val        1 token" in lines
+    assert all(len(line) <= 100 for line in lines), lines
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "a.txt").write_text("one text\n" * 300)
+    r = run_cli("source=files", "source.glob=texts/*.txt", "out_dir=one", cwd=tmp_path)
+    source = next(line for line in r.stdout.splitlines() if line.startswith("  source"))
+    assert "1 files" not in source and "((" not in source and "))" not in source
+    (folder / "b.txt").write_text("two text\n" * 300)
+    r = run_cli("source=files", "source.glob=texts/*.txt", "out_dir=two", cwd=tmp_path)
+    source = next(line for line in r.stdout.splitlines() if line.startswith("  source"))
+    assert source.startswith("  source     texts/*.txt (2 files, ") and "((" not in source
+
+
+def test_the_multirun_flag_may_come_last(tmp_path, seeded_cache):
+    r = run_cli("dataset=shakespeare_char", "split=0.8,0.9", "quiet=true", "-m", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert len(list(tmp_path.glob("multirun/*/*/*/manifest.json"))) == 2
