@@ -181,7 +181,7 @@ def _check_key(o: Any, cfg: DictConfig) -> None:
     key, line = o.key_or_group, o.input_line
     head, *rest = key.split(".")
     if head in PLUGIN_GROUPS and rest and isinstance(cfg.get(head), DictConfig):
-        _check_plugin_key(o, cfg[head], head, rest[0])
+        _check_plugin_key(o, cfg[head], head, rest[0], nested=len(rest) > 1)
         return
     top = [k for k in cfg if k != "hydra" and k not in PLUGIN_GROUPS]
     if head in top and not rest:
@@ -233,11 +233,13 @@ def _taken(node: Any) -> Optional[set[str]]:
         return None  # an untrusted or broken _target_: the run refuses it, in one line
 
 
-def _check_plugin_key(o: Any, node: DictConfig, group: str, sub: str) -> None:
+def _check_plugin_key(o: Any, node: DictConfig, group: str, sub: str, nested: bool) -> None:
     key, line, choice = o.key_or_group, o.input_line, choice_name(group, node)
     settable = _settable(node)
     taken = _taken(node)
     if sub in settable or (taken is not None and sub in taken):
+        if nested:  # executor.slurm.account: Hydra judges the keys inside
+            return
         in_config = sub in node.keys()  # noqa: SIM118 (`in` misses a "???" value)
         if o.is_add() and in_config:
             raise UserError(f"{line}: {key} is a key already; set it without +: {line[1:]}")
