@@ -80,13 +80,14 @@ def main(argv: Optional[list[str]] = None) -> int:
             f"source.path={corpus}",
             "tokenizer=tiktoken",
             "tokenizer.encoding=gpt2",
+            "tokenizer.backend=tiktoken",  # the same encoder as nanoGPT's; riptoken below
             f"out_dir={outs['corpusprep']}",
             "quiet=true",
         ],
     }
     if fast:  # the same command with tokenizer.backend=riptoken: the same bytes, faster
         commands["corpusprep+rip"] = [
-            *commands["corpusprep"][:-2],
+            *commands["corpusprep"][:-3],
             "tokenizer.backend=riptoken",
             f"out_dir={outs['corpusprep+rip']}",
             "quiet=true",

@@ -189,6 +189,7 @@ def summary(m: dict[str, Any], out_dir: str) -> str:
         f"corpusprep: {m['name']} -> {out_dir}",
         source,
         f"  tokenizer  {m['tokenizer']['kind']}, vocab {m['vocab_size']:,}, dtype {m['dtype']}"
+        + (f", backend {m['tokenizer']['backend']}" if m["tokenizer"].get("backend") else "")
         + (f"; {m['tokenizer']['per_document']}" if m["tokenizer"].get("per_document") else ""),
         f"  train      {plural(m['tokens']['train'], 'token')}",
         f"  val        {plural(m['tokens']['val'], 'token')}",

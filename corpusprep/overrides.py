@@ -201,7 +201,7 @@ def choice_name(group: str, node: DictConfig) -> str:
         option = _option_node(group, name)
         if option is not None and option.get("_target_") == target:
             return name
-    return str(target)
+    return str(target).rsplit(".", 1)[-1]  # a class of no shipped option: its name
 
 
 def _option_node(group: str, name: str) -> Optional[DictConfig]:

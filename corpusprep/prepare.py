@@ -96,6 +96,7 @@ class Run:
     parts: list[PartFile] = field(default_factory=list)
     merged: Optional[Merged] = None
     produced: dict[str, int] = field(default_factory=dict)
+    replacing: Optional[str] = None  # said when the commit replaces another run's files
 
     @property
     def name(self) -> str:
@@ -148,17 +149,18 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
         if previous.get("fingerprint") == fingerprint(run.cfg, run.tokenizer, digest):
             run.out.remove_stale_work()  # of a run killed after its commit, or superseded
             return {**previous, "skipped": True}
-    if previous is not None:  # its input or settings differ
-        warn_replacing(run, previous, input_checked=True)
+    if previous is not None:  # its input or settings differ: said when it is replaced
+        run.replacing = replacing(run, previous, input_checked=True)
     elif run.settings.force and (made := _read_manifest(Path(run.settings.out_dir))):
-        warn_replacing(run, made, input_checked=False)  # force: settings only, no hashing
+        run.replacing = replacing(run, made, input_checked=False)  # force: no hashing
     run.before = {f.path: os.stat(f.path) for f in run.files}
     return None
 
 
-def warn_replacing(run: Run, made: dict[str, Any], input_checked: bool) -> None:
-    """One line before a run replaces an out_dir made with other settings (a preset's
-    data/NAME re-run with tokenizer=byte): what differs, and an out_dir that keeps both."""
+def replacing(run: Run, made: dict[str, Any], input_checked: bool) -> Optional[str]:
+    """The line said when a run replaces an out_dir made with other settings (a preset's
+    data/NAME re-run with tokenizer=byte): what differs, and an out_dir that keeps both.
+    Said at the commit: a run that fails replaces nothing (and its error stays one line)."""
     from corpusprep.overrides import choice_name
 
     was, now = _flat(made.get("config") or {}), _flat(_redacted_config(run.cfg))
@@ -178,7 +180,7 @@ def warn_replacing(run: Run, made: dict[str, Any], input_checked: bool) -> None:
             changed.append(f"{key}={_shown(was.get(key))}")
             suffix.append(f"{leaf}{_shown(now.get(key))}")
     if not changed and not input_checked:
-        return
+        return None
     if changed:
         more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
         what = f"made with {', '.join(changed[:3])}{more}"
@@ -187,8 +189,7 @@ def warn_replacing(run: Run, made: dict[str, Any], input_checked: bool) -> None:
         what, suffix = f"made from other input (sha256 {sha256}...)", ["new"]
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(suffix[:2]))
     keep = f"{run.settings.out_dir.rstrip('/')}-{slug}"
-    print(f"corpusprep: replacing {run.settings.out_dir}, {what}; out_dir={keep} keeps both",
-          file=sys.stderr)  # fmt: skip
+    return f"corpusprep: replacing {run.settings.out_dir}, {what}; out_dir={keep} keeps both"
 
 
 def _shown(value: Any) -> str:
@@ -381,6 +382,8 @@ def commit(run: Run) -> dict[str, Any]:
     meta = run.tokenizer.meta()
     if meta is not None:  # None: no meta.pkl (GPT-2, nanoGPT's default without one)
         run.out.write_pickle("meta.pkl", meta)
+    if run.replacing:
+        print(run.replacing, file=sys.stderr)
     # the writer adds every file's size and sha256, and writes the manifest last
     return run.out.commit(manifest)
 
@@ -524,8 +527,16 @@ def fingerprint(cfg: DictConfig, tokenizer: Tokenizer, input_digest: str) -> str
     settings = {k: v for k, v in settings.items() if k not in NOT_IN_FINGERPRINT}
     settings["source"] = {k: v for k, v in settings.get("source", {}).items()
                           if k not in SOURCE_NOT_IN_FINGERPRINT}  # fmt: skip
+    described = {} if tokenizer.needs_fit else tokenizer.describe()
+    # keys that never change the ids (tiktoken's backend) count as one value each
+    same_ids = getattr(tokenizer, "FINGERPRINT_AS", {})
+    described = {k: v for k, v in described.items() if k not in same_ids}
+    if isinstance(settings.get("tokenizer"), dict):
+        settings["tokenizer"].update(
+            {k: v for k, v in same_ids.items() if k in settings["tokenizer"]}
+        )
     data = {"input": input_digest, "settings": settings, "corpusprep": corpusprep.__version__,
-            "tokenizer": {} if tokenizer.needs_fit else tokenizer.describe()}  # fmt: skip
+            "tokenizer": described}  # fmt: skip
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 

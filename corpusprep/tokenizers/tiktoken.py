@@ -36,6 +36,7 @@ _NEXT_OK = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuv
 # riptoken (an optional, faster Rust core) gave ids identical to tiktoken's on these, in
 # tests/test_bpe_cuts.py; any other encoding stays on tiktoken
 RIPTOKEN_PROVEN = {"gpt2", "r50k_base", "cl100k_base"}
+BACKENDS = ("auto", "tiktoken", "riptoken")  # auto: riptoken where installed and proven
 MIN_SEGMENT = 1 << 16  # encode at least this many characters at once: fewer calls into Rust
 GPT2_ENCODINGS = ("gpt2", "r50k_base")  # one vocabulary under two names
 R50K_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"  # tiktoken's pin
@@ -133,17 +134,32 @@ def bundled_ranks(encoding: str) -> Optional[dict[bytes, int]]:
 
 
 class TiktokenTokenizer(Tokenizer):
+    # describe()'s keys that never change the ids, and the one value a run's fingerprint
+    # counts each as: the backend (tiktoken, the default before auto, so that folders made
+    # then stay up to date, and installing riptoken redoes none)
+    FINGERPRINT_AS = {"backend": "tiktoken"}
+
+    # backend: the config's default is auto (conf/tokenizer/tiktoken.yaml); built in Python
+    # it is tiktoken, the reference tests/test_bpe_cuts.py holds riptoken to
     def __init__(
         self, encoding: str = "gpt2", ranks_file: Optional[str] = None, backend: str = "tiktoken"
     ) -> None:
-        if backend not in ("tiktoken", "riptoken"):
-            raise UserError(f"tokenizer.backend={backend}: use tiktoken or riptoken")
-        if backend == "riptoken" and (ranks_file or encoding not in RIPTOKEN_PROVEN):
+        if backend not in BACKENDS:
+            raise UserError(
+                f"tokenizer.backend={backend}: unknown backend; use auto (riptoken where "
+                "installed and proven, else tiktoken), tiktoken or riptoken"
+            )
+        proven = not ranks_file and str(encoding) in RIPTOKEN_PROVEN
+        if backend == "riptoken" and not proven:
             raise UserError(
                 f"tokenizer.backend=riptoken: its ids are proven identical to tiktoken's only "
                 f"for {', '.join(sorted(RIPTOKEN_PROVEN))} (tests/test_bpe_cuts.py); "
-                "use backend=tiktoken for this encoding"
+                "use backend=auto or backend=tiktoken for this encoding"
             )
+        # resolved once, here: the pickled copy each worker gets carries the choice
+        self.requested = backend
+        if backend == "auto":
+            backend = "riptoken" if proven and _riptoken_installed() else "tiktoken"
         self.backend = backend
         self.encoding = str(encoding)
         self.ranks_file = str(Path(ranks_file).expanduser().resolve()) if ranks_file else None
@@ -215,7 +231,9 @@ class TiktokenTokenizer(Tokenizer):
         return self._enc()._special_tokens.get("<|endoftext|>")
 
     def _fast(self):
-        """riptoken's Encoding over the same ranks, pattern and special tokens, per process."""
+        """riptoken's Encoding over the same ranks, pattern and special tokens, per process;
+        None where auto chose riptoken but this worker (another machine) cannot import it:
+        tiktoken's ids are the same."""
         key = (*self._key(), "riptoken")
         with _lock:
             fast = _cache.get(key)
@@ -223,19 +241,21 @@ class TiktokenTokenizer(Tokenizer):
             try:
                 import riptoken
             except ImportError:
-                raise UserError(
-                    "tokenizer.backend=riptoken needs riptoken: pip install 'corpusprep[riptoken]'"
-                ) from None
-            enc = self._enc()
-            core = riptoken.CoreBPE(enc._mergeable_ranks, enc._special_tokens, enc._pat_str)
-            fast = riptoken.Encoding(core, enc)
+                fast = False
+            else:
+                enc = self._enc()
+                core = riptoken.CoreBPE(enc._mergeable_ranks, enc._special_tokens, enc._pat_str)
+                fast = riptoken.Encoding(core, enc)
             with _lock:
                 _cache[key] = fast
-        return fast
+        if fast is False and self.requested != "auto":
+            raise UserError(RIPTOKEN_MISSING)
+        return fast or None
 
     def encode(self, text: str) -> np.ndarray:
-        if self.backend == "riptoken":
-            return np.array(self._fast().encode_ordinary(text), dtype=np.uint32)
+        fast = self._fast() if self.backend == "riptoken" else None
+        if fast is not None:
+            return np.array(fast.encode_ordinary(text), dtype=np.uint32)
         # encode_to_numpy with nothing allowed or disallowed == encode_ordinary, minus the list
         return self._enc().encode_to_numpy(text, disallowed_special=())
 
@@ -268,13 +288,14 @@ class TiktokenTokenizer(Tokenizer):
         tokens.update({i: special.encode() for special, i in enc._special_tokens.items()})
         itos = {i: tokens[i].decode("utf-8", errors="replace") for i in sorted(tokens)}
         stoi = sample_stoi(itos, lambda c: enc.encode_ordinary(c))
-        return {"vocab_size": enc.n_vocab, **self.describe(), "itos": itos, "stoi": stoi}
+        # the same meta.pkl whichever backend encoded (describe() names it, for the manifest)
+        described = {k: v for k, v in self.describe().items() if k not in self.FINGERPRINT_AS}
+        return {"vocab_size": enc.n_vocab, **described, "itos": itos, "stoi": stoi}
 
     def describe(self) -> dict[str, Any]:
         enc = self._enc()
         out: dict[str, Any] = {"kind": "tiktoken", "encoding": self.encoding}
-        if self.backend != "tiktoken":
-            out["backend"] = self.backend
+        out["backend"] = self.backend  # as resolved (never auto): the ids are the same from each
         if self.ranks_file:
             out.update(ranks_file=self.ranks_file, ranks_sha256=self.ranks_sha256)
         out.update(
@@ -319,6 +340,17 @@ def last_cut(text: str) -> int:
         if text[i - 1] in _PREV_OK and text[i + 1] in _NEXT_OK:
             return i + 1
         end = i
+
+
+RIPTOKEN_MISSING = "tokenizer.backend=riptoken needs riptoken: pip install 'corpusprep[fast]'"
+
+
+def _riptoken_installed() -> bool:
+    try:
+        import riptoken  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _tiktoken_version() -> str:
