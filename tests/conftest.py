@@ -76,3 +76,9 @@ def loopback_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,127.0.0.2,localhost")
     monkeypatch.setenv("no_proxy", "127.0.0.1,127.0.0.2,localhost")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slow tests first: the workers (pytest-xdist) then share the rest around them,
+    instead of one of them finishing a slow test alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable

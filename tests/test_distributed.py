@@ -122,6 +122,7 @@ def test_a_rerun_after_a_crash_redoes_only_missing_shards(corpus):
     same_as_reference(corpus, "resume")
 
 
+@pytest.mark.slow
 def test_ray_two_nodes_on_loopback_same_bytes(corpus):
     with loopback_only() as wrap, ray_cluster(ENV, wrap) as (address, _):
         r = run_cli(*ARGS, "executor=ray", f"executor.address={address}",
@@ -147,6 +148,7 @@ def test_ray_two_nodes_on_loopback_same_bytes(corpus):
         ).read_bytes(), name
 
 
+@pytest.mark.slow
 def test_ray_worker_node_killed_mid_run(corpus):
     with loopback_only() as wrap, ray_cluster(ENV, wrap) as (address, procs):
         proc = _slow(corpus, "raykill", "executor=ray", f"executor.address={address}",
@@ -165,6 +167,7 @@ def test_ray_worker_node_killed_mid_run(corpus):
     same_as_reference(corpus, "raykill")
 
 
+@pytest.mark.slow
 def test_slurm_single_node_same_bytes_and_resubmits(corpus):
     # Slurm 22.05 cannot start its message engine in a loopback-only namespace, so it runs
     # on the host network: its daemons listen on 0.0.0.0 (no bind option), all traffic is

@@ -32,6 +32,9 @@ from typing import Optional
 import pytest
 from helpers import REPO
 
+# one worker (--dist loadgroup) runs the pages once, in its background; first: minutes
+pytestmark = [pytest.mark.xdist_group("docs"), pytest.mark.slow]
+
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 SHELL_FENCES = ("sh", "bash", "shell", "console")
 COMMAND = re.compile(r"^(?:\$ )?((?:python -m corpusprep(?:\.inspect)?|corpusprep)(?: |$).*)$")

@@ -27,6 +27,9 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
+# one worker (--dist loadgroup): one fresh venv, shared by the tests; first: minutes
+pytestmark = [pytest.mark.xdist_group("install"), pytest.mark.slow]
+
 SHIPPED = ("pyproject.toml", "README.md", "conf", "corpusprep", "tests", "LICENSE")
 
 

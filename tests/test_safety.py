@@ -355,6 +355,7 @@ def test_a_full_disk_is_one_line_and_keeps_the_old_outputs(tmp_path, small_disk,
 # --- kills at random moments --------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["char", "bpe"])
 def test_kills_at_random_moments_leave_the_old_or_the_new_run(tmp_path, kind, tiktoken_cache):
     """SIGKILL and SIGINT at random moments of a run over a finished folder: each time, the
