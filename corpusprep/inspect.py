@@ -212,7 +212,7 @@ def _replay(ds: PreparedDataset, files: list, keys: dict[str, bytes], writers: d
     the text in place of its ids: the decoded ids must give back exactly that."""
     from corpusprep.formats import get_format
     from corpusprep.prepare import plan
-    from corpusprep.shards import EncodeTask, _encode_part
+    from corpusprep.shards import EncodeTask, Rules, _encode_part
     from corpusprep.split import val_document_count, val_documents
 
     m = ds.manifest
@@ -222,9 +222,17 @@ def _replay(ds: PreparedDataset, files: list, keys: dict[str, bytes], writers: d
     if split["by"] == "document":  # as prepare.decide, from the document before the first
         val = val_document_count(docs, split["fraction"], split.get("val_size"))
         val_docs = np.concatenate([[False], val_documents(docs, val, split["seed"])])
-    task = EncodeTask(None, _AsText(ds.tokenizer), m["dtype"], split["fraction"], split["by"],
-                      split.get("train_chars", 0), 0, 0, split.get("seed", 0), keys,
-                      eot["mode"], eot["id"], None, None, val_docs=val_docs)  # fmt: skip
+    rules = Rules(
+        _AsText(ds.tokenizer),
+        m["dtype"],
+        split["by"],
+        split["fraction"],
+        split.get("train_chars", 0),
+        split.get("seed", 0),
+        eot["mode"],
+        eot["id"],
+    )
+    task = EncodeTask(None, rules, doc_keys=keys, val_docs=val_docs)
     eot_ids = None if eot["id"] is None else np.array([eot["id"]], dtype=np.uint32)
     doc, position, seen = -1, [0], {"train": [], "val": []}
     shard_bytes = (m.get("shards") or {}).get("shard_bytes") or m["config"]["shard_bytes"]

@@ -42,6 +42,7 @@ from corpusprep.shards import (
     SIDES,
     EncodeResult,
     EncodeTask,
+    Rules,
     ScanResult,
     Shard,
     Target,
@@ -460,6 +461,8 @@ def _encode_tasks(run: Run) -> tuple[list[EncodeTask], list[PartFile]]:
                  for k, side in enumerate(SIDES)]  # fmt: skip
         position = [0, 0]
     doc_keys = {name: digest[:16] for name, digest in run.hashes.items()}
+    rules = Rules(tokenizer, run.dtype, run.split_by, settings.split, run.split_char,
+                  settings.seed, run.eot, run.eot_id)  # fmt: skip
     tasks, parts = [], []
     for shard, first, first_doc, scanned, chars, count in zip(run.shards, firsts, first_docs,
                                                              scans, sides, counts):  # fmt: skip
@@ -482,10 +485,10 @@ def _encode_tasks(run: Run) -> tuple[list[EncodeTask], list[PartFile]]:
         if run.val_docs is not None:  # from the document before (one this shard continues)
             before = np.zeros(1, bool) if first_doc == 0 else run.val_docs[first_doc - 1 :][:1]
             val_docs = np.concatenate([before, run.val_docs[first_doc : first_doc + scanned.docs]])
-        tasks.append(EncodeTask(shard, tokenizer, run.dtype, settings.split, run.split_by,
-                                run.split_char, first, first_doc, settings.seed, keys, run.eot,
-                                run.eot_id, targets[0], targets[1], index[0], index[1], marker,
-                                val_docs))  # fmt: skip
+        tasks.append(EncodeTask(shard, rules, first_char=first, first_doc=first_doc,
+                                doc_keys=keys, train=targets[0], val=targets[1],
+                                train_index=index[0], val_index=index[1], marker=marker,
+                                val_docs=val_docs))  # fmt: skip
     return tasks, parts
 
 

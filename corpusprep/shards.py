@@ -74,21 +74,30 @@ class Target:
 
 
 @dataclass(frozen=True)
-class EncodeTask:
-    shard: Shard
+class Rules:
+    """How every shard of a run encodes: decided once by the driver, the same for all."""
+
     tokenizer: Tokenizer
     dtype: str
-    split: float  # fraction for train
     split_by: str  # position | document | hash | head | tail
-    split_char: int  # position: characters before this go to train
-    first_char: int  # position: index in the whole text of the shard's first character
-    first_doc: int  # index of the first document that starts in this shard
-    seed: int  # hash: the seed of the assignment hash
-    doc_keys: dict[str, bytes]  # keys of long documents spread over shards, by file
-    eot: str  # append | prepend | none
-    eot_id: Optional[int]
-    train: Optional[Target]
-    val: Optional[Target]
+    split: float = 0.9  # hash: each document's chance to go to train
+    split_char: int = 0  # position: characters before this go to train
+    seed: int = 0  # hash: the seed of the assignment hash
+    eot: str = "none"  # append | prepend | none
+    eot_id: Optional[int] = None
+
+
+@dataclass
+class EncodeTask:
+    """One shard's work: the run's rules, where the shard starts, and where it writes."""
+
+    shard: Shard
+    rules: Rules
+    first_char: int = 0  # position: index in the whole text of the shard's first character
+    first_doc: int = 0  # index of the first document that starts in this shard
+    doc_keys: dict[str, bytes] = field(default_factory=dict)  # long documents' keys, by file
+    train: Optional[Target] = None
+    val: Optional[Target] = None
     train_index: Optional[str] = None  # where document starts go (uint64 token offsets)
     val_index: Optional[str] = None
     marker: Optional[str] = None  # written last, when the shard's parts are complete
@@ -146,12 +155,12 @@ class _Writer:
 
 
 def encode_shard(task: EncodeTask) -> EncodeResult:
-    dtype = np.dtype(task.dtype)
+    dtype = np.dtype(task.rules.dtype)
     targets = {"train": task.train, "val": task.val}
     writers = {side: _Writer(t, dtype) for side, t in targets.items() if t is not None}
     starts: dict[str, list[int]] = {"train": [], "val": []}
     keys: dict[str, list[int]] = {"train": [], "val": []}
-    eot = None if task.eot_id is None else np.array([task.eot_id], dtype=np.uint32)
+    eot = None if task.rules.eot_id is None else np.array([task.rules.eot_id], dtype=np.uint32)
     doc = task.first_doc - 1
     position = [task.first_char]
     try:
@@ -232,38 +241,38 @@ def _encode_part(task, part, doc, key, position, writers, starts, keys, eot) -> 
         pending_eot = side
         if i == 0 and part.starts:
             starts[side].append(out.tokens)
-            if task.eot == "prepend":
+            if task.rules.eot == "prepend":
                 out.write(eot)
-            out.write(task.tokenizer.document_specials()[0])  # its own BOS, if any (hf)
-        for ids in task.tokenizer.encode_pieces(text for _, text in group):
+            out.write(task.rules.tokenizer.document_specials()[0])  # its own BOS, if any (hf)
+        for ids in task.rules.tokenizer.encode_pieces(text for _, text in group):
             out.write(ids)
     if part.ends and pending_eot is not None:
-        writers[pending_eot].write(task.tokenizer.document_specials()[1])
-        if task.eot == "append":
+        writers[pending_eot].write(task.rules.tokenizer.document_specials()[1])
+        if task.rules.eot == "append":
             writers[pending_eot].write(eot)
 
 
 def _sides(task: EncodeTask, part: Part, doc: int, key, position: list[int], keys) -> Iterator:
     """(side, text) for the part's pieces: the whole document to one side (split by
     document), or cut at the train/val character (split by position, nanoGPT's rule)."""
-    if task.split_by in ("head", "tail"):  # one stream: val is cut from it after the merge
+    if task.rules.split_by in ("head", "tail"):  # one stream: val is cut from it after the merge
         for text in part.pieces:
             yield "train", text
         return
-    if task.split_by in ("document", "hash"):
+    if task.rules.split_by in ("document", "hash"):
         if part.whole is not None:
             key = document_key(part.whole)
-        if task.split_by == "document":
+        if task.rules.split_by == "document":
             side = "val" if task.val_docs[doc - task.first_doc + 1] else "train"
         else:
-            side = "train" if goes_to_train(task.seed, doc, key, task.split) else "val"
+            side = "train" if goes_to_train(task.rules.seed, doc, key, task.rules.split) else "val"
         if part.starts:
             keys[side].append(int.from_bytes(key[:8], "little"))
         for text in part.pieces:
             yield side, text
         return
     for text in part.pieces:
-        k = min(max(task.split_char - position[0], 0), len(text))
+        k = min(max(task.rules.split_char - position[0], 0), len(text))
         if k:
             yield "train", text[:k]
         if k < len(text):
