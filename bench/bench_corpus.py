@@ -250,7 +250,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"corpus     {workdir}/corpus_*.jsonl.zst: {FILES} files, {corpus['documents']:,} "
           f"documents, {size:,} bytes of JSON, {sum(corpus['sizes'].values()):,} "
           f"compressed ({how})")  # fmt: skip
-    print(f"repeat     {args.repeat} (best time counts)")
+    print(f"repeat     {args.repeat} (the median time counts)")
     print(f"tiktoken   {os.environ.get('TIKTOKEN_CACHE_DIR', '(unset: tiktoken downloads)')}")
     if not have_datasets:
         print("nanoGPT    SKIPPED: the `datasets` package is not installed (pip install datasets)")
@@ -273,6 +273,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         ],
         "llm.c": [sys.executable, str(BENCH / "peer_llmc.py"), str(outs["llm.c"]), *files],
     }
+    # corpusprep with llm.c's own encoder (tokenizer.backend=auto picks riptoken if installed)
+    outs["cp-tiktoken"] = workdir / "out-corpusprep-tiktoken"
+    commands["cp-tiktoken"] = [*commands["corpusprep"][:-2], "tokenizer.backend=tiktoken",
+                               f"out_dir={outs['cp-tiktoken']}", "quiet=true"]  # fmt: skip
     if have_datasets:
         outs["nanoGPT"] = workdir / "out-nanogpt-owt"
         commands["nanoGPT"] = [

@@ -11,6 +11,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import sysconfig
@@ -247,16 +248,16 @@ def output_differences(expected: Path, actual: Path, names: Sequence[str]) -> li
 
 
 def print_table(size: int, runs: dict[str, list[Run]]) -> dict[str, float]:
-    """One row per method: best time of the repeats, highest memory seen in any of them."""
+    """One row per method: the median time of the repeats, highest memory seen in any."""
     header = (
-        f"{'method':<11} {'best s':>8} {'MB/s':>7} {'peak PSS, tree':>15} "
+        f"{'method':<11} {'median s':>8} {'MB/s':>7} {'peak PSS, tree':>15} "
         f"{'peak RSS, tree sum':>19} {'max 1-process RSS':>18} {'procs':>5}   all runs (s)"
     )
     print(header)
     print("-" * len(header))
     best = {}
     for name, rs in runs.items():
-        best[name] = min(r.seconds for r in rs)
+        best[name] = statistics.median(r.seconds for r in rs)
         tree = max(r.peak_tree_rss for r in rs) / MB
         tree_pss = max(r.peak_tree_pss for r in rs) / MB
         single = max(r.max_single_rss for r in rs) / MB
@@ -302,7 +303,7 @@ def parse_args(
     parser.add_argument(
         "--mb", type=int, default=default_mb, help="corpus size in MB (10**6 bytes)"
     )
-    parser.add_argument("--repeat", type=int, default=1, help="runs per method; the best counts")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per method; the median counts")
     parser.add_argument(
         "--workdir",
         type=Path,
@@ -352,7 +353,7 @@ def prepare_corpus(
     print(f"corpusprep {corpusprep_origin(workdir)}")
     print(f"machine    {os.cpu_count()} cores")
     print(f"corpus     {corpus} ({size:,} bytes, {how})")
-    print(f"repeat     {repeat} (best time counts)")
+    print(f"repeat     {repeat} (the median time counts)")
     print("".join(f"{line}\n" for line in extra))
     return corpus, size
 
