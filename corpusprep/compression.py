@@ -134,6 +134,33 @@ class _Capped(io.RawIOBase):
         return n
 
 
+GUESSED_RATIO = 4  # text compresses about this much: for formats that do not record the size
+
+
+def text_size(path: Path, compression: str, member: Optional[str], size: int) -> int:
+    """About how many bytes a compressed file holds once decompressed, from its own header
+    or trailer where it records them (zstd's frame content size, gzip's ISIZE, a zip
+    member's size), else guessed: shards are packed by the work in them, and a compressed
+    file's work is its text, several times its size on disk. Reads at most a few bytes."""
+    known = 0
+    try:
+        if compression == "zip" and member is not None:
+            with zipfile.ZipFile(path) as archive:  # `size` is the whole archive's
+                return max(archive.getinfo(member).file_size, 1)
+        elif compression == "gzip" and size >= 18:
+            with open(path, "rb") as f:
+                f.seek(size - 4)
+                known = int.from_bytes(f.read(4), "little")  # of the last member, mod 2**32
+        elif compression == "zstd":
+            import zstandard
+
+            with open(path, "rb") as f:
+                known = max(zstandard.frame_content_size(f.read(18)), 0)  # -1: not recorded
+    except Exception:  # a damaged file: reading it reports that, in one line
+        known = 0
+    return known if known >= size else size * GUESSED_RATIO
+
+
 def members(path: Path) -> list[str]:
     """The file members of a zip archive, in archive order; none, or two with one name
     (only the last could be read), is an error."""

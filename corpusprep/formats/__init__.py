@@ -47,6 +47,15 @@ class InputFile:
     def seekable(self) -> bool:
         return self.compression == "none"
 
+    def whole(self) -> tuple[int, int, int]:
+        """The file as one unplanned segment (start, end, nbytes), nbytes its text's size:
+        a compressed file counts as the text it holds when shards are packed."""
+        if self.seekable:
+            return (0, self.size, self.size)
+        from corpusprep.compression import text_size
+
+        return (0, self.size, text_size(Path(self.path), self.compression, self.member, self.size))
+
 
 @dataclass(frozen=True)
 class Segment:
@@ -60,7 +69,7 @@ class Segment:
 
     @property
     def whole_file(self) -> bool:
-        return self.start == 0 and self.nbytes == self.file.size
+        return self.start == 0 and self.end == self.file.size
 
 
 @dataclass

@@ -25,7 +25,7 @@ class JsonlFormat(Format):
 
     def plan(self, file: InputFile, shard_bytes: int, boundary: Optional[re.Pattern]) -> list:
         if not file.seekable:
-            return [(0, file.size, file.size)]
+            return [file.whole()]
         return [(a, b, b - a) for a, b in plan_shards(file.path, file.size, shard_bytes, _LINE_END)]
 
     def _lines(self, segment: Segment) -> Iterator[bytes]:

@@ -29,7 +29,7 @@ class TextFormat(Format):
         if file.doc_separator:  # cut only right after a separator line: documents stay whole
             boundary = re.compile(re.escape(file.doc_separator.encode()) + rb"\r?\n")
         if not file.seekable or boundary is None or file.doc_end:  # doc_end: read in order
-            return [(0, file.size, file.size)]
+            return [file.whole()]
         return [(a, b, b - a) for a, b in plan_shards(file.path, file.size, shard_bytes, boundary)]
 
     def raw(self, segment: Segment) -> Iterator[tuple[int, bytes]]:
