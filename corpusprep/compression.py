@@ -12,6 +12,7 @@ is an error, never a short text, and `max_bytes` caps what a stream may decompre
 from __future__ import annotations
 
 import bz2
+import functools
 import gzip
 import io
 import lzma
@@ -144,9 +145,9 @@ def text_size(path: Path, compression: str, member: Optional[str], size: int) ->
     file's work is its text, several times its size on disk. Reads at most a few bytes."""
     known = 0
     try:
-        if compression == "zip" and member is not None:
-            with zipfile.ZipFile(path) as archive:  # `size` is the whole archive's
-                return max(archive.getinfo(member).file_size, 1)
+        if compression == "zip" and member is not None:  # `size` is the whole archive's
+            stat = path.stat()
+            return max(_member_sizes(str(path), stat.st_size, stat.st_mtime_ns)[member], 1)
         elif compression == "gzip" and size >= 18:
             with open(path, "rb") as f:
                 f.seek(size - 4)
@@ -159,6 +160,13 @@ def text_size(path: Path, compression: str, member: Optional[str], size: int) ->
     except Exception:  # a damaged file: reading it reports that, in one line
         known = 0
     return known if known >= size else size * GUESSED_RATIO
+
+
+@functools.lru_cache(maxsize=4)
+def _member_sizes(path: str, size: int, mtime_ns: int) -> dict[str, int]:
+    """Every member's size, read once per archive (a plan asks for each of its members)."""
+    with zipfile.ZipFile(path) as archive:
+        return {info.filename: info.file_size for info in archive.infolist()}
 
 
 def members(path: Path) -> list[str]:

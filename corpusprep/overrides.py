@@ -234,10 +234,9 @@ def _taken(node: Any) -> Optional[set[str]]:
 
 
 def _check_plugin_key(o: Any, node: DictConfig, group: str, sub: str, nested: bool) -> None:
-    key, line, choice = o.key_or_group, o.input_line, choice_name(group, node)
+    key, line = o.key_or_group, o.input_line
     settable = _settable(node)
-    taken = _taken(node)
-    if sub in settable or (taken is not None and sub in taken):
+    if sub in settable or sub in (_taken(node) or ()):
         if nested:  # executor.slurm.account: Hydra judges the keys inside
             return
         in_config = sub in node.keys()  # noqa: SIM118 (`in` misses a "???" value)
@@ -245,10 +244,11 @@ def _check_plugin_key(o: Any, node: DictConfig, group: str, sub: str, nested: bo
             raise UserError(f"{line}: {key} is a key already; set it without +: {line[1:]}")
         if not in_config and not (o.is_add() or o.is_force_add()):
             raise UserError(
-                f"{key}: {group}={choice} takes {sub} but its config does not list it; "
-                f"add it with +{line}"
+                f"{key}: {group}={choice_name(group, node)} takes {sub} but its config does "
+                f"not list it; add it with +{line}"
             )
         return
+    choice = choice_name(group, node)  # only now: it reads every option's config file
     others = _choices_taking(group, sub)
     if others:
         takers = " or ".join(f"{group}={c}" for c in others)
