@@ -8,33 +8,42 @@
    `python -m corpusprep source=file ...` on it, each in its own process, as a user would;
 3. measures wall time and peak memory of each, and checks that train.bin, val.bin and
    meta.pkl are byte-identical (exit 1 if not);
-4. prints a table and the throughput ratio corpusprep/nanoGPT.
+4. runs the char encoder's in-process ceiling on the same text (bench/ceiling.py);
+5. prints a table, the throughput ratio corpusprep/nanoGPT and the targets.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Optional
 
 from common import (
+    MB,
     NANOGPT,
     clean_up,
     corpusprep_phases,
+    measure_ceiling,
     open_workdir,
     parse_args,
     prepare_corpus,
     print_memory_notes,
     print_table,
+    report_ceiling,
+    report_memory,
+    report_ratio,
     run_all,
 )
 
 OUTPUTS = ("train.bin", "val.bin", "meta.pkl")  # all three must be byte-identical
+TARGET_RATIO = 18  # corpusprep's throughput over nanoGPT's at 200 MB, at least
+TARGET_MEMORY = 100 * MB
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(__doc__.split("\n\n")[0], default_mb=200, argv=argv)
     workdir, temporary = open_workdir(args.workdir)
-    corpus, size = prepare_corpus(workdir, args.mb, args.repeat)
+    corpus, size = prepare_corpus(workdir, args.mb, args.repeat, kind=args.corpus)
     outs = {"nanoGPT": workdir / "out-nanogpt", "corpusprep": workdir / "out-corpusprep"}
 
     commands = {  # the reference first: the others are compared against it
@@ -54,8 +63,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 1  # the workdir is kept, to look at the outputs
 
     best = print_table(size, runs)
-    print(f"\ncorpusprep/nanoGPT throughput: {best['nanoGPT'] / best['corpusprep']:.2f}x")
+    ratio = best["nanoGPT"] / best["corpusprep"]
+    print(f"\ncorpusprep/nanoGPT throughput: {ratio:.2f}x")
     print(f"corpusprep's own phases (last run): {corpusprep_phases(outs['corpusprep'])}")
+    workers = json.loads((outs["corpusprep"] / "manifest.json").read_text())["executor"]["workers"]
+    label = f"char {args.mb} MB"
+    report_ratio(f"{label}, corpusprep/nanoGPT", ratio, TARGET_RATIO)
+    ceiling = measure_ceiling("char", workers, [corpus], False, args.repeat)
+    report_ceiling(label, best["corpusprep"], ceiling)
+    report_memory(label, runs["corpusprep"], TARGET_MEMORY)
     print_memory_notes()
     clean_up(workdir, temporary, args.keep, outs)
     return 0

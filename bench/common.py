@@ -55,6 +55,72 @@ def stdlib_sources() -> list[Path]:
     return files
 
 
+CORPORA = ("uneven", "even")  # --corpus: what the benchmark text is made of
+
+
+def _site_sources() -> list[Path]:
+    """The .py files of the installed packages (site-packages), valid UTF-8, sorted."""
+    root = Path(sysconfig.get_paths()["purelib"])
+    files = []
+    for path in sorted(root.rglob("*.py")):
+        try:
+            path.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        files.append(path)
+    return files
+
+
+def _data_documents() -> list[bytes]:
+    """Data files, from a fixed seed: a CSV table, and JSON on one line of 400 KB (no safe
+    place to cut it for BPE: it is encoded whole)."""
+    import random
+
+    rng = random.Random(0)
+    csv = "".join(f"{i},{rng.random():.6f},{rng.randint(0, 10**9)},item-{rng.randint(0, 999)}\n"
+                  for i in range(20_000))  # fmt: skip
+    record = {
+        "values": [rng.randint(0, 10**6) for _ in range(40_000)],
+        "names": ["".join(rng.choices("abcdefghij", k=8)) for _ in range(10_000)],
+    }
+    return [csv.encode(), json.dumps(record, separators=(",", ":")).encode()]
+
+
+def _prose_documents() -> list[bytes]:
+    """Prose: tiny shakespeare (bundled with corpusprep) in its 40 acts-sized pieces."""
+    import lzma
+
+    text = lzma.decompress((REPO / "corpusprep/data/tinyshakespeare.txt.xz").read_bytes())
+    step = len(text) // 40
+    return [text[i : i + step] for i in range(0, len(text), step)]
+
+
+def corpus_documents(kind: str) -> list:
+    """The corpus's documents, in order: paths (read when needed) or bytes.
+    even: the standard library alone (code that tokenizes evenly, a flattering corpus);
+    uneven: the standard library and site-packages interleaved (code of very different
+    styles), with prose and data files between them: shards of very different cost."""
+    code: list = stdlib_sources()
+    if kind == "even":
+        return code
+    extra = _site_sources()
+    mixed: list = []
+    for i in range(max(len(code), len(extra))):
+        mixed += [x[i] for x in (code, extra) if i < len(x)]
+    specials = _prose_documents() + _data_documents()
+    every = max(1, len(mixed) // len(specials))
+    out: list = []
+    for i, item in enumerate(mixed):
+        out.append(item)
+        if i % every == every - 1 and specials:
+            out.append(specials.pop(0))
+    return out + specials
+
+
+def read_document(item) -> bytes:
+    return item if isinstance(item, bytes) else item.read_bytes()
+
+
 def utf8_prefix(data: bytes, n: int) -> int:
     """The largest length <= n at which `data` can be cut without splitting a character."""
     while 0 < n < len(data) and (data[n] & 0xC0) == 0x80:  # a continuation byte
@@ -62,15 +128,15 @@ def utf8_prefix(data: bytes, n: int) -> int:
     return n
 
 
-def corpus_pieces(files: list[Path], target: int) -> Iterator[bytes]:
+def corpus_pieces(files: list, target: int) -> Iterator[bytes]:
     """The files' bytes, concatenated and repeated up to `target` bytes, trimmed to a
     character boundary. One file at a time, never the whole text: whatever this process
     holds raises its own peak RSS, which Linux passes on to the ru_maxrss of the children
     it starts (see run_measured)."""
     left = target
     while left > 0:
-        for path in files:
-            data = path.read_bytes()
+        for item in files:
+            data = read_document(item)
             if len(data) >= left:
                 yield data[: utf8_prefix(data, left)]
                 return
@@ -78,10 +144,10 @@ def corpus_pieces(files: list[Path], target: int) -> Iterator[bytes]:
             left -= len(data)
 
 
-def ensure_corpus(path: Path, target: int) -> tuple[int, bool]:
+def ensure_corpus(path: Path, target: int, kind: str = "uneven") -> tuple[int, bool]:
     """Write the corpus unless `path` already holds one of exactly the right size.
     Returns (size, reused)."""
-    files = stdlib_sources()
+    files = corpus_documents(kind)
     size = sum(len(piece) for piece in corpus_pieces(files, target))  # page cache: fast
     if path.is_file() and path.stat().st_size == size:
         return size, True
@@ -311,6 +377,9 @@ def parse_args(
         "a corpus of the right size already there is reused",
     )
     parser.add_argument("--keep", action="store_true", help="keep the corpus and the outputs")
+    parser.add_argument("--corpus", choices=CORPORA, default="uneven",
+                        help="uneven (default): code of two kinds, prose and data files; "
+                        "even: the standard library alone")  # fmt: skip
     args = parser.parse_args(argv)
     if args.mb < 1 or args.repeat < 1:
         parser.error("--mb and --repeat must be at least 1")
@@ -341,13 +410,13 @@ def corpusprep_origin(cwd: Path) -> str:
 
 
 def prepare_corpus(
-    workdir: Path, mb: int, repeat: int, extra: Sequence[str] = ()
+    workdir: Path, mb: int, repeat: int, extra: Sequence[str] = (), kind: str = "uneven"
 ) -> tuple[Path, int]:
     """Build (or reuse) the corpus in `workdir` and print what the run is about, with any
     `extra` lines a script adds."""
-    corpus = workdir / f"stdlib-{mb}mb.txt"
+    corpus = workdir / f"{kind}-{mb}mb.txt"
     t = time.perf_counter()
-    size, reused = ensure_corpus(corpus, mb * MB)
+    size, reused = ensure_corpus(corpus, mb * MB, kind)
     how = "reused" if reused else f"built in {time.perf_counter() - t:.1f} s"
     print(f"python     {sys.executable} ({sys.version.split()[0]})")
     print(f"corpusprep {corpusprep_origin(workdir)}")
@@ -398,3 +467,49 @@ def clean_up(workdir: Path, temporary: bool, keep: bool, outs: dict[str, Path]) 
     else:  # a chosen workdir keeps its corpus, so the next run can reuse it
         for out in outs.values():
             shutil.rmtree(out, ignore_errors=True)
+
+
+# --- the encoder's ceiling and the targets ----------------------------------------------------
+
+
+def measure_ceiling(encoder: str, workers: int, inputs: Sequence[Path], documents: bool,
+                    repeat: int) -> float:  # fmt: skip
+    """The median over `repeat` runs of bench/ceiling.py: seconds the encoder alone takes."""
+    kind = "--jsonl" if documents else "--text"
+    cmd = [sys.executable, str(REPO / "bench" / "ceiling.py"), encoder, str(workers), kind,
+           *map(str, inputs)]  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    times = []
+    for _ in range(repeat):
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        if done.returncode != 0:
+            print(f"ceiling {encoder}: FAILED: {done.stderr.strip()[-300:]}")
+            return float("nan")
+        times.append(json.loads(done.stdout)["seconds"])
+    return statistics.median(times)
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "NOT MET"
+
+
+def report_ceiling(label: str, corpusprep_seconds: float, ceiling_seconds: float,
+                   target: float = 0.85) -> None:  # fmt: skip
+    """corpusprep's whole-process throughput as a fraction of the encoder's ceiling."""
+    fraction = ceiling_seconds / corpusprep_seconds
+    print(f"target: {label}: >= {target:.0%} of the encoder's in-process ceiling "
+          f"({ceiling_seconds:.2f} s for the encoder alone, {corpusprep_seconds:.2f} s whole "
+          f"process): {fraction:.0%}, {verdict(fraction >= target)}")  # fmt: skip
+
+
+def report_ratio(label: str, ratio: float, target: float) -> None:
+    print(f"target: {label}: >= {target:g}x: {ratio:.2f}x, {verdict(ratio >= target)}")
+
+
+def report_memory(label: str, runs: Sequence[Run], limit: int) -> None:
+    pss = max(r.peak_tree_pss for r in runs)
+    print(f"target: {label}: peak memory (PSS, tree) < {limit / MB:,.0f} MB: {pss / MB:,.0f} MB, "
+          f"{verdict(pss < limit)}")  # fmt: skip

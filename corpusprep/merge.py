@@ -2,6 +2,8 @@
 (with where each document starts), in the order the run asks for.
 
 1. concatenate each side's parts in plan order (never finish order): the corpus order;
+   split_by=document: the shards encoded one stream, and each document goes to its side
+   here, read in plan order, so the split needs no count of the documents beforehand;
 2. order=shuffle: rewrite each side with its documents in the seeded permutation's order
    (sequential writes, random reads from the page cache; memory: the document index);
 3. split_by=head|tail: every document was encoded to one stream; val becomes its first
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -46,17 +49,22 @@ class Merged:
 
 def merge(out: OutputWriter, parts: list[PartFile], results: list[EncodeResult], dtype: str,
           order: Optional[dict[str, np.ndarray]] = None,
-          cut: Optional[tuple[str, int]] = None, show: bool = False) -> Merged:  # fmt: skip
+          cut: Optional[tuple[str, int]] = None, val_docs: Optional[np.ndarray] = None,
+          show: bool = False) -> Merged:  # fmt: skip
     """Write train.bin / val.bin (and *.docs.bin) under temporary names in `out`.
     order: per side, its documents' new order (indices into the side's corpus order);
     cut: ("head" | "tail", n): val is the first | last n tokens of the one stream;
+    val_docs: split_by=document: which documents of the one stream go to val;
     show: progress bars (on a terminal)."""
     itemsize = np.dtype(dtype).itemsize
     totals = {side: sum(getattr(r, f"{side}_tokens") for r in results) for side in SIDES}
     # the merge writes every id once more (twice with a shuffle) while the parts still exist
     check_free_space(out.out_dir, sum(totals.values()) * itemsize * (2 if order or cut else 1))
     indexed = bool(parts) and parts[0].index is not None
-    for side in SIDES:
+    docs = {side: sum(getattr(r, f"{side}_docs") for r in results) for side in SIDES}
+    if val_docs is not None:
+        totals, docs = _split_documents(out, parts, results, dtype, val_docs, show)
+    for side in SIDES if val_docs is None else ():
         mine = sorted((p for p in parts if p.side == side), key=lambda p: p.shard)
         with Bar(f"merge {side}.bin", totals[side] * itemsize, show) as bar:
             _concatenate(out.temp(f"{side}.bin"), [p.tokens for p in mine],
@@ -70,8 +78,57 @@ def merge(out: OutputWriter, parts: list[PartFile], results: list[EncodeResult],
                 _reorder(out, side, dtype, order[side], bar.update)
     if cut:
         return _cut(out, dtype, *cut, indexed, show)
-    docs = {side: sum(getattr(r, f"{side}_docs") for r in results) for side in SIDES}
     return Merged(totals, docs)
+
+
+def _split_documents(out: OutputWriter, parts: list[PartFile], results: list[EncodeResult],
+                     dtype: str, val_docs: np.ndarray,
+                     show: bool) -> tuple[dict[str, int], dict[str, int]]:  # fmt: skip
+    """The one stream (every shard's part, in plan order) into train.bin and val.bin, each
+    document whole on its side: read GATHER_TOKENS at a time, each block's ids picked by a
+    mask of its documents' sides (memory: the document index and one block)."""
+    dt = np.dtype(dtype)
+    mine = sorted(parts, key=lambda p: p.shard)
+    counts = [r.train_tokens for r in results]
+    offsets = np.cumsum([0, *counts])
+    starts = np.concatenate([np.zeros(0, np.int64)] + [
+        np.fromfile(p.index, dtype=np.uint64).astype(np.int64) + offset
+        for p, offset in zip(mine, offsets)])  # fmt: skip
+    if len(starts) != len(val_docs):
+        raise RuntimeError(f"{len(val_docs)} documents to split, {len(starts)} in the index")
+    lengths = np.diff(np.append(starts, offsets[-1]))
+    # runs of neighbouring documents on the same side: where each starts, and its side
+    change = np.flatnonzero(val_docs[1:] != val_docs[:-1]) + 1
+    first = np.concatenate([[0], change]).astype(np.int64)
+    run_side, run_start = val_docs[first], starts[first]
+    run_end = np.append(run_start[1:], offsets[-1])
+    with ExitStack() as stack:
+        dst = [stack.enter_context(open(out.temp(f"{side}.bin"), "r+b")) for side in SIDES]
+        bar = stack.enter_context(Bar("split train.bin / val.bin", int(offsets[-1]) * dt.itemsize,
+                                      show))  # fmt: skip
+        for part, offset, n in zip(mine, offsets, counts):
+            with open(part.tokens, "rb") as src:
+                for a in range(int(offset), int(offset) + n, GATHER_TOKENS):
+                    b = min(a + GATHER_TOKENS, int(offset) + n)
+                    block = np.fromfile(src, dtype=dt, count=b - a)
+                    if len(block) != b - a:
+                        raise RuntimeError(f"{part.tokens}: ended {b - a - len(block)} ids early")
+                    i, j = np.searchsorted(run_end, a, "right"), np.searchsorted(run_start, b)
+                    if j - i == 1:  # the block lies in one run: all to one side
+                        dst[int(run_side[i])].write(memoryview(block))
+                    else:
+                        within = np.minimum(run_end[i:j], b) - np.maximum(run_start[i:j], a)
+                        to_val = np.repeat(run_side[i:j], within)
+                        dst[0].write(memoryview(block[~to_val]))
+                        dst[1].write(memoryview(block[to_val]))
+                    bar.update((b - a) * dt.itemsize)
+    totals, docs = {}, {}
+    for k, side in enumerate(SIDES):
+        mine_lengths = lengths[val_docs == bool(k)]
+        index = np.cumsum(mine_lengths) - mine_lengths
+        index.astype(np.uint64).tofile(out.temp(f"{side}.docs.bin"))
+        totals[side], docs[side] = int(mine_lengths.sum()), len(mine_lengths)
+    return totals, docs
 
 
 def _concatenate(dst_path: Path, sources: list[str], expected: int,

@@ -3,13 +3,17 @@
 1. the source gives its input files (a URL is downloaded into the cache once);
 2. they are cut into a fixed plan of shards: pieces of big files (where the tokenizer
    allows a cut) and runs of small files; the plan never depends on the workers;
-3. scan pass, in parallel: count characters and documents, collect the distinct
-   characters, check every file (UTF-8, JSON, fields) before anything is written;
+3. scan pass, in parallel, only when something must be known before encoding (a
+   tokenizer that learns its characters, the character where nanoGPT's split falls, the
+   documents' numbers for a hash split): count characters and documents, collect the
+   distinct characters, check every file (UTF-8, JSON, fields);
 4. fit the tokenizer if it learns from the corpus (char), pick the dtype, and find the
-   split: nanoGPT's first int(n*split) characters, or a seeded hash per document;
-5. encode pass, in parallel: every shard encodes its documents and writes its ids;
-6. merge the shards' parts in plan order, write meta.pkl and manifest.json, and rename
-   everything into place together.
+   split point: nanoGPT's first int(n*split) characters;
+5. encode pass, in parallel: every shard encodes its documents and writes its ids (for
+   documents, one stream; the first pass over the input when there was no scan);
+6. choose the val documents from the count (train_test_split's seeded permutation), merge
+   the shards' parts in plan order, each document to its side, write meta.pkl and
+   manifest.json, and rename everything into place together.
 """
 
 from __future__ import annotations
@@ -89,7 +93,10 @@ class Run:
     eot_id: Optional[int] = None
     shards: list[Shard] = field(default_factory=list)
     run_key: str = ""  # names the resumable work folder
-    scans: list[ScanResult] = field(default_factory=list)
+    scans: list[ScanResult] = field(default_factory=list)  # empty: no scan pass was needed
+    chars: int = 0  # what the input holds (counted by the scan, or else by the encode pass)
+    docs: int = 0
+    skipped: int = 0
     split_char: int = 0  # split_by=position: characters before this go to train
     val_docs: Optional[np.ndarray] = None  # split_by=document: which documents go to val
     order: Optional[dict[str, np.ndarray]] = None  # order=shuffle: each side's new order
@@ -134,6 +141,7 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
             scan(run)
             decide(run)
             encode(run)
+            choose_sides(run)
             merge_parts(run)
             export(run)
         return commit(run)
@@ -251,32 +259,42 @@ def plan_shards(run: Run) -> None:
         run.executor.attach(run.out.work(run.run_key))
 
 
+def needs_scan(run: Run) -> bool:
+    """Whether encoding needs a count first: the characters a tokenizer learns, the
+    character where nanoGPT's split falls, or every document's number (split_by=hash).
+    Documents split by document (or head/tail) are encoded in one pass."""
+    return run.tokenizer.needs_fit or run.split_by in ("position", "hash")
+
+
 def scan(run: Run) -> None:
     """The read pass: characters, documents and the character set; every file checked."""
+    if not needs_scan(run):
+        return
     shards, quiet = run.shards, run.settings.quiet
     run.scans = list(_progress(run.executor.map(scan_shard, shards), shards, "scan", quiet))
     run.clock.lap("scan")
-    if sum(s.docs for s in run.scans) == 0:
+    _counted(run, run.scans)
+
+
+def _counted(run: Run, counts: list) -> None:
+    """The input's characters and documents, from the scan's or the encode pass's results."""
+    run.chars = sum(c.chars for c in counts)
+    run.docs = sum(c.docs for c in counts)
+    run.skipped = sum(c.skipped for c in counts)
+    if run.docs == 0:
         raise UserError(f"{run.name}: no documents to tokenize (all empty or skipped)")
 
 
 def decide(run: Run) -> None:
-    """Fit the tokenizer, pick the dtype, and decide the split (and order) of documents."""
+    """Fit the tokenizer, pick the dtype, and find nanoGPT's split point."""
     settings, scans = run.settings, run.scans
-    chars, docs = sum(s.chars for s in scans), sum(s.docs for s in scans)
     if run.split_by == "position":
-        run.split_char = split_point(chars, settings.split, run.name)
+        run.split_char = split_point(run.chars, settings.split, run.name)
     if run.tokenizer.needs_fit:
         run.tokenizer.fit("".join(sorted(set("".join(s.charset for s in scans)))),
                           eot=run.eot != "none")  # fmt: skip
     run.eot_id = run.tokenizer.eot_id if run.eot != "none" else None
     run.dtype = run.dtype or choose_dtype(settings.dtype, run.tokenizer.max_id)
-    if run.split_by == "document":
-        val = val_document_count(docs, settings.split, settings.val_size)
-        run.val_docs = val_documents(docs, val, settings.seed)
-    if settings.order == "shuffle":  # each side's documents, in the permutation's order
-        perm = permutation(docs, settings.seed)
-        run.order = {"val": perm, "train": perm}  # narrowed to each side after encoding
     # documents spread over several shards are keyed by their file's hash: known first
     if run.split_by in ("document", "hash") and not run.hashes:
         run.hashes = _hashes(run.files)
@@ -297,7 +315,7 @@ def encode(run: Run) -> None:
     if done:
         print(f"corpusprep: resuming: {len(done)} of {len(tasks)} shards were done by an "
               "earlier run (same input sha256)", file=sys.stderr)  # fmt: skip
-    with disk_errors(run.out.label, _space_needed(run.scans, run.tokenizer, run.itemsize)):
+    with disk_errors(run.out.label, _space_needed(run)):
         fresh = run.executor.map(encode_shard, todo)
         if not run.hashes:
             run.hashes = _hashes(run.files)  # here, while the workers encode and wait on disk
@@ -309,6 +327,20 @@ def encode(run: Run) -> None:
                        for t in tasks]  # fmt: skip
         _check_unchanged(run.before)
     run.parts = parts
+
+
+def choose_sides(run: Run) -> None:
+    """Once the documents are counted: which go to val (split_by=document, HF's
+    train_test_split), and each side's order (order=shuffle)."""
+    if not run.scans:
+        _counted(run, run.results)
+    settings = run.settings
+    if run.split_by == "document":
+        val = val_document_count(run.docs, settings.split, settings.val_size)
+        run.val_docs = val_documents(run.docs, val, settings.seed)
+    if settings.order == "shuffle":  # each side's documents, in the permutation's order
+        perm = permutation(run.docs, settings.seed)
+        run.order = {"val": perm, "train": perm}  # narrowed to each side below
 
 
 def merge_parts(run: Run) -> None:
@@ -331,13 +363,13 @@ def merge_parts(run: Run) -> None:
             )
         with disk_errors(run.out.label, sum(r.tokens for r in results) * run.itemsize):
             run.merged = merge(run.out, run.parts, results, run.dtype, order, cut,
-                               show=shown(settings.quiet))  # fmt: skip
+                               run.val_docs, show=shown(settings.quiet))  # fmt: skip
     run.clock.lap("encode")
     for side in SIDES:
         if run.merged.tokens[side] == 0:
             raise UserError(
                 f"{run.name}: split={settings.split} by {run.split_by} leaves {side} empty "
-                f"({sum(s.docs for s in run.scans):,} documents); use more documents or "
+                f"({run.docs:,} documents); use more documents or "
                 "another split"
             )
     warn_small(run.merged.tokens, settings, str(run.cfg.get("name")))
@@ -421,12 +453,15 @@ def eot_mode(requested: str, single: bool, tokenizer: Tokenizer) -> str:
 
 def plan(files: list[InputFile], shard_bytes: int, tokenizer: Tokenizer) -> list[Shard]:
     """Cut the files into shards: big files into pieces (where the tokenizer allows a cut;
-    after any newline for char and byte), small files packed together, up to shard_bytes."""
+    after any newline for char and byte; a compressed JSONL file by position in its text,
+    unless the tokenizer is as fast as decompressing), small files packed together, up to
+    shard_bytes."""
     cut = tokenizer.cut_at
     boundary = None if cut == NOWHERE else re.compile(cut or rb"\n")
     shards, run, size = [], [], 0
     for file in files:
-        for start, end, nbytes in get_format(file.format).plan(file, shard_bytes, boundary):
+        segments = get_format(file.format).plan(file, shard_bytes, boundary, not tokenizer.fast)
+        for start, end, nbytes in segments:
             if run and size + nbytes > shard_bytes:
                 shards.append(Shard(len(shards), tuple(run)))
                 run, size = [], 0
@@ -443,13 +478,16 @@ def _encode_tasks(run: Run) -> tuple[list[EncodeTask], list[PartFile]]:
     shards write straight into train.bin / val.bin at known places. Otherwise each writes
     part files of its own (plus where documents start, unless one text) and a completion
     marker, in a work folder a re-run can resume from; parts are merged in plan order."""
-    scans, tokenizer, out, settings = run.scans, run.tokenizer, run.out, run.settings
+    tokenizer, out, settings = run.tokenizer, run.out, run.settings
+    scans = run.scans or [ScanResult(0, "", 0, 0)] * len(run.shards)  # one pass: not needed
     firsts = np.cumsum([0] + [s.chars for s in scans[:-1]]).tolist()
     first_docs = np.cumsum([0] + [s.docs for s in scans[:-1]]).tolist()
     sides = [_side_chars(f, s.chars, run.split_char) for f, s in zip(firsts, scans)]
     counts = [(tokenizer.tokens_for(t), tokenizer.tokens_for(v)) for t, v in sides]
     known = all(t is not None and v is not None for t, v in counts)
     in_place = run.executor.shared_files and run.single and run.split_by == "position"
+    # split_by=document (and head/tail): every document to one stream, split at the merge
+    one_stream = run.split_by in ("document", "head", "tail")
     in_place = in_place and run.eot == "none" and known
     work = None if in_place else out.work(run.run_key)
     if work is not None:
@@ -461,16 +499,19 @@ def _encode_tasks(run: Run) -> tuple[list[EncodeTask], list[PartFile]]:
                  for k, side in enumerate(SIDES)]  # fmt: skip
         position = [0, 0]
     doc_keys = {name: digest[:16] for name, digest in run.hashes.items()}
-    rules = Rules(tokenizer, run.dtype, run.split_by, settings.split, run.split_char,
-                  settings.seed, run.eot, run.eot_id)  # fmt: skip
+    rules = Rules(tokenizer, run.dtype, "stream" if run.split_by == "document" else run.split_by,
+                  settings.split, run.split_char, settings.seed, run.eot, run.eot_id)  # fmt: skip
     tasks, parts = [], []
-    for shard, first, first_doc, scanned, chars, count in zip(run.shards, firsts, first_docs,
-                                                             scans, sides, counts):  # fmt: skip
+    for shard, first, first_doc, chars, count in zip(run.shards, firsts, first_docs, sides,
+                                                     counts):  # fmt: skip
         targets, index = [], [None, None]
         for k, side in enumerate(SIDES):
             if in_place:
                 targets.append(Target(str(paths[k]), position[k]) if chars[k] else None)
                 position[k] += count[k] or 0
+                continue
+            if one_stream and side == "val":
+                targets.append(None)
                 continue
             part = work / f"{side}.{shard.index:06d}.part"
             targets.append(Target(str(part), fresh=True))
@@ -481,14 +522,10 @@ def _encode_tasks(run: Run) -> tuple[list[EncodeTask], list[PartFile]]:
             s.file.name: doc_keys[s.file.name] for s in shard.segments if s.file.name in doc_keys
         }
         marker = None if work is None else str(work / f"{shard.index:06d}.done")
-        val_docs = None
-        if run.val_docs is not None:  # from the document before (one this shard continues)
-            before = np.zeros(1, bool) if first_doc == 0 else run.val_docs[first_doc - 1 :][:1]
-            val_docs = np.concatenate([before, run.val_docs[first_doc : first_doc + scanned.docs]])
         tasks.append(EncodeTask(shard, rules, first_char=first, first_doc=first_doc,
                                 doc_keys=keys, train=targets[0], val=targets[1],
-                                train_index=index[0], val_index=index[1], marker=marker,
-                                val_docs=val_docs))  # fmt: skip
+                                train_index=index[0], val_index=index[1],
+                                marker=marker))  # fmt: skip
     return tasks, parts
 
 
@@ -586,11 +623,13 @@ def _recorded_inputs(work: Path) -> Optional[dict[str, str]]:
         return None
 
 
-def _space_needed(scans, tokenizer: Tokenizer, itemsize: int) -> int:
+def _space_needed(run: Run) -> int:
     """About how many bytes the run writes: its ids twice (shard parts, then merged), with
-    one token per character for char/byte and about four characters per token for BPE."""
-    chars = sum(s.chars for s in scans)
-    tokens = chars if tokenizer.tokens_for(1) is not None else chars // 4
+    one token per character for char/byte and about four characters per token for BPE
+    (without a scan: one character per byte of text)."""
+    chars = run.chars or sum(shard.nbytes for shard in run.shards)
+    tokens = chars if run.tokenizer.tokens_for(1) is not None else chars // 4
+    itemsize = run.itemsize
     return 2 * tokens * itemsize
 
 
@@ -663,14 +702,23 @@ class _Clock:
         return round(time.perf_counter() - self.start, 4)
 
 
+def _side_keys(run: Run) -> tuple[np.ndarray, np.ndarray]:
+    """The 64-bit keys of each side's documents (one stream's: split by run.val_docs)."""
+    train = np.concatenate([r.train_keys for r in run.results])
+    val = np.concatenate([r.val_keys for r in run.results])
+    if run.split_by == "document":
+        return train[~run.val_docs], train[run.val_docs]
+    return train, val
+
+
 def _manifest(run: Run) -> dict[str, Any]:
     import hydra
 
     from corpusprep.redact import redact_values
 
-    settings, files, results, scans = run.settings, run.files, run.results, run.scans
+    settings, files = run.settings, run.files
     train, val = run.merged.tokens["train"], run.merged.tokens["val"]
-    chars = sum(s.chars for s in scans)
+    chars = run.chars
     listed = [
         {"path": str(Path(f.path).resolve()), **({"member": f.member} if f.member else {}),
          "format": f.format, "compression": f.compression, "bytes": os.path.getsize(f.path),
@@ -678,8 +726,7 @@ def _manifest(run: Run) -> dict[str, Any]:
         for f in files
     ]  # fmt: skip
     sha256 = input_sha256(files, run.hashes)
-    train_keys = np.concatenate([r.train_keys for r in results])
-    val_keys = np.concatenate([r.val_keys for r in results])
+    train_keys, val_keys = _side_keys(run)
     split: dict[str, Any] = {"by": run.split_by, "fraction": settings.split}
     if run.split_by == "position":
         split.update(train_chars=run.split_char, val_chars=chars - run.split_char)
@@ -709,10 +756,10 @@ def _manifest(run: Run) -> dict[str, Any]:
         "eot": {"mode": run.eot, "id": run.eot_id},
         "chars": chars,
         "documents": {
-            "total": sum(s.docs for s in scans),
+            "total": run.docs,
             "train": run.merged.docs["train"],
             "val": run.merged.docs["val"],
-            "skipped_invalid": sum(s.skipped for s in scans),
+            "skipped_invalid": run.skipped,
             "exact_duplicates_across_splits": int(np.isin(val_keys, train_keys).sum()),
         },
         "tokens": {"train": train, "val": val},

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from itertools import groupby
 from operator import itemgetter
 from typing import Optional
@@ -79,7 +79,7 @@ class Rules:
 
     tokenizer: Tokenizer
     dtype: str
-    split_by: str  # position | document | hash | head | tail
+    split_by: str  # position | hash (routed here) | stream (one stream, split after merging)
     split: float = 0.9  # hash: each document's chance to go to train
     split_char: int = 0  # position: characters before this go to train
     seed: int = 0  # hash: the seed of the assignment hash
@@ -112,6 +112,8 @@ class EncodeResult:
     val_tokens: int = 0
     train_docs: int = 0
     val_docs: int = 0
+    chars: int = 0  # characters encoded (what the scan pass counts, for a run without one)
+    skipped: int = 0  # invalid documents left out (source.skip_invalid)
     # 64-bit keys of the documents on each side, to count exact duplicates across sides
     train_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     val_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
@@ -125,30 +127,55 @@ class EncodeResult:
         return self.train_tokens + self.val_tokens
 
 
+WRITE_BYTES = 1 << 22  # small arrays of ids are held until this many bytes, then written
+HOLD_BYTES = 1 << 16  # an array this big is written at once
+
+
 class _Writer:
     """Writes ids into a file from a token position on (a preallocated file shared by
-    shards, each at its own place, or a part file of its own)."""
+    shards, each at its own place, or a part file of its own). Small arrays (an
+    end-of-text token, a short document) are gathered and written a few MB at a time."""
 
-    def __init__(self, target: Target, dtype: np.dtype) -> None:
+    def __init__(self, target: Target, dtype: np.dtype, max_id: Optional[int] = None) -> None:
         mode = "wb" if target.fresh else "r+b"
         self.file = open(target.path, mode, buffering=0)  # noqa: SIM115 - closed in close()
         self.start = target.position * dtype.itemsize
         self.file.seek(self.start)
         self.dtype = dtype
+        # ids up to the tokenizer's largest fit the dtype chosen for it: no check needed
+        self.checked = max_id is not None and max_id <= np.iinfo(dtype).max
         self.tokens = 0
+        self.held: list[np.ndarray] = []
+        self.held_bytes = 0
 
     def write(self, ids: np.ndarray) -> None:
         if ids.dtype != self.dtype:
-            if ids.size and int(ids.max()) > np.iinfo(self.dtype).max:
+            if not self.checked and ids.size and int(ids.max()) > np.iinfo(self.dtype).max:
                 raise OverflowError(f"token id {int(ids.max())} does not fit in {self.dtype}")
             ids = ids.astype(self.dtype)
+        self.tokens += len(ids)
+        if ids.nbytes >= HOLD_BYTES:  # big enough for a call of its own
+            self.flush()
+            self._write(ids)
+            return
+        self.held.append(ids.copy())  # a copy: a tokenizer may reuse the array it gave
+        self.held_bytes += ids.nbytes
+        if self.held_bytes >= WRITE_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.held:
+            held, self.held, self.held_bytes = np.concatenate(self.held), [], 0
+            self._write(held)
+
+    def _write(self, ids: np.ndarray) -> None:
         data = memoryview(np.ascontiguousarray(ids)).cast("B")
         while data:
             data = data[self.file.write(data) :]
-        self.tokens += len(ids)
 
     def close(self) -> None:
         try:
+            self.flush()
             start_writeback(self.file.fileno(), self.start, self.file.tell() - self.start)
         finally:
             self.file.close()
@@ -157,22 +184,26 @@ class _Writer:
 def encode_shard(task: EncodeTask) -> EncodeResult:
     dtype = np.dtype(task.rules.dtype)
     targets = {"train": task.train, "val": task.val}
-    writers = {side: _Writer(t, dtype) for side, t in targets.items() if t is not None}
+    max_id = getattr(task.rules.tokenizer, "max_id", None)
+    writers = {side: _Writer(t, dtype, max_id) for side, t in targets.items() if t is not None}
     starts: dict[str, list[int]] = {"train": [], "val": []}
     keys: dict[str, list[int]] = {"train": [], "val": []}
     eot = None if task.rules.eot_id is None else np.array([task.rules.eot_id], dtype=np.uint32)
     doc = task.first_doc - 1
     position = [task.first_char]
+    chars, skipped = [0], 0  # chars: a list, added to as the pieces are read
     try:
         for segment in task.shard.segments:
             key = task.doc_keys.get(segment.file.name)
             for part in get_format(segment.file.format).parts(segment):
                 doc += part.starts
+                skipped += part.skipped
+                part = replace(part, pieces=_counted(part.pieces, chars))
                 _encode_part(task, part, doc, key, position, writers, starts, keys, eot)
     finally:
         for w in writers.values():
             w.close()
-    result = EncodeResult()
+    result = EncodeResult(chars=chars[0], skipped=skipped)
     for side in SIDES:
         if side in writers:
             setattr(result, f"{side}_tokens", writers[side].tokens)
@@ -188,7 +219,7 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
 
 # A marker is JSON (never a pickle: a work folder may come from anyone) with the counts;
 # the duplicate-check keys go next to it as raw uint64, train's then val's.
-COUNTS = ("train_tokens", "val_tokens", "train_docs", "val_docs")
+COUNTS = ("train_tokens", "val_tokens", "train_docs", "val_docs", "chars", "skipped")
 
 
 def _write_marker(marker: str, result: EncodeResult) -> None:
@@ -252,10 +283,20 @@ def _encode_part(task, part, doc, key, position, writers, starts, keys, eot) -> 
             writers[pending_eot].write(eot)
 
 
+def _counted(pieces: Iterable[str], chars: list[int]) -> Iterator[str]:
+    """The pieces, their characters added up in chars[0] as they are read."""
+    for text in pieces:
+        chars[0] += len(text)
+        yield text
+
+
 def _sides(task: EncodeTask, part: Part, doc: int, key, position: list[int], keys) -> Iterator:
     """(side, text) for the part's pieces: the whole document to one side (split by
     document), or cut at the train/val character (split by position, nanoGPT's rule)."""
-    if task.rules.split_by in ("head", "tail"):  # one stream: val is cut from it after the merge
+    if task.rules.split_by in ("stream", "head", "tail"):  # one stream: split after the merge
+        if task.rules.split_by == "stream" and part.starts:  # split_by=document: keys kept
+            key = document_key(part.whole) if part.whole is not None else key
+            keys["train"].append(int.from_bytes(key[:8], "little"))
         for text in part.pieces:
             yield "train", text
         return

@@ -12,7 +12,7 @@ import zipfile
 from pathlib import Path
 
 import zstandard
-from helpers import run_cli
+from helpers import assert_one_line_error, run_cli
 
 from corpusprep.compression import GUESSED_RATIO, text_size
 
@@ -67,3 +67,93 @@ def test_compressed_files_get_a_shard_each_and_the_same_files(tmp_path: Path):
         assert (tmp_path / "out_plain" / name).read_bytes() == (
             tmp_path / "out_packed" / name
         ).read_bytes()
+
+
+# --- a big compressed file is cut into pieces by position in its text ------------------
+
+
+def _rows(n: int) -> list[bytes]:
+    """JSON lines of uneven length: short, long (a whole line of 20 KB), and blank ones."""
+    rows = []
+    for i in range(n):
+        words = "word " * (i % 50) if i % 97 else "a long line of text " * 1000
+        rows.append(b"" if i % 61 == 0 else json.dumps({"text": f"doc {i}: {words}"}).encode())
+    return rows
+
+
+def test_piece_lines_are_every_line_once(tmp_path: Path):
+    """Whatever the piece starts (a line's first byte, its middle, its newline), the
+    pieces' lines joined are the file's lines, each read by one piece."""
+    from corpusprep.formats import STREAM_END, InputFile, Segment
+    from corpusprep.formats.jsonl import FORMAT
+
+    data = b"\n".join(_rows(700)) + b"\n"
+    path = tmp_path / "a.jsonl.zst"
+    path.write_bytes(zstandard.compress(data))
+    file = InputFile(str(path), "jsonl", "zstd", path.stat().st_size)
+    newline = data.index(b"\n", 5000)
+    for cuts in ([newline, newline + 1, newline + 2], [1, 2, len(data) - 1], [len(data)],
+                 [17, 40_000, 40_001, 90_000]):  # fmt: skip
+        bounds = [0, *cuts, STREAM_END]
+        lines = [line for a, b in zip(bounds, bounds[1:])
+                 for line, _ in FORMAT._lines(Segment(file, a, b, 1))]  # fmt: skip
+        assert b"".join(lines) == data, cuts
+
+
+def test_a_compressed_jsonl_file_is_cut_into_pieces_with_the_same_files(tmp_path: Path):
+    data = b"\n".join(_rows(3000)) + b"\n"
+    stream = zstandard.ZstdCompressor().compressobj()  # no content size: a guessed size
+    inputs = {"a.jsonl.zst": zstandard.compress(data), "a.jsonl.gz": gzip.compress(data),
+              "s.jsonl.zst": stream.compress(data) + stream.flush()}  # fmt: skip
+    reference = None
+    for name, compressed in inputs.items():
+        (tmp_path / name).write_bytes(compressed)
+        for shard_bytes in (10**9, 4000):
+            out = tmp_path / f"out-{name}-{shard_bytes}"
+            r = run_cli(f"source.path={name}", "source=file", "tokenizer=tiktoken",
+                        f"shard_bytes={shard_bytes}", "executor.workers=2", "eot=prepend",
+                        f"out_dir={out}", "quiet=true", cwd=tmp_path)  # fmt: skip
+            assert r.returncode == 0, r.stderr
+            manifest = json.loads((out / "manifest.json").read_text())
+            count = manifest["shards"]["count"]
+            if shard_bytes == 10**9:
+                assert count == 1
+            else:  # MAX_PIECES, however small shard_bytes; a guessed size: some
+                assert count == 8 if name != "s.jsonl.zst" else 1 < count <= 8, name
+            assert "scan" not in manifest["seconds"]  # documents: one pass over the input
+            made = {n: (out / n).read_bytes() for n in
+                    ("train.bin", "val.bin", "doc_index/train.docs.bin",
+                     "doc_index/val.docs.bin")}  # fmt: skip
+            reference = reference or made
+            assert made == reference, (name, shard_bytes)
+    assert manifest["documents"]["total"] == sum(1 for row in _rows(3000) if row)
+
+
+def test_an_error_in_a_piece_names_its_line_in_the_file(tmp_path: Path):
+    rows = _rows(3000)
+    rows[2500] = b'{"text": "broken'
+    (tmp_path / "a.jsonl.zst").write_bytes(zstandard.compress(b"\n".join(rows) + b"\n"))
+    r = run_cli("source=file", "source.path=a.jsonl.zst", "tokenizer=tiktoken",
+                "shard_bytes=40000", "out_dir=out", "quiet=true", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(r, "a.jsonl.zst:2501", "not valid JSON")
+    assert not (tmp_path / "out" / "train.bin").exists()
+
+
+def test_one_pass_counts_what_the_scan_counted(tmp_path: Path):
+    """Documents with a tokenizer that learns nothing: no scan pass, the same counts."""
+    rows = [json.dumps({"text": f"document {i}"}).encode() for i in range(300)]
+    rows[7] = b'{"text": "\\ud800 lone"}'  # left out with skip_invalid
+    rows[9] = b'{"text": "bad \xff byte"}'
+    (tmp_path / "a.jsonl").write_bytes(b"\n".join(rows) + b"\n")
+    counts = {}
+    for tokenizer in ("char", "byte"):  # char learns its characters: it needs the scan
+        out = tmp_path / f"out-{tokenizer}"
+        r = run_cli("source=file", "source.path=a.jsonl", f"tokenizer={tokenizer}",
+                    "source.skip_invalid=true", f"out_dir={out}", "quiet=true",
+                    cwd=tmp_path)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert ("scan" in manifest["seconds"]) == (tokenizer == "char")
+        counts[tokenizer] = (manifest["chars"], manifest["documents"])
+    assert counts["char"] == counts["byte"]
+    assert counts["byte"][1]["skipped_invalid"] == 2 and counts["byte"][1]["total"] == 298

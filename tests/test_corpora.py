@@ -275,7 +275,7 @@ def test_doc_separator_and_skip_invalid(tmp_path, enc):
     lines = jsonl_bytes(stories[:10]) + b'{"text": "bad \xff byte"}\n' + jsonl_bytes(stories[10:])
     (tmp_path / "mixed.jsonl").write_bytes(lines)
     m = run(tmp_path / "b", "source=files", "source.glob=mixed.jsonl", "source.skip_invalid=true")
-    assert m["documents"]["skipped_invalid"] == 0  # jsonl: left out while reading, not counted
+    assert m["documents"]["skipped_invalid"] == 1  # left out while reading, and counted
     assert m["documents"]["total"] == 40
 
 

@@ -118,8 +118,10 @@ def test_documents_show_every_stage(tmp_path, documents, tiktoken_cache):
     out = tmp_path / "tty"
     code, shown, _ = run_on_terminal(*args, f"out_dir={out}", cwd=tmp_path)
     assert code == 0, shown
-    for desc in ("scan", "encode", "merge train.bin", "merge val.bin"):
+    # documents: one pass (no scan), each document sent to its side after the encode
+    for desc in ("encode", "split train.bin / val.bin"):
         started_and_finished(shown, desc)
+    assert not any(b.startswith("scan:") for b in bars(shown))
     assert any("4/4 shards" in b for b in bars(shown) if b.startswith("encode:"))
     same_without_terminal(tmp_path, args, out)
 
@@ -129,7 +131,7 @@ def test_bars_advance_in_the_middle(tmp_path, documents, tiktoken_cache):
     args = gpt2_run(documents, f"out_dir={tmp_path / 'tty'}")
     code, shown, _ = run_on_terminal(*args, cwd=tmp_path, env={"TQDM_MININTERVAL": "0"})
     assert code == 0, shown
-    for desc in ("scan", "encode", "merge train.bin"):
+    for desc in ("encode", "split train.bin / val.bin"):
         middle = [b for b in bars(shown) if b.startswith(f"{desc}:")
                   and not b.startswith((f"{desc}:   0%", f"{desc}: 100%"))]  # fmt: skip
         assert middle, (desc, bars(shown))
@@ -139,7 +141,7 @@ def test_bars_advance_in_the_middle(tmp_path, documents, tiktoken_cache):
 @pytest.mark.parametrize(
     "extra, stages",
     [
-        (["order=shuffle"], ["merge train.bin", "shuffle train.bin", "shuffle val.bin"]),
+        (["order=shuffle"], ["split train.bin / val.bin", "shuffle train.bin", "shuffle val.bin"]),
         (["split_by=head", "val_size=5000"], ["merge train.bin", "write train.bin"]),
         (["split_by=tail", "val_size=5000"], ["merge train.bin", "write val.bin"]),
     ],
@@ -150,7 +152,7 @@ def test_shuffle_and_head_tail_show_their_writes(tmp_path, documents, tiktoken_c
     out = tmp_path / "tty"
     code, shown, _ = run_on_terminal(*args, f"out_dir={out}", cwd=tmp_path)
     assert code == 0, shown
-    for desc in ("scan", "encode", *stages):
+    for desc in ("encode", *stages):
         assert any(b.startswith(f"{desc}:") for b in bars(shown)), (desc, bars(shown))
     assert any(b.startswith(f"{stages[-1]}: 100%") for b in bars(shown)), bars(shown)
     same_without_terminal(tmp_path, args, out)
@@ -168,7 +170,7 @@ def test_exporters_show_the_files_they_write(tmp_path, documents, tiktoken_cache
     out = tmp_path / "tty"
     code, shown, _ = run_on_terminal(*args, f"out_dir={out}", cwd=tmp_path)
     assert code == 0, shown
-    for desc in ("scan", "encode", "merge train.bin", *written):
+    for desc in ("encode", "split train.bin / val.bin", *written):
         assert any(b.startswith(f"{desc}:") for b in bars(shown)), (desc, bars(shown))
     assert any(b.startswith(f"{written[-1]}: 100%") for b in bars(shown)), bars(shown)
     same_without_terminal(tmp_path, args, out)

@@ -2,7 +2,8 @@
 (a dotted path reaches into nested objects: "meta.body"). Blank lines are skipped.
 The text is used as it is in the JSON (no newline translation).
 
-An uncompressed file is cut into shards at line ends; a compressed one is one segment.
+An uncompressed file is cut into shards at line ends; a compressed one into up to
+MAX_PIECES pieces by position in its text, each taking the lines that start in it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,15 @@ from typing import Optional
 
 from corpusprep.compression import open_stream
 from corpusprep.errors import UserError
-from corpusprep.formats import Format, InputFile, Part, Segment, line_number
+from corpusprep.formats import (
+    SKIPPED,
+    Format,
+    InputFile,
+    Part,
+    Segment,
+    compressed_pieces,
+    line_number,
+)
 from corpusprep.text import plan_shards
 
 _LINE_END = re.compile(rb"\n")
@@ -23,9 +32,10 @@ _LINE_END = re.compile(rb"\n")
 class JsonlFormat(Format):
     name = "jsonl"
 
-    def plan(self, file: InputFile, shard_bytes: int, boundary: Optional[re.Pattern]) -> list:
+    def plan(self, file: InputFile, shard_bytes: int, boundary: Optional[re.Pattern],
+             pieces: bool = False) -> list:  # fmt: skip
         if not file.seekable:
-            return [file.whole()]
+            return compressed_pieces(file, shard_bytes) if pieces else [file.whole()]
         return [(a, b, b - a) for a, b in plan_shards(file.path, file.size, shard_bytes, _LINE_END)]
 
     def _lines(self, segment: Segment) -> Iterator[bytes]:
@@ -47,16 +57,21 @@ class JsonlFormat(Format):
         else:
             with open_stream(file.path, file.compression, file.member, file.max_bytes) as f:
                 offset = number = 0
-                while line := f.readline(limit + 1):
+                if segment.piece:  # the lines before the piece's: read past (see plan)
+                    offset, number = _skip_lines(f, segment.start, limit)
+                # a piece's lines are those that start in it
+                while offset < segment.end and (line := f.readline(limit + 1)):
                     number += 1
                     _check_length(line, limit, segment, offset, number)
                     offset += len(line)
-                    yield line
+                    yield (line, number) if segment.piece else line
 
     def parts(self, segment: Segment) -> Iterator[Part]:
         file = segment.file
         path = file.text_field.split(".")
         for number, line in enumerate(self._lines(segment)):
+            if segment.piece:  # its line number counts from the file's start
+                line, number = line[0], line[1] - 1
             if not line.strip():
                 continue
             where = _Where(segment, number)
@@ -64,6 +79,7 @@ class JsonlFormat(Format):
                 value = json.loads(line)
             except UnicodeDecodeError:
                 if file.skip_invalid:
+                    yield SKIPPED
                     continue
                 raise UserError(
                     f"{where}: not valid UTF-8; fix the line or set source.skip_invalid=true"
@@ -88,6 +104,7 @@ class JsonlFormat(Format):
                 )
             if not value.isascii() and not _encodable(value):
                 if file.skip_invalid:
+                    yield SKIPPED
                     continue
                 raise UserError(f"{where}: the text holds a lone surrogate (\\ud800-\\udfff)")
             yield Part([value], whole=value)
@@ -103,6 +120,22 @@ class _Where:
         file = self.segment.file
         first = line_number(file, self.segment.start) if file.seekable else 1
         return f"{file.name}:{first + self.number}"
+
+
+def _skip_lines(f, start: int, limit: int) -> tuple[int, int]:
+    """Read past the lines that start before byte `start` of a stream: (where the first
+    line at or after it starts, how many lines came before). A line longer than `limit`
+    is read past in steps; the piece it starts in reports it."""
+    offset = lines = 0
+    while offset < start:
+        line = f.readline(limit + 1)
+        if not line:
+            break
+        offset += len(line)
+        while not line.endswith(b"\n") and (line := f.readline(limit + 1)):
+            offset += len(line)  # the rest of a long line
+        lines += 1
+    return offset, lines
 
 
 def _check_length(

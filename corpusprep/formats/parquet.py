@@ -32,14 +32,22 @@ def _open(file: InputFile) -> Any:
 class ParquetFormat(Format):
     name = "parquet"
 
-    def plan(self, file: InputFile, shard_bytes: int, boundary: Optional[re.Pattern]) -> list:
-        meta = _open(file).metadata
-        total = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)) or 1
+    def plan(self, file: InputFile, shard_bytes: int, boundary: Optional[re.Pattern],
+             pieces: bool = False) -> list:  # fmt: skip
+        pf = _open(file)
+        meta = pf.metadata
+        names = pf.schema_arrow.names
+        column = names.index(file.text_field) if file.text_field in names else None
         shards, start, size = [], 0, 0
         for i in range(meta.num_row_groups):
-            size += meta.row_group(i).total_byte_size
+            group = meta.row_group(i)
+            # packed by the text it holds: the text column's uncompressed size (the column
+            # index is the field's when the schema is flat, as for a text column)
+            text = group.column(column).total_uncompressed_size if column is not None and (
+                column < group.num_columns) else group.total_byte_size  # fmt: skip
+            size += text
             if size >= shard_bytes or i == meta.num_row_groups - 1:
-                shards.append((start, i + 1, file.size * size // total))
+                shards.append((start, i + 1, size))
                 start, size = i + 1, 0
         return shards or [(0, 0, file.size)]
 

@@ -18,14 +18,15 @@ from typing import Optional
 
 from corpusprep.compression import open_stream
 from corpusprep.errors import UserError
-from corpusprep.formats import Census, Format, InputFile, Part, Segment
+from corpusprep.formats import SKIPPED, Census, Format, InputFile, Part, Segment
 from corpusprep.text import InvalidText, decode, guard_cuts, plan_shards, raw_pieces, read_raw
 
 
 class TextFormat(Format):
     name = "text"
 
-    def plan(self, file: InputFile, shard_bytes: int, boundary: Optional[re.Pattern]) -> list:
+    def plan(self, file: InputFile, shard_bytes: int, boundary: Optional[re.Pattern],
+             pieces: bool = False) -> list:  # fmt: skip
         if file.doc_separator:  # cut only right after a separator line: documents stay whole
             boundary = re.compile(re.escape(file.doc_separator.encode()) + rb"\r?\n")
         if not file.seekable or boundary is None or file.doc_end:  # doc_end: read in order
@@ -70,7 +71,8 @@ class TextFormat(Format):
                         if size > file.max_uncut_bytes:  # too big to hold: check, then stream
                             held = None
             except InvalidText:
-                return  # left out; the scan pass counted it as skipped
+                yield SKIPPED  # left out, and counted
+                return
             if held is None:
                 yield Part(self.text(segment))
             else:

@@ -54,6 +54,11 @@ class Tokenizer(ABC):
     #: known: the text is then encoded whole.
     cut_at: Optional[bytes] = None
 
+    #: Encoding costs about what reading and decompressing the text does (char, byte): a
+    #: compressed file is then not cut into pieces, each of which decompresses the text
+    #: before its own to reach it.
+    fast: bool = False
+
     #: The id that separates documents (eot=append|prepend), or None if there is none.
     eot_id: Optional[int] = None
 

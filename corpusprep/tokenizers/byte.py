@@ -12,6 +12,8 @@ from corpusprep.tokenizers import Tokenizer
 
 
 class ByteTokenizer(Tokenizer):
+    fast = True
+
     @property
     def vocab_size(self) -> int:
         return 256

@@ -19,6 +19,8 @@ from corpusprep.tokenizers import Tokenizer
 
 
 class CharTokenizer(Tokenizer):
+    fast = True
+
     def __init__(self, chars: Optional[str] = None, separator: str = "<|endoftext|>") -> None:
         self.separator = separator  # the end-of-text "character" between documents, if used
         self.eot = False

@@ -37,7 +37,7 @@ _NEXT_OK = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuv
 # tests/test_bpe_cuts.py; any other encoding stays on tiktoken
 RIPTOKEN_PROVEN = {"gpt2", "r50k_base", "cl100k_base"}
 BACKENDS = ("auto", "tiktoken", "riptoken")  # auto: riptoken where installed and proven
-MIN_SEGMENT = 1 << 16  # encode at least this many characters at once: fewer calls into Rust
+MIN_SEGMENT = 1 << 20  # encode at least this many characters at once: fewer calls into Rust
 GPT2_ENCODINGS = ("gpt2", "r50k_base")  # one vocabulary under two names
 R50K_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"  # tiktoken's pin
 

@@ -1,0 +1,59 @@
+"""Every workload of issue 13 in one run, and each target met or not.
+
+    python bench/bench_all.py [--repeat 3] [--workdir DIR] [--quick]
+
+Runs, one after the other, each in its own process (their full output is shown as it
+comes): bench_bpe.py at 50 and 200 MB, bench_corpus.py at 100 and 200 MB (2 files of
+JSONL.zst), bench_char.py at 200 MB and bench_scale.py (50 MB and 1 GB). Each compares
+the peer's method, corpusprep and the encoder's in-process ceiling on the same input, with
+fresh output folders and the median of --repeat runs. Then prints every "target:" line
+together. --quick: the smaller size of each workload only, and no 1 GB run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--workdir", type=Path, help="default: a temporary folder per script")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    plan = [("bench_bpe.py", 50), ("bench_bpe.py", 200), ("bench_corpus.py", 100),
+            ("bench_corpus.py", 200), ("bench_char.py", 200)]  # fmt: skip
+    if args.quick:
+        plan = [("bench_bpe.py", 50), ("bench_corpus.py", 100), ("bench_char.py", 200)]
+    targets, failed = [], []
+    for script, mb in plan + [("bench_scale.py", None)]:
+        cmd = [sys.executable, str(BENCH / script), "--repeat", str(args.repeat)]
+        if mb is None:
+            cmd[-2:] = ["--sizes", "50,200" if args.quick else "50,1000"]
+        else:
+            cmd += ["--mb", str(mb)]
+        if args.workdir:
+            cmd += ["--workdir", str(args.workdir / script.removesuffix(".py"))]
+        print(f"\n=== {' '.join(cmd[1:])}", flush=True)
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as child:
+            for line in child.stdout:
+                print(line, end="", flush=True)
+                if line.startswith("target: "):
+                    targets.append(line[len("target: ") :].rstrip())
+        if child.returncode != 0:
+            failed.append(script)
+    print("\n=== targets")
+    for line in targets:
+        print(("  " if line.endswith(" met") else "! ") + line)
+    met = sum(line.endswith(" met") for line in targets)
+    print(f"{met} of {len(targets)} targets met" + (f"; FAILED: {failed}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

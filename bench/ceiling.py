@@ -1,0 +1,100 @@
+"""The encoder's in-process ceiling: how fast the encoder alone gets through the same text
+with the same number of workers, nothing else around it (no reading, parsing, writing or
+start-up in the timed part). Every bench script runs it next to corpusprep and prints
+corpusprep's whole-process throughput as a fraction of it.
+
+    python bench/ceiling.py ENCODER WORKERS --text FILE
+    python bench/ceiling.py ENCODER WORKERS --jsonl FILE.jsonl.zst ...
+
+ENCODER: tiktoken | riptoken (GPT-2 BPE) | char (corpusprep's char tokenizer, fitted on
+the text). The text is read into memory first and cut into pieces of about 1 MiB (one text:
+after a newline; documents: whole documents, batched); forked workers, each with its own
+encoder loaded and warmed up before the clock starts, take pieces as they free up. Prints
+one JSON line: seconds, bytes, tokens.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import multiprocessing as mp
+import sys
+import time
+from pathlib import Path
+
+PIECE = 1 << 20  # characters per piece
+
+_encode = None  # the worker's encoder, set before forking
+
+
+def _pieces_of_text(text: str) -> list[list[str]]:
+    pieces, start = [], 0
+    while start < len(text):
+        end = text.rfind("\n", start, start + PIECE) + 1 if len(text) - start > PIECE else 0
+        end = end if end > start else min(start + PIECE, len(text))
+        pieces.append([text[start:end]])
+        start = end
+    return pieces
+
+
+def _pieces_of_documents(paths: list[str]) -> list[list[str]]:
+    import zstandard
+
+    batches, batch, size = [], [], 0
+    for path in paths:
+        with open(path, "rb") as raw:
+            for line in io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw)):
+                if line.strip():
+                    text = json.loads(line)["text"]
+                    batch.append(text)
+                    size += len(text)
+                    if size >= PIECE:
+                        batches.append(batch)
+                        batch, size = [], 0
+    return batches + ([batch] if batch else [])
+
+
+def _encoder(name: str, texts: list[list[str]]):
+    if name == "char":
+        from corpusprep.tokenizers.char import CharTokenizer
+
+        tokenizer = CharTokenizer()
+        tokenizer.fit("".join(sorted(set().union(*(set(t) for b in texts for t in b)))))
+        return tokenizer.encode
+    import tiktoken
+
+    enc = tiktoken.get_encoding("gpt2")
+    if name == "riptoken":
+        import riptoken
+
+        core = riptoken.CoreBPE(enc._mergeable_ranks, enc._special_tokens, enc._pat_str)
+        return riptoken.Encoding(core, enc).encode_ordinary
+    return lambda text: enc.encode_to_numpy(text, disallowed_special=())
+
+
+def _work(batch: list[str]) -> int:
+    return sum(len(_encode(text)) for text in batch)
+
+
+def main(argv: list[str]) -> int:
+    global _encode
+    name, workers, kind, *paths = argv
+    texts = (
+        _pieces_of_text(Path(paths[0]).read_text(encoding="utf-8"))
+        if kind == "--text"
+        else _pieces_of_documents(paths)
+    )
+    _encode = _encoder(name, texts)
+    _encode("warm up: the first call builds tables")
+    nbytes = sum(len(t.encode("utf-8")) for batch in texts for t in batch)
+    with mp.get_context("fork").Pool(int(workers)) as pool:
+        pool.map(_work, [["warm up"]] * int(workers))  # every worker forked and ready
+        start = time.perf_counter()
+        tokens = sum(pool.imap_unordered(_work, texts))
+        seconds = time.perf_counter() - start
+    print(json.dumps({"seconds": seconds, "bytes": nbytes, "tokens": tokens}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
