@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import suppress
+from functools import lru_cache
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,10 @@ def config_path() -> str:
 PLUGIN_GROUP = "corpusprep.conf"  # entry points: name -> a package of plugin configs
 
 
+@lru_cache(maxsize=1)
 def plugin_config_packages() -> list[tuple[str, str]]:
-    """(name, config package) of every installed plugin, sorted by name."""
+    """(name, config package) of every installed plugin, sorted by name (read once per
+    process: a scan of every installed package's metadata, asked for a dozen times)."""
     from importlib.metadata import entry_points
 
     eps = entry_points()

@@ -80,7 +80,21 @@ def main() -> None:
     check_overrides(sys.argv[1:])
     guard_key_overrides()
     _guard_hydra_targets()
+    _skip_mode_probe(sys.argv[1:])
     _run()
+
+
+def _skip_mode_probe(argv: list[str]) -> None:
+    """Hydra composes the whole config once only to read hydra.mode, then again to run:
+    a quarter of a second of every run. corpusprep's own configs never set hydra.mode, so
+    the probe's answer is known (none: -m decides) unless the command line sets it or
+    brings configs of its own; then Hydra probes as usual."""
+    own_configs = ("--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn")
+    if any(a.lstrip("+~").startswith("hydra.mode") or a.startswith(own_configs) for a in argv):
+        return
+    from hydra._internal.hydra import Hydra
+
+    Hydra.get_mode = lambda self, config_name, overrides: None  # type: ignore[method-assign]
 
 
 def _guard_hydra_targets() -> None:

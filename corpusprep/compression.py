@@ -218,7 +218,7 @@ class _ZstdReader(io.RawIOBase):
         self.obj = self.zstd.decompressobj()
         self.started = False  # the current frame has had input
         self.out, self.pos = b"", 0
-        self.input = b""
+        self.input, self.at = b"", 0  # compressed bytes read, and how many went in
 
     def readable(self) -> bool:
         return True
@@ -234,19 +234,20 @@ class _ZstdReader(io.RawIOBase):
 
     def _fill(self) -> bool:
         """Decompress the next bit of input; False at the end of the stream."""
-        if not self.input:
-            self.input = self.raw.read(1 << 16)
+        if self.at == len(self.input):
+            self.input, self.at = self.raw.read(1 << 16), 0
             if not self.input:
                 if self.started or not self.raw.tell():
                     raise EOFError("the stream ends inside a zstd frame")
                 return False
         if self.obj.eof:  # the previous frame is complete: the next one starts here
             self.obj, self.started = self.zstd.decompressobj(), False
-        chunk, self.input = self.input[: self.ZSTD_IN], self.input[self.ZSTD_IN :]
+        chunk = memoryview(self.input)[self.at : self.at + self.ZSTD_IN]  # no copy
+        self.at += len(chunk)
         self.out, self.pos = self.obj.decompress(chunk), 0
         self.started = True
-        if self.obj.eof:
-            self.input = self.obj.unused_data + self.input
+        if self.obj.eof:  # the frame ended inside the chunk: the rest starts the next one
+            self.input, self.at = bytes(self.obj.unused_data) + self.input[self.at :], 0
             self.started = False
         return True
 

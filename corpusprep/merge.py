@@ -29,6 +29,7 @@ from corpusprep.shards import SIDES, EncodeResult
 from corpusprep.writer import OutputWriter, check_free_space, copy_range
 
 GATHER_TOKENS = 1 << 22  # tokens per gather step of the shuffle (about 50 MB with positions)
+LONG_RUN = 1 << 15  # tokens: documents on one side this long on average are copied, not masked
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,19 @@ def _split_documents(out: OutputWriter, parts: list[PartFile], results: list[Enc
                                       show))  # fmt: skip
         for part, offset, n in zip(mine, offsets, counts):
             with open(part.tokens, "rb") as src:
+                i, j = (
+                    np.searchsorted(run_end, offset, "right"),
+                    np.searchsorted(run_start, offset + n),
+                )
+                if n and n // max(j - i, 1) >= LONG_RUN:  # few runs: each copied whole
+                    for k in range(i, j):
+                        a, b = (
+                            max(int(run_start[k]), int(offset)),
+                            min(int(run_end[k]), int(offset) + n),
+                        )
+                        copy_range(src, dst[int(run_side[k])], (a - int(offset)) * dt.itemsize,
+                                   (b - a) * dt.itemsize, bar.update)  # fmt: skip
+                    continue
                 for a in range(int(offset), int(offset) + n, GATHER_TOKENS):
                     b = min(a + GATHER_TOKENS, int(offset) + n)
                     block = np.fromfile(src, dtype=dt, count=b - a)

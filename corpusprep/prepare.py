@@ -39,7 +39,7 @@ from corpusprep.config import Settings, build, read_settings
 from corpusprep.errors import UserError
 from corpusprep.executors import Executor
 from corpusprep.exporters import Exporter, Streams
-from corpusprep.formats import InputFile, Segment, get_format
+from corpusprep.formats import STREAM_END, InputFile, Segment, get_format
 from corpusprep.merge import Merged, PartFile, merge
 from corpusprep.progress import Bar, shown
 from corpusprep.shards import (
@@ -311,7 +311,11 @@ def encode(run: Run) -> None:
             done = {t.shard.index: r for t in tasks if (r := finished(t, run.itemsize))}
         for stale in () if done else work.glob("*.done"):
             stale.unlink()
-    todo = [t for t in tasks if t.shard.index not in done]
+    # the last pieces of compressed files first (their size is a guess, so often the
+    # longest): none is left to run alone at the end while the other workers idle; the
+    # rest in plan order (the bar advances as they finish); results merge in plan order
+    todo = sorted((t for t in tasks if t.shard.index not in done), key=_runs_long,
+                  reverse=True)  # fmt: skip
     if done:
         print(f"corpusprep: resuming: {len(done)} of {len(tasks)} shards were done by an "
               "earlier run (same input sha256)", file=sys.stderr)  # fmt: skip
@@ -322,9 +326,9 @@ def encode(run: Run) -> None:
         if work:  # what the shards' markers were made from, for a resume
             _record_inputs(work, run.hashes)
         # read to the end: the bar closes drawn full, even for one shard
-        fresh = iter(list(_progress(fresh, [t.shard for t in todo], "encode", run.settings.quiet)))
-        run.results = [done[t.shard.index] if t.shard.index in done else next(fresh)
-                       for t in tasks]  # fmt: skip
+        fresh = list(_progress(fresh, [t.shard for t in todo], "encode", run.settings.quiet))
+        done.update(zip((t.shard.index for t in todo), fresh))
+        run.results = [done[t.shard.index] for t in tasks]
         _check_unchanged(run.before)
     run.parts = parts
 
@@ -527,6 +531,12 @@ def _encode_tasks(run: Run) -> tuple[list[EncodeTask], list[PartFile]]:
                                 train_index=index[0], val_index=index[1],
                                 marker=marker))  # fmt: skip
     return tasks, parts
+
+
+def _runs_long(task: EncodeTask) -> bool:
+    """A compressed file's last piece: it decompresses the whole file, and its end is
+    the file's, wherever the size guess put its start."""
+    return any(s.piece and s.end == STREAM_END for s in task.shard.segments)
 
 
 def _side_chars(first: int, chars: int, split_char: int) -> tuple[int, int]:

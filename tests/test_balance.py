@@ -157,3 +157,45 @@ def test_one_pass_counts_what_the_scan_counted(tmp_path: Path):
         counts[tokenizer] = (manifest["chars"], manifest["documents"])
     assert counts["char"] == counts["byte"]
     assert counts["byte"][1]["skipped_invalid"] == 2 and counts["byte"][1]["total"] == 298
+
+
+def test_documents_go_to_their_side_the_same_by_copy_or_by_mask(tmp_path: Path, monkeypatch):
+    """The merge copies long runs of one side's documents whole (in the kernel) and picks
+    short ones out by a mask: the same bytes either way."""
+    from helpers import compose
+
+    import corpusprep.merge as merge
+    from corpusprep.prepare import prepare
+
+    rows = [json.dumps({"text": f"document {i}: " + "some words " * (i % 30)}) for i in
+            range(3000)]  # fmt: skip
+    (tmp_path / "a.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    made = []
+    for long_run in (1, 10**9):  # every run copied, every run masked
+        monkeypatch.setattr(merge, "LONG_RUN", long_run)
+        out = tmp_path / f"out{long_run}"
+        prepare(compose("source=file", f"source.path={tmp_path / 'a.jsonl'}", "tokenizer=byte",
+                        "shard_bytes=20000", f"out_dir={out}", "quiet=true"))  # fmt: skip
+        made.append({p.name: p.read_bytes() for p in out.rglob("*.bin")})
+    assert made[0] == made[1] and len(made[0]) == 4
+
+
+def test_the_last_pieces_run_first(tmp_path: Path):
+    """A compressed file's last piece (its size a guess, it decompresses the whole file)
+    starts first, so it is not left to run alone at the end; the rest in plan order."""
+    from corpusprep.formats import STREAM_END, InputFile, Segment
+    from corpusprep.prepare import _runs_long
+    from corpusprep.shards import EncodeTask, Shard
+
+    packed = InputFile("a.jsonl.zst", "jsonl", "zstd", 1000)
+    plain = InputFile("b.jsonl", "jsonl", "none", 10**6)
+    shards = [
+        Shard(0, (Segment(packed, 0, 100, 100),)),
+        Shard(1, (Segment(packed, 100, 200, 100),)),
+        Shard(2, (Segment(packed, 200, STREAM_END, 100),)),
+        Shard(3, (Segment(plain, 0, 500, 500),)),
+        Shard(4, (Segment(packed, 0, STREAM_END, 100),)),
+    ]  # a whole file: not a piece
+    tasks = [EncodeTask(shard, None) for shard in shards]
+    ranked = sorted(tasks, key=_runs_long, reverse=True)
+    assert [t.shard.index for t in ranked] == [2, 0, 1, 3, 4]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import threading
+from array import array
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -37,6 +38,7 @@ _NEXT_OK = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuv
 # tests/test_bpe_cuts.py; any other encoding stays on tiktoken
 RIPTOKEN_PROVEN = {"gpt2", "r50k_base", "cl100k_base"}
 BACKENDS = ("auto", "tiktoken", "riptoken")  # auto: riptoken where installed and proven
+_U32 = next(code for code in "IL" if array(code).itemsize == 4)  # array's 32-bit unsigned
 MIN_SEGMENT = 1 << 20  # encode at least this many characters at once: fewer calls into Rust
 GPT2_ENCODINGS = ("gpt2", "r50k_base")  # one vocabulary under two names
 R50K_SHA256 = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"  # tiktoken's pin
@@ -254,8 +256,8 @@ class TiktokenTokenizer(Tokenizer):
 
     def encode(self, text: str) -> np.ndarray:
         fast = self._fast() if self.backend == "riptoken" else None
-        if fast is not None:
-            return np.array(fast.encode_ordinary(text), dtype=np.uint32)
+        if fast is not None:  # a list of ints: array.array reads it 3x faster than np.array
+            return np.frombuffer(array(_U32, fast.encode_ordinary(text)), dtype=np.uint32)
         # encode_to_numpy with nothing allowed or disallowed == encode_ordinary, minus the list
         return self._enc().encode_to_numpy(text, disallowed_special=())
 
