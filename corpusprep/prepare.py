@@ -50,6 +50,7 @@ from corpusprep.shards import (
     ScanResult,
     Shard,
     Target,
+    count_characters,
     encode_shard,
     finished,
     scan_shard,
@@ -271,9 +272,22 @@ def scan(run: Run) -> None:
     if not needs_scan(run):
         return
     shards, quiet = run.shards, run.settings.quiet
-    run.scans = list(_progress(run.executor.map(scan_shard, shards), shards, "scan", quiet))
+    if _countable(run):  # one plain text for BPE: its characters counted from its bytes
+        run.scans = [count_characters(shard) for shard in shards]
+    else:
+        run.scans = list(_progress(run.executor.map(scan_shard, shards), shards, "scan", quiet))
     run.clock.lap("scan")
     _counted(run, run.scans)
+
+
+def _countable(run: Run) -> bool:
+    """One uncompressed text split by position, for a tokenizer that learns nothing: the
+    split point needs only its character count, which its bytes give at GB/s without
+    decoding (the encode pass checks the UTF-8, with the scan's messages). With
+    source.skip_invalid the scan still decides whether the text is left out."""
+    file = run.files[0]
+    return (run.single and run.split_by == "position" and not run.tokenizer.needs_fit
+            and file.seekable and not file.skip_invalid)  # fmt: skip
 
 
 def _counted(run: Run, counts: list) -> None:
@@ -462,6 +476,7 @@ def plan(files: list[InputFile], shard_bytes: int, tokenizer: Tokenizer) -> list
     shard_bytes."""
     cut = tokenizer.cut_at
     boundary = None if cut == NOWHERE else re.compile(cut or rb"\n")
+    shard_bytes = balanced_shard_bytes(files, shard_bytes)
     shards, run, size = [], [], 0
     for file in files:
         segments = get_format(file.format).plan(file, shard_bytes, boundary, not tokenizer.fast)
@@ -474,6 +489,19 @@ def plan(files: list[InputFile], shard_bytes: int, tokenizer: Tokenizer) -> list
     if run:
         shards.append(Shard(len(shards), tuple(run)))
     return shards
+
+
+ENOUGH_SHARDS = 64  # shards a corpus is cut into at least, where they stay MIN_SHARD_BYTES
+MIN_SHARD_BYTES = 1 << 20
+
+
+def balanced_shard_bytes(files: list[InputFile], shard_bytes: int) -> int:
+    """The shard size used: shard_bytes, or less for a corpus under ENOUGH_SHARDS of them,
+    so that uneven text (code, prose, data: shards of very different cost) still spreads
+    over every worker; never under MIN_SHARD_BYTES (a shard costs a few ms of its own).
+    From the input's size alone: the plan never depends on the workers."""
+    text = sum(file.whole()[2] for file in files)
+    return max(1, min(shard_bytes, max(text // ENOUGH_SHARDS, MIN_SHARD_BYTES)))
 
 
 def _encode_tasks(run: Run) -> tuple[list[EncodeTask], list[PartFile]]:

@@ -62,7 +62,6 @@ def test_compressed_files_get_a_shard_each_and_the_same_files(tmp_path: Path):
         assert r.returncode == 0, r.stderr
         made[name] = json.loads((tmp_path / f"out_{name}" / "manifest.json").read_text())
     assert made["packed"]["shards"]["count"] == 4  # by size on disk, all four were one shard
-    assert made["plain"]["shards"]["count"] == 1
     for name in ("train.bin", "val.bin", "meta.pkl"):
         assert (tmp_path / "out_plain" / name).read_bytes() == (
             tmp_path / "out_packed" / name
@@ -199,3 +198,57 @@ def test_the_last_pieces_run_first(tmp_path: Path):
     tasks = [EncodeTask(shard, None) for shard in shards]
     ranked = sorted(tasks, key=_runs_long, reverse=True)
     assert [t.shard.index for t in ranked] == [2, 0, 1, 3, 4]
+
+
+def test_a_small_corpus_is_still_cut_into_enough_shards(tmp_path: Path):
+    """Under 64 shards of shard_bytes, shards shrink (to 1 MiB at least), so that uneven
+    text still spreads over the workers; the size comes from the input alone."""
+    from corpusprep.formats import InputFile
+    from corpusprep.prepare import ENOUGH_SHARDS, MIN_SHARD_BYTES, balanced_shard_bytes
+
+    def files(*sizes: int) -> list:
+        return [InputFile(f"f{i}.txt", "text", size=size) for i, size in enumerate(sizes)]
+
+    assert balanced_shard_bytes(files(50 * 10**6), 8 << 20) == MIN_SHARD_BYTES
+    assert balanced_shard_bytes(files(100 * 10**6, 100 * 10**6), 8 << 20) == 200 * 10**6 // 64
+    assert balanced_shard_bytes(files(10**10), 8 << 20) == 8 << 20
+    assert balanced_shard_bytes(files(10**4), 8 << 20) == MIN_SHARD_BYTES
+    assert balanced_shard_bytes(files(10**9), 4096) == 4096  # asked for smaller: kept
+    assert ENOUGH_SHARDS == 64
+
+
+def test_characters_counted_from_bytes_are_the_scans(tmp_path: Path, monkeypatch):
+    """One plain text for BPE is not scanned: its bytes give the character count nanoGPT's
+    split needs, "\\r\\n" as one character even across two blocks, multi-byte characters
+    as one."""
+    import random
+
+    import corpusprep.shards as shards
+    from corpusprep.formats import InputFile, Segment
+    from corpusprep.shards import Shard, count_characters, scan_shard
+
+    monkeypatch.setattr(shards, "COUNT_BLOCK", 7)  # blocks end everywhere, "\r" | "\n" too
+    rng = random.Random(5)
+    for trial in range(40):
+        text = "".join(rng.choice(["a", "\r\n", "\r", "\n", "é", "€", "𝄞", " x"])
+                       for _ in range(rng.randint(1, 300)))  # fmt: skip
+        path = tmp_path / f"t{trial}.txt"
+        path.write_bytes(text.encode())
+        shard = Shard(0, (Segment(InputFile(str(path), "text", size=path.stat().st_size), 0,
+                                  path.stat().st_size, 1),))  # fmt: skip
+        assert count_characters(shard).chars == scan_shard(shard).chars, text
+
+
+def test_one_text_for_bpe_is_not_scanned(tmp_path: Path):
+    (tmp_path / "t.txt").write_text("a text\r\nwith two lines é\n" * 5000, encoding="utf-8")
+    (tmp_path / "bad.txt").write_bytes(b"fine text\n" * 1000 + b"\xff\n")
+    r = run_cli("source=file", "source.path=t.txt", "tokenizer=tiktoken", "out_dir=out",
+                "quiet=true", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["chars"] == len("a text\nwith two lines é\n") * 5000
+    assert manifest["split"]["train_chars"] == int(manifest["chars"] * 0.9)
+    r = run_cli("source=file", "source.path=bad.txt", "tokenizer=tiktoken", "out_dir=out2",
+                "quiet=true", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(r, "bad.txt: not valid UTF-8 at byte 10000")
+    assert not (tmp_path / "out2" / "train.bin").exists()

@@ -45,7 +45,11 @@ class TextFormat(Format):
             yield from raw_pieces(f, 0, None, file.name)
 
     def text(self, segment: Segment) -> Iterator[str]:
-        return (decode(raw, segment.file.name, offset) for offset, raw in self.raw(segment))
+        """The segment's text in pieces; one that runs longer than source.max_uncut_bytes
+        without a place the tokenizer may cut it is an error (it would be held whole)."""
+        file = segment.file
+        raw = guard_cuts(self.raw(segment), segment.cut_at, file.max_uncut_bytes, file.name)
+        return (decode(piece, file.name, offset) for offset, piece in raw)
 
     def parts(self, segment: Segment) -> Iterator[Part]:
         file = segment.file
