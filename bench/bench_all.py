@@ -49,8 +49,8 @@ def main() -> int:
             failed.append(script)
     print("\n=== targets")
     for line in targets:
-        print(("  " if line.endswith(" met") else "! ") + line)
-    met = sum(line.endswith(" met") for line in targets)
+        print(("! " if "NOT MET" in line else "  ") + line)
+    met = sum("NOT MET" not in line for line in targets)
     print(f"{met} of {len(targets)} targets met" + (f"; FAILED: {failed}" if failed else ""))
     return 1 if failed else 0
 
