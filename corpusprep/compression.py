@@ -138,6 +138,7 @@ class _Capped(io.RawIOBase):
 GUESSED_RATIO = 4  # text compresses about this much: for formats that do not record the size
 
 
+@functools.lru_cache(maxsize=1 << 14)  # asked by the shard sizing and again by the plan
 def text_size(path: Path, compression: str, member: Optional[str], size: int) -> int:
     """About how many bytes a compressed file holds once decompressed, from its own header
     or trailer where it records them (zstd's frame content size, gzip's ISIZE, a zip

@@ -272,12 +272,11 @@ def scan(run: Run) -> None:
     if not needs_scan(run):
         return
     shards, quiet = run.shards, run.settings.quiet
-    if _countable(run):  # one plain text for BPE: its characters counted from its bytes
-        run.scans = [count_characters(shard) for shard in shards]
-    else:
-        run.scans = list(_progress(run.executor.map(scan_shard, shards), shards, "scan", quiet))
+    # one plain text for BPE: its characters counted from its bytes, without decoding
+    count = count_characters if _countable(run) else scan_shard
+    run.scans = list(_progress(run.executor.map(count, shards), shards, "scan", quiet))
     run.clock.lap("scan")
-    _counted(run, run.scans)
+    _take_counts(run, run.scans)
 
 
 def _countable(run: Run) -> bool:
@@ -290,7 +289,7 @@ def _countable(run: Run) -> bool:
             and file.seekable and not file.skip_invalid)  # fmt: skip
 
 
-def _counted(run: Run, counts: list) -> None:
+def _take_counts(run: Run, counts: list) -> None:
     """The input's characters and documents, from the scan's or the encode pass's results."""
     run.chars = sum(c.chars for c in counts)
     run.docs = sum(c.docs for c in counts)
@@ -351,7 +350,7 @@ def choose_sides(run: Run) -> None:
     """Once the documents are counted: which go to val (split_by=document, HF's
     train_test_split), and each side's order (order=shuffle)."""
     if not run.scans:
-        _counted(run, run.results)
+        _take_counts(run, run.results)
     settings = run.settings
     if run.split_by == "document":
         val = val_document_count(run.docs, settings.split, settings.val_size)

@@ -318,18 +318,18 @@ def _counted(pieces: Iterable[str], chars: list[int]) -> Iterator[str]:
 
 def _sides(task: EncodeTask, part: Part, doc: int, key, position: list[int], keys) -> Iterator:
     """(side, text) for the part's pieces: the whole document to one side (split by
-    document), or cut at the train/val character (split by position, nanoGPT's rule)."""
-    if task.rules.split_by in ("stream", "head", "tail"):  # one stream: split after the merge
-        if task.rules.split_by == "stream" and part.starts:  # split_by=document: keys kept
-            key = document_key(part.whole) if part.whole is not None else key
-            keys["train"].append(int.from_bytes(key[:8], "little"))
+    document or hash; "stream": all to one stream, split after the merge), or cut at the
+    train/val character (split by position, nanoGPT's rule)."""
+    if task.rules.split_by in ("head", "tail"):  # one stream, cut after the merge
         for text in part.pieces:
             yield "train", text
         return
-    if task.rules.split_by in ("document", "hash"):
+    if task.rules.split_by in ("stream", "document", "hash"):  # keyed, for the duplicate count
         if part.whole is not None:
             key = document_key(part.whole)
-        if task.rules.split_by == "document":
+        if task.rules.split_by == "stream":
+            side = "train"
+        elif task.rules.split_by == "document":
             side = "val" if task.val_docs[doc - task.first_doc + 1] else "train"
         else:
             side = "train" if goes_to_train(task.rules.seed, doc, key, task.rules.split) else "val"
