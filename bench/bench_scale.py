@@ -43,10 +43,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             cmd = [sys.executable, "-m", "corpusprep", "source=file", f"source.path={corpus}",
                    f"tokenizer={tokenizer}", f"out_dir={out}", "quiet=true"]  # fmt: skip
             runs = []
-            for _ in range(args.repeat):
+            for i in range(args.repeat + 1):  # the last run samples memory, and is not timed
                 shutil.rmtree(out, ignore_errors=True)  # a fresh folder: never a skipped re-run
-                runs.append(run_measured(cmd, workdir, workdir / f"{tokenizer}-{mb}.log"))
-            seconds = statistics.median(r.seconds for r in runs)
+                log = workdir / f"{tokenizer}-{mb}.log"
+                runs.append(run_measured(cmd, workdir, log, sample=i == args.repeat))
+            seconds = statistics.median(r.seconds for r in runs if r.timed)
             pss = max(r.peak_tree_pss for r in runs)
             rows[(mb, tokenizer)] = (seconds, pss)
             print(f"{tokenizer:<9} {mb:>6} MB  {seconds:7.2f} s  {size / MB / seconds:7.1f} MB/s  "

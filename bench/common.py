@@ -250,30 +250,34 @@ class Run:
     peak_tree_pss: int  # bytes: the same for Pss (shared pages counted once in all)
     max_single_rss: int  # bytes: ru_maxrss of the largest single process in the tree
     processes: int  # most processes seen in the tree at once
+    timed: bool = True  # False: the memory run, sampled, whose time does not count
 
 
-def run_measured(cmd: list[str], cwd: Path, log: Path) -> Run:
-    """Run `cmd` to completion, timing it and sampling its memory; exit 1 if it fails."""
+def run_measured(cmd: list[str], cwd: Path, log: Path, sample: bool = True) -> Run:
+    """Run `cmd` to completion, timing it and (if `sample`) sampling its memory; exit 1 if
+    it fails. A sampled run is slower: reading smaps_rollup every few ms takes each
+    process's memory-map lock, so timed runs are not sampled (see run_all)."""
     with open(log, "wb") as out:
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
         sampler = TreeRssSampler(proc.pid)
-        sampler.start()
+        if sample:
+            sampler.start()
         # wait4 gives this child's own rusage (getrusage(RUSAGE_CHILDREN) would add up every
         # run so far). Its ru_maxrss is the max over the child and the descendants it reaped,
         # i.e. the largest single process of the tree, in KiB on Linux.
         _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - start
-        sampler.stop()
+        if sample:
+            sampler.stop()
     proc.returncode = os.waitstatus_to_exitcode(status)  # we reaped it, not Popen
     if proc.returncode != 0:
         tail = log.read_text(errors="replace").splitlines()[-20:]
         print(f"\nFAILED (exit {proc.returncode}): {' '.join(cmd)}", file=sys.stderr)
         print("\n".join(f"  | {line}" for line in tail), file=sys.stderr)
         sys.exit(1)
-    return Run(
-        seconds, sampler.peak_sum, sampler.peak_pss, usage.ru_maxrss * 1024, sampler.max_processes
-    )
+    return Run(seconds, sampler.peak_sum, sampler.peak_pss, usage.ru_maxrss * 1024,
+               sampler.max_processes, timed=not sample)  # fmt: skip
 
 
 # --- checking the outputs --------------------------------------------------------------------
@@ -323,12 +327,13 @@ def print_table(size: int, runs: dict[str, list[Run]]) -> dict[str, float]:
     print("-" * len(header))
     best = {}
     for name, rs in runs.items():
-        best[name] = statistics.median(r.seconds for r in rs)
+        timed = [r for r in rs if r.timed] or rs
+        best[name] = statistics.median(r.seconds for r in timed)
         tree = max(r.peak_tree_rss for r in rs) / MB
         tree_pss = max(r.peak_tree_pss for r in rs) / MB
         single = max(r.max_single_rss for r in rs) / MB
         procs = max(r.processes for r in rs)
-        times = ", ".join(f"{r.seconds:.2f}" for r in rs)
+        times = ", ".join(f"{r.seconds:.2f}" for r in timed)
         print(
             f"{name:<11} {best[name]:>8.2f} {size / MB / best[name]:>7.1f} "
             f"{tree_pss:>12,.0f} MB {tree:>16,.0f} MB {single:>15,.0f} MB {procs:>5}   {times}"
@@ -434,21 +439,28 @@ def run_all(
     repeat: int,
     compared: Sequence[str],
 ) -> Optional[dict[str, list[Run]]]:
-    """Run every command `repeat` times and check after each round that the files `compared`
-    are the same in every output folder as in the first one. None if they differ."""
+    """Run every command `repeat` times, timed, then once more with its memory sampled (the
+    sampler slows a run, so that run's time does not count), and check after each round
+    that the files `compared` are the same in every output folder as in the first one.
+    None if they differ."""
     runs: dict[str, list[Run]] = {name: [] for name in commands}
     reference, *others = commands
-    for i in range(1, repeat + 1):
+    for i in range(1, repeat + 2):
+        sample = i == repeat + 1
         # alternate the methods, so slow drift (page cache, thermals) hits both alike
         for name, cmd in commands.items():
             # start empty: stale files from an earlier run must not pass the identity check
             shutil.rmtree(outs[name], ignore_errors=True)
-            run = run_measured(cmd, workdir, workdir / f"{name}.log")
+            run = run_measured(cmd, workdir, workdir / f"{name}.log", sample)
             runs[name].append(run)
-            print(
-                f"run {i}/{repeat}  {name:<11} {run.seconds:6.2f} s  "
-                f"tree {run.peak_tree_rss / MB:6,.0f} MB  single {run.max_single_rss / MB:6,.0f} MB"
+            what = (
+                f"memory run, {run.seconds:6.2f} s (not counted): tree PSS "
+                f"{run.peak_tree_pss / MB:,.0f} MB"
+                if sample
+                else f"{run.seconds:6.2f} s"
             )
+            print(f"run {min(i, repeat)}/{repeat}  {name:<11} {what}  single "
+                  f"{run.max_single_rss / MB:6,.0f} MB")  # fmt: skip
         for other in others:
             problems = output_differences(outs[reference], outs[other], compared)
             if problems:

@@ -216,7 +216,7 @@ def load(path: str | Path, tokenizer: bool = True, check_ids: bool = True) -> Pr
     if check_ids:
         for side in SIDES:
             _check_ids(arrays[side], files[side], manifest["vocab_size"])
-    rebuilt = rebuild_tokenizer(manifest) if tokenizer else None
+    rebuilt = rebuild_tokenizer(manifest, folder) if tokenizer else None
     return PreparedDataset(folder, arrays["train"], arrays["val"], rebuilt, manifest, meta,
                            docs["train"], docs["val"], files)  # fmt: skip
 
@@ -379,7 +379,7 @@ def _megatron(folder: Path, side: str, tokens: int, dtype: np.dtype, fmt: dict):
     return array, docs, [data, idx]
 
 
-def rebuild_tokenizer(manifest: dict[str, Any]) -> Tokenizer:
+def rebuild_tokenizer(manifest: dict[str, Any], folder: Optional[Path] = None) -> Tokenizer:
     """The tokenizer that made the files: built from the recorded config, then given back
     what it learned from the corpus (the char vocabulary)."""
     from corpusprep.config import build
@@ -389,7 +389,10 @@ def rebuild_tokenizer(manifest: dict[str, Any]) -> Tokenizer:
         raise _damaged("manifest.json", "no tokenizer config (config.tokenizer)")
     # a plain dict, as recorded: build() interprets no ${...} in it and runs nothing it names
     tokenizer = build(node, "tokenizer")
-    tokenizer.restore(manifest["tokenizer"])
+    if tokenizer.keeps_files:  # what it learned is a file in the folder (a trained BPE)
+        tokenizer.restore(manifest["tokenizer"], folder=folder)
+    else:
+        tokenizer.restore(manifest["tokenizer"])
     if tokenizer.vocab_size != manifest["vocab_size"]:
         raise UserError(
             f"the rebuilt tokenizer has {tokenizer.vocab_size:,} ids but the files were made "

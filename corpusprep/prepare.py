@@ -26,8 +26,9 @@ import re
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any, Optional
 
@@ -41,7 +42,8 @@ from corpusprep.executors import Executor
 from corpusprep.exporters import Exporter, Streams
 from corpusprep.formats import STREAM_END, InputFile, Segment, get_format
 from corpusprep.merge import Merged, PartFile, merge
-from corpusprep.progress import Bar, shown
+from corpusprep.progress import Bar, Clock, shown
+from corpusprep.sample import Sample, merge_samples
 from corpusprep.shards import (
     SIDES,
     EncodeResult,
@@ -95,6 +97,7 @@ class Run:
     shards: list[Shard] = field(default_factory=list)
     run_key: str = ""  # names the resumable work folder
     scans: list[ScanResult] = field(default_factory=list)  # empty: no scan pass was needed
+    sample: Optional[Sample] = None  # what a tokenizer that trains is fitted on
     chars: int = 0  # what the input holds (counted by the scan, or else by the encode pass)
     docs: int = 0
     skipped: int = 0
@@ -272,9 +275,18 @@ def scan(run: Run) -> None:
     if not needs_scan(run):
         return
     shards, quiet = run.shards, run.settings.quiet
+    rule = run.tokenizer.sample_rule(run.single)  # a tokenizer that trains: its sample
     # one plain text for BPE: its characters counted from its bytes, without decoding
-    count = count_characters if _countable(run) else scan_shard
-    run.scans = list(_progress(run.executor.map(count, shards), shards, "scan", quiet))
+    count = count_characters if _countable(run) else partial(scan_shard, rule=rule)
+    scans = _progress(run.executor.map(count, shards), shards, "scan", quiet)
+    if rule is not None:  # merged as they come: memory holds about one sample, not one per shard
+        samples = []
+        for result in scans:
+            samples = [merge_samples([*samples, result.sample], rule.chars)]
+            run.scans.append(replace(result, sample=None))
+        run.sample = samples[0] if samples else None
+    else:
+        run.scans = list(scans)
     run.clock.lap("scan")
     _take_counts(run, run.scans)
 
@@ -304,8 +316,16 @@ def decide(run: Run) -> None:
     if run.split_by == "position":
         run.split_char = split_point(run.chars, settings.split, run.name)
     if run.tokenizer.needs_fit:
-        run.tokenizer.fit("".join(sorted(set("".join(s.charset for s in scans)))),
-                          eot=run.eot != "none")  # fmt: skip
+        charset = "".join(sorted(set("".join(s.charset for s in scans))))
+        eot = run.eot != "none"
+        if run.sample is not None:  # a tokenizer that trains: on the scan's sample
+            note = f"{run.sample.chars:,} characters in {len(run.sample):,} pieces"
+            with Clock("train tokenizer", shown(settings.quiet), note):
+                run.tokenizer.fit(charset, eot=eot, sample=run.sample)
+            run.sample = None  # its memory back before encoding
+            run.clock.lap("train")
+        else:
+            run.tokenizer.fit(charset, eot=eot)
     run.eot_id = run.tokenizer.eot_id if run.eot != "none" else None
     run.dtype = run.dtype or choose_dtype(settings.dtype, run.tokenizer.max_id)
     # documents spread over several shards are keyed by their file's hash: known first
@@ -432,6 +452,8 @@ def commit(run: Run) -> dict[str, Any]:
     meta = run.tokenizer.meta()
     if meta is not None:  # None: no meta.pkl (GPT-2, nanoGPT's default without one)
         run.out.write_pickle("meta.pkl", meta)
+    for name, data in run.tokenizer.files().items():  # a trained vocabulary
+        run.out.write_bytes(name, data)
     if run.replacing:
         print(run.replacing, file=sys.stderr)
     # the writer adds every file's size and sha256, and writes the manifest last
@@ -604,7 +626,7 @@ def fingerprint(cfg: DictConfig, tokenizer: Tokenizer, input_digest: str) -> str
     settings = {k: v for k, v in settings.items() if k not in NOT_IN_FINGERPRINT}
     settings["source"] = {k: v for k, v in settings.get("source", {}).items()
                           if k not in SOURCE_NOT_IN_FINGERPRINT}  # fmt: skip
-    described = {} if tokenizer.needs_fit else tokenizer.describe()
+    described = tokenizer.identity()
     # keys that never change the ids (tiktoken's backend) count as one value each
     same_ids = getattr(tokenizer, "FINGERPRINT_AS", {})
     described = {k: v for k, v in described.items() if k not in same_ids}

@@ -50,3 +50,39 @@ class Bar:
     @property
     def elapsed(self) -> float:
         return self._bar.format_dict["elapsed"] if self._bar is not None else 0.0
+
+
+class Clock:
+    """`with Clock("train tokenizer", show):` a line that shows the time spent on work
+    that reports no progress of its own (rustbpe's training), redrawn every half second."""
+
+    def __init__(self, desc: str, show: bool, note: str = "") -> None:
+        self._bar: Any = None
+        self._stop: Any = None
+        if show:
+            import threading
+
+            from tqdm import tqdm
+
+            self._bar = tqdm(desc=desc, total=None, leave=False, dynamic_ncols=True,
+                             bar_format="{desc}: {elapsed}{postfix}")  # fmt: skip
+            if note:
+                self._bar.set_postfix_str(note, refresh=False)
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._tick, daemon=True)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.5):
+            self._bar.refresh()
+
+    def __enter__(self) -> Clock:
+        if self._bar is not None:
+            self._bar.refresh()
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._stop.set()
+            self._thread.join()
+            self._bar.close()

@@ -23,6 +23,7 @@ import numpy as np
 
 from corpusprep.errors import UserError
 from corpusprep.formats import Census, Part, Segment, get_format
+from corpusprep.sample import Sample, Sampler, SampleRule
 from corpusprep.split import document_key, goes_to_train
 from corpusprep.tokenizers import Tokenizer
 from corpusprep.writer import start_writeback
@@ -52,17 +53,20 @@ class ScanResult:
     charset: str  # every distinct character, sorted
     docs: int  # documents that start in this shard
     skipped: int  # invalid documents left out (source.skip_invalid)
+    sample: Optional[Sample] = None  # the shard's training units (a tokenizer that trains)
 
 
-def scan_shard(shard: Shard) -> ScanResult:
+def scan_shard(shard: Shard, rule: Optional[SampleRule] = None) -> ScanResult:
     total = Census()
+    sampler = Sampler(rule) if rule is not None else None
     for segment in shard.segments:
-        census = get_format(segment.file.format).scan(segment)
+        census = get_format(segment.file.format).scan(segment, sampler)
         total.chars += census.chars
         total.docs += census.docs
         total.skipped += census.skipped
         total.seen |= census.seen
-    return ScanResult(total.chars, "".join(sorted(total.seen)), total.docs, total.skipped)
+    sample = sampler.result() if sampler is not None else None
+    return ScanResult(total.chars, "".join(sorted(total.seen)), total.docs, total.skipped, sample)
 
 
 UTF8_CONTINUATION = bytes(range(0x80, 0xC0))  # every byte but these starts a character

@@ -205,6 +205,10 @@ class OutputWriter:
         path = self._temps.pop(name)
         self._scratch.append(path)
 
+    def write_bytes(self, name: str, data: bytes) -> None:
+        with disk_errors(self.out_dir), open(self.temp(name), "wb") as f:
+            f.write(data)
+
     def write_pickle(self, name: str, obj: Any) -> None:
         with disk_errors(self.out_dir), open(self.temp(name), "wb") as f:
             pickle.dump(obj, f)

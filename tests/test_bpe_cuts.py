@@ -123,6 +123,39 @@ def test_the_riptoken_backend_gives_tiktokens_ids(encoding, tiktoken_cache, shak
         assert got.tolist() == slow._enc().encode_ordinary(text)
 
 
+LONG_RUNS = ["a", "b", " ", "e", "1", ".", "!", "\n", "\t", "\x0b", "中", "😀", "é", "\u3000",
+             " \u3000", "\xa0 ", ".\n", " .", "\x01", "-=", "ab"]  # fmt: skip
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_riptoken_backend_on_long_pre_tokens(encoding, tiktoken_cache):
+    """riptoken 0.2.4 merges a pre-token of 500 bytes or more otherwise than tiktoken
+    ("." * 500 gives other ids): such text is encoded by tiktoken, the rest still by
+    riptoken, and the ids are tiktoken's, alone, amid text, whole and in pieces."""
+    pytest.importorskip("riptoken")
+    import riptoken
+
+    from corpusprep.tokenizers.tiktoken import may_hold_long_piece
+
+    fast, slow = TiktokenTokenizer(encoding, backend="riptoken"), TiktokenTokenizer(encoding)
+    enc = slow._enc()
+    raw = riptoken.Encoding(riptoken.CoreBPE(enc._mergeable_ranks, enc._special_tokens,
+                                             enc._pat_str), enc)  # fmt: skip
+    assert raw.encode_ordinary("." * 500) != enc.encode_ordinary("." * 500)  # why this exists
+    lines = "Line one\nSecond line\n" * 5000
+    for run in LONG_RUNS:
+        for n in (2, 150, 257, 499, 500, 501, 1000, 5002):
+            for text in (run * n, f"Hello\nWorld {run * n} end\nNext", lines + run * n + lines):
+                expected = enc.encode_ordinary(text)
+                assert fast.encode(text).tolist() == expected, (run, n)
+                pieces = [text[i : i + 7000] for i in range(0, len(text), 7000)]
+                got = np.concatenate([np.zeros(0, np.uint32), *fast.encode_pieces(pieces)])
+                assert got.tolist() == expected, (run, n)
+                if len(run) == 1 and len((run * n).encode()) >= 500:  # one pre-token
+                    assert may_hold_long_piece(text)
+    assert not may_hold_long_piece(lines)  # ordinary text stays on riptoken
+
+
 def test_riptoken_refuses_unproven_encodings(tiktoken_cache):
     from corpusprep.errors import UserError
 

@@ -18,9 +18,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from corpusprep.errors import UserError
+
+if TYPE_CHECKING:
+    from corpusprep.sample import Sampler
 
 
 @dataclass(frozen=True)
@@ -143,14 +146,24 @@ class Format(ABC):
     def parts(self, segment: Segment) -> Iterator[Part]:
         """The segment's documents (or document pieces), in order."""
 
-    def scan(self, segment: Segment) -> Census:
+    def scan(self, segment: Segment, sampler: Optional[Sampler] = None) -> Census:
+        """Count, collect the characters, check; a `sampler` takes its training units."""
         census = Census()
         for part in self.parts(segment):
             census.docs += part.starts
             census.skipped += part.skipped
-            for text in part.pieces:
+            pieces = part.pieces
+            if sampler is not None and not part.skipped:
+                pieces = sampler.document(pieces, 0 if part.starts else self.before(segment,
+                                          sampler.rule.max_doc_chars))  # fmt: skip
+            for text in pieces:
                 census.add_text(text)
         return census
+
+    def before(self, segment: Segment, cap: Optional[int]) -> Optional[int]:
+        """Characters of the document before a segment that continues one (a plain text
+        cut into shards), when fewer than `cap`; None when more (or not counted)."""
+        return None
 
 
 def compressed_pieces(file: InputFile, shard_bytes: int) -> list[tuple[int, int, int]]:

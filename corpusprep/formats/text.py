@@ -19,6 +19,7 @@ from typing import Optional
 from corpusprep.compression import open_stream
 from corpusprep.errors import UserError
 from corpusprep.formats import SKIPPED, Census, Format, InputFile, Part, Segment
+from corpusprep.sample import Sampler
 from corpusprep.text import InvalidText, decode, guard_cuts, plan_shards, raw_pieces, read_raw
 
 
@@ -86,10 +87,12 @@ class TextFormat(Format):
         last = not file.seekable or segment.end == file.size
         yield Part(self.text(segment), starts=segment.start == 0, ends=last)
 
-    def scan(self, segment: Segment) -> Census:
+    def scan(self, segment: Segment, sampler: Optional[Sampler] = None) -> Census:
         file = segment.file
-        if file.doc_separator or file.doc_end:
-            return super().scan(segment)
+        if (
+            file.doc_separator or file.doc_end or sampler is not None
+        ):  # decoded, document by document
+            return super().scan(segment, sampler)
         census = Census(docs=int(segment.start == 0))
         pieces = guard_cuts(self.raw(segment), segment.cut_at, file.max_uncut_bytes, file.name)
         try:
@@ -104,6 +107,19 @@ class TextFormat(Format):
                 return Census(skipped=1)
             raise
         return census
+
+    def before(self, segment: Segment, cap: Optional[int]) -> Optional[int]:
+        """The characters before a segment of a plain uncompressed text, counted from its
+        bytes (universal newlines: "\r\n" is one); None once they are surely `cap` or more
+        (a character is at most 4 bytes)."""
+        if cap is None:
+            return 0
+        if segment.start >= 4 * cap:
+            return None
+        with open(segment.file.path, "rb") as f:
+            raw = f.read(segment.start)
+        chars = len(raw.translate(None, bytes(range(0x80, 0xC0)))) - raw.count(b"\r\n")
+        return chars if chars < cap else None
 
 
 def _split(

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from corpusprep.sample import SampleRule
 
 ANYWHERE: Optional[bytes] = None
 NOWHERE = b""
@@ -62,9 +66,27 @@ class Tokenizer(ABC):
     #: The id that separates documents (eot=append|prepend), or None if there is none.
     eot_id: Optional[int] = None
 
+    #: restore() needs the output folder: what it learned is a file there (see files())
+    keeps_files: bool = False
+
     def fit(self, charset: str, eot: bool = False) -> None:  # noqa: B027 - optional hook
         """Learn from the corpus before encoding; given every distinct character in it.
-        `eot`: documents will be separated, so an end-of-text id is needed (char adds one)."""
+        `eot`: documents will be separated, so an end-of-text id is needed (char adds one).
+        A tokenizer with a sample_rule() is also given `sample=`, the Sample it asked for."""
+
+    def sample_rule(self, single: bool) -> Optional[SampleRule]:
+        """The training sample the scan should gather for fit() (tokenizer=bpe), or None.
+        `single`: the corpus is one plain text, not documents."""
+        return None
+
+    def identity(self) -> dict[str, Any]:
+        """What the ids depend on, for a run's fingerprint, before anything is encoded:
+        describe() for a ready-made tokenizer; for one that learns, what it learns with."""
+        return {} if self.needs_fit else self.describe()
+
+    def files(self) -> dict[str, bytes]:
+        """Files to keep in out_dir beside the ids (a trained vocabulary), by name."""
+        return {}
 
     @property
     def needs_fit(self) -> bool:
@@ -104,8 +126,9 @@ class Tokenizer(ABC):
         (decode() may not, when a token holds part of a character)."""
         return self.decode(ids).encode("utf-8")
 
-    def restore(self, description: dict[str, Any]) -> None:  # noqa: B027 - optional hook
-        """Take back what fit() learned, from describe()'s output (corpusprep.load uses it)."""
+    def restore(self, description: dict[str, Any], folder: Optional[Path] = None) -> None:  # noqa: B027
+        """Take back what fit() learned, from describe()'s output (corpusprep.load uses it);
+        `folder`: the output folder, for a tokenizer that keeps_files."""
 
     def document_specials(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids before, ids after) each document: special tokens the tokenizer itself puts

@@ -143,7 +143,7 @@ class CharTokenizer(Tokenizer):
             out.update(separator=self.separator, eot_id=self.eot_id)
         return out
 
-    def restore(self, description: dict[str, Any]) -> None:
+    def restore(self, description: dict[str, Any], folder: Any = None) -> None:
         self.fit(description["chars"], eot="separator" in description)
 
     def __getstate__(self) -> dict[str, Any]:

@@ -1,0 +1,273 @@
+"""A byte-level BPE trained on the corpus itself (tokenizer=bpe tokenizer.vocab_size=N).
+
+Training is nanochat's: rustbpe (pip install 'corpusprep[train]') learns merges from a
+bounded, seeded sample of the corpus (corpusprep/sample.py) with a GPT-style split
+pattern; its ranks are then a tiktoken vocabulary like GPT-2's, so the corpus is encoded
+at tiktoken's speed (or riptoken's), cut where CUT_AT allows for the named patterns. The
+ids are those of rustbpe's own encoder (tests/test_bpe_train.py proves it on mixed text).
+
+The vocabulary: 256 byte tokens (id = the byte), then the merges in the order learned,
+then "<|endoftext|>" when documents are separated (eot=append|prepend). It is saved in
+out_dir as tokenizer.tiktoken (tiktoken's format: base64 token, rank), with its pattern
+and special tokens in meta.pkl and the manifest.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from corpusprep.errors import UserError
+from corpusprep.sample import Sample, SampleRule
+from corpusprep.tokenizers import NOWHERE
+from corpusprep.tokenizers.tiktoken import (
+    CUT_AT,
+    PROVEN_PATTERNS,
+    TiktokenTokenizer,
+    _riptoken_installed,
+)
+
+PATTERNS = {"gpt2": PROVEN_PATTERNS["r50k"], "cl100k": PROVEN_PATTERNS["cl100k"],
+            "o200k": PROVEN_PATTERNS["o200k"]}  # fmt: skip
+EOT = "<|endoftext|>"
+FILE = "tokenizer.tiktoken"
+# riptoken gave the same ids as tiktoken over trained ranks with these patterns
+# (tests/test_bpe_train.py); a custom regex stays on tiktoken
+RIPTOKEN_PATTERNS = {"gpt2", "cl100k", "o200k"}
+TRAIN_MISSING = "tokenizer=bpe trains with rustbpe: pip install 'corpusprep[train]'"
+
+
+class BpeTokenizer(TiktokenTokenizer):
+    """Byte-level BPE learned from the corpus: fit() trains it on the scan's sample."""
+
+    FINGERPRINT_AS = {"backend": "tiktoken"}
+    keeps_files = True  # restore() reads tokenizer.tiktoken from the folder
+
+    def __init__(
+        self,
+        vocab_size: int = 4096,
+        pattern: str = "cl100k",
+        train_chars: int = 1_000_000_000,
+        max_doc_chars: Optional[int] = 10_000,
+        seed: int = 0,
+        backend: str = "tiktoken",
+    ) -> None:
+        if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 257:
+            raise UserError(
+                f"tokenizer.vocab_size={vocab_size}: a byte-level BPE has 256 byte tokens and "
+                "at least one merge; give 257 or more (e.g. 4096)"
+            )
+        for key, value in (("train_chars", train_chars), ("max_doc_chars", max_doc_chars)):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise UserError(f"tokenizer.{key}={value}: give a positive number of characters")
+        if backend not in ("auto", "tiktoken", "riptoken"):
+            raise UserError(
+                f"tokenizer.backend={backend}: unknown backend; use auto, tiktoken or riptoken"
+            )
+        self.requested_size = vocab_size
+        self.pattern = str(pattern)
+        self.pat_str = PATTERNS.get(self.pattern, self.pattern)  # a name, or a regex itself
+        self.train_chars = train_chars
+        self.max_doc_chars = max_doc_chars
+        self.seed = int(seed)
+        fast = self.pattern in RIPTOKEN_PATTERNS
+        if backend == "riptoken" and not fast:
+            raise UserError(
+                f"tokenizer.backend=riptoken: proven for the patterns "
+                f"{', '.join(sorted(RIPTOKEN_PATTERNS))} only; use backend=auto or tiktoken"
+            )
+        self.requested = backend
+        self.backend = "riptoken" if backend == "riptoken" or (
+            backend == "auto" and fast and _riptoken_installed()) else "tiktoken"  # fmt: skip
+        self.encoding = "bpe"
+        self.ranks_file = None
+        self.eot = False
+        self.ranks: Optional[list[bytes]] = None  # the trained tokens, by rank
+        self.ranks_sha256: Optional[str] = None
+        self.trained: dict[str, Any] = {}  # what the training saw and took, for the manifest
+        _trainer()  # fail now, before any work, without the trainer
+
+    # --- learning -------------------------------------------------------------------------
+
+    @property
+    def needs_fit(self) -> bool:
+        return self.ranks is None
+
+    def sample_rule(self, single: bool) -> SampleRule:
+        """What the scan gathers to train on: one plain text is sampled uncapped."""
+        return SampleRule(self.train_chars, None if single else self.max_doc_chars, self.seed)
+
+    def fit(self, charset: str, eot: bool = False, sample: Optional[Sample] = None) -> None:
+        rustbpe = _trainer()
+        self.eot = eot
+        merged = self.requested_size - eot  # 256 bytes + merges; the special token after
+        units = sample.units if sample is not None else []
+        started = time.perf_counter()
+        trainer = rustbpe.Tokenizer()
+        try:
+            trainer.train_from_iterator(iter(units), merged, pattern=self.pat_str)
+        except ValueError as e:  # the pattern does not compile
+            raise UserError(f"tokenizer.pattern={self.pattern!r}: {e}; give gpt2, cl100k, o200k "
+                            "or a valid regex") from None  # fmt: skip
+        ranks = trainer.get_mergeable_ranks()
+        tokens = [token for token, _ in sorted(ranks, key=lambda pair: pair[1])]
+        if len(set(tokens)) != len(tokens):  # two merges spelling the same bytes
+            raise UserError(
+                "tokenizer=bpe: the trained vocabulary holds one token twice, which tiktoken "
+                "cannot encode with; try another tokenizer.vocab_size or seed"
+            )
+        self._set(tokens)
+        self.trained = {
+            "trainer": "rustbpe",
+            "trainer_version": _version("rustbpe"),
+            "sample_chars": sum(map(len, units)),
+            "sample_units": len(units),
+            "corpus_chars_offered": sample.seen_chars if sample is not None else 0,
+            "train_seconds": round(time.perf_counter() - started, 3),
+        }
+        if len(tokens) < merged:
+            print(f"corpusprep: warning: tokenizer.vocab_size={self.requested_size}: the "
+                  f"sample has pairs for {len(tokens):,} tokens only, so the vocabulary has "
+                  f"{self.vocab_size:,}; use a smaller vocab_size or a bigger corpus",
+                  file=sys.stderr)  # fmt: skip
+
+    def _set(self, tokens: list[bytes]) -> None:
+        self.ranks = tokens
+        self.ranks_sha256 = hashlib.sha256(ranks_file_bytes(tokens)).hexdigest()
+
+    # --- the tiktoken vocabulary ----------------------------------------------------------
+
+    def _key(self) -> tuple:
+        return ("bpe", self.pat_str, self.ranks_sha256, self.eot)
+
+    def _load(self):
+        import tiktoken
+
+        if self.ranks is None:
+            raise RuntimeError("BpeTokenizer: call fit() before encoding")
+        return tiktoken.Encoding(
+            name=f"corpusprep-bpe-{self.ranks_sha256[:12]}",
+            pat_str=self.pat_str,
+            mergeable_ranks={token: rank for rank, token in enumerate(self.ranks)},
+            special_tokens={EOT: len(self.ranks)} if self.eot else {},
+        )
+
+    def _enc(self):
+        if self.ranks is None:
+            raise RuntimeError("BpeTokenizer: call fit() before encoding")
+        return super()._enc()
+
+    @property
+    def cut_at(self) -> Optional[bytes]:
+        return CUT_AT if self.pat_str in PROVEN_PATTERNS.values() else NOWHERE
+
+    @property
+    def vocab_size(self) -> int:
+        return self.requested_size if self.ranks is None else len(self.ranks) + self.eot
+
+    @property
+    def max_id(self) -> int:
+        return self.vocab_size - 1
+
+    @property
+    def eot_id(self) -> Optional[int]:
+        if self.ranks is None:  # before fit: documents will get one (eot=auto asks this)
+            return self.requested_size - 1
+        return len(self.ranks) if self.eot else None
+
+    @property
+    def is_gpt2(self) -> bool:
+        return False
+
+    def identity(self) -> dict[str, Any]:
+        return {"trainer": "rustbpe", "trainer_version": _version("rustbpe")}
+
+    # --- what is kept ---------------------------------------------------------------------
+
+    def files(self) -> dict[str, bytes]:
+        return {FILE: ranks_file_bytes(self._fitted())}
+
+    def _fitted(self) -> list[bytes]:
+        if self.ranks is None:
+            raise RuntimeError("BpeTokenizer: call fit() before encoding")
+        return self.ranks
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": "bpe", "backend": self.backend, "pattern": self.pattern,
+                               "pat_str": self.pat_str, "vocab_size": self.vocab_size}  # fmt: skip
+        if self.ranks is not None:
+            out.update(
+                merges=len(self.ranks) - 256,
+                eot_id=self.eot_id,
+                special_tokens={EOT: self.eot_id} if self.eot else {},
+                file=FILE,
+                sha256=self.ranks_sha256,
+                **self.trained,
+            )
+        return out
+
+    def restore(self, description: dict[str, Any], folder: Optional[Path] = None) -> None:
+        """The trained vocabulary back from `folder`'s tokenizer.tiktoken, checked against
+        the sha256 the manifest recorded."""
+        if folder is None:
+            raise UserError("tokenizer=bpe: its vocabulary is a file; give the output folder")
+        path = Path(folder) / str(description.get("file", FILE))
+        try:
+            data = path.read_bytes()
+        except OSError:
+            raise UserError(f"{path}: missing; prepare the folder again") from None
+        if hashlib.sha256(data).hexdigest() != description.get("sha256"):
+            raise UserError(f"{path}: not the file the manifest records (sha256 differs); "
+                            "prepare the folder again")  # fmt: skip
+        self.eot = description.get("eot_id") is not None
+        self.trained = {k: description[k] for k in ("trainer", "trainer_version", "sample_chars",
+                        "sample_units", "corpus_chars_offered", "train_seconds")
+                        if k in description}  # fmt: skip
+        self._set(read_tokens(data, path))
+
+    def meta(self) -> dict[str, Any]:
+        # the same bytes from every run of the same training: no timings in it
+        meta = super().meta()
+        for key in ("train_seconds", "trainer_version", "backend"):
+            meta.pop(key, None)
+        return meta
+
+
+def ranks_file_bytes(tokens: list[bytes]) -> bytes:
+    """tiktoken's .tiktoken format: "base64(token) rank" per line, by rank."""
+    return b"".join(base64.b64encode(t) + b" %d\n" % i for i, t in enumerate(tokens))
+
+
+def read_tokens(data: bytes, path: Path) -> list[bytes]:
+    tokens = []
+    for number, line in enumerate(data.splitlines(), 1):
+        try:
+            token, rank = line.split()
+            if int(rank) != number - 1:
+                raise ValueError
+            tokens.append(base64.b64decode(token, validate=True))
+        except ValueError:  # binascii.Error is one
+            raise UserError(f"{path}: line {number} is not 'base64-token rank' in rank order; "
+                            "prepare the folder again") from None  # fmt: skip
+    return tokens
+
+
+def _trainer():
+    try:
+        import rustbpe
+    except ImportError:
+        raise UserError(TRAIN_MISSING) from None
+    return rustbpe
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "unknown"
