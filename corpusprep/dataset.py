@@ -384,15 +384,18 @@ def rebuild_tokenizer(manifest: dict[str, Any], folder: Optional[Path] = None) -
     what it learned from the corpus (the char vocabulary)."""
     from corpusprep.config import build
 
-    node = (manifest.get("config") or {}).get("tokenizer")
-    if not isinstance(node, dict):
-        raise _damaged("manifest.json", "no tokenizer config (config.tokenizer)")
+    from corpusprep.tokenizers.reuse import _recorded
+
+    try:  # a folder made with tokenizer=reuse: the tokenizer it reused, recorded within
+        node, described = _recorded(manifest)
+    except (KeyError, TypeError, AttributeError):
+        raise _damaged("manifest.json", "no tokenizer config (config.tokenizer)") from None
     # a plain dict, as recorded: build() interprets no ${...} in it and runs nothing it names
     tokenizer = build(node, "tokenizer")
     if tokenizer.keeps_files:  # what it learned is a file in the folder (a trained BPE)
-        tokenizer.restore(manifest["tokenizer"], folder=folder)
+        tokenizer.restore(described, folder=folder)
     else:
-        tokenizer.restore(manifest["tokenizer"])
+        tokenizer.restore(described)
     if tokenizer.vocab_size != manifest["vocab_size"]:
         raise UserError(
             f"the rebuilt tokenizer has {tokenizer.vocab_size:,} ids but the files were made "

@@ -19,6 +19,7 @@ from omegaconf import DictConfig
 from corpusprep.config import build, read_settings
 from corpusprep.formats import InputFile, Segment, get_format
 from corpusprep.prepare import eot_mode, is_single_text, plan
+from corpusprep.sample import merge_samples
 from corpusprep.shards import scan_shard
 from corpusprep.writer import choose_dtype
 
@@ -40,9 +41,24 @@ def estimate(cfg: DictConfig) -> dict[str, Any]:
     picked = list({s.index: s for s in picked}.values())
 
     start = time.perf_counter()
-    scans = [scan_shard(s) for s in picked]
+    rule = tokenizer.sample_rule(single)  # a tokenizer that trains: on the sample's own sample
+    scans = [scan_shard(s, rule) for s in picked]
+    training = None
     if tokenizer.needs_fit:
-        tokenizer.fit("".join(sorted(set("".join(s.charset for s in scans)))), eot=eot != "none")
+        charset = "".join(sorted(set("".join(s.charset for s in scans))))
+        if rule is not None:
+            sample = merge_samples([s.sample for s in scans], rule.chars)
+            began = time.perf_counter()
+            tokenizer.fit(charset, eot=eot != "none", sample=sample)
+            trained = time.perf_counter() - began
+            start += trained  # timed on its own below
+            # training counts its sample's pre-tokens: time grows with the sample's size
+            corpus_chars = sum(s.chars for s in scans) * sum(x.nbytes for x in shards) / max(
+                sum(x.nbytes for x in picked), 1)
+            full = min(rule.chars, corpus_chars)
+            training = (round(trained * full / max(sample.chars, 1), 1), round(full))
+        else:
+            tokenizer.fit(charset, eot=eot != "none")
     tokens = 0
     seen = _Seen()
     for shard in picked:
@@ -83,6 +99,7 @@ def estimate(cfg: DictConfig) -> dict[str, Any]:
         "bytes_on_disk": est_tokens * np.dtype(dtype).itemsize,
         "chars_per_token": round(sum(s.chars for s in scans) / max(tokens, 1), 4),
         "seconds": round(seconds * scale / max(1, min(workers, len(shards))), 1),
+        **({"train_seconds": training[0], "train_chars": training[1]} if training else {}),
     }
 
 
@@ -109,6 +126,8 @@ def describe(e: dict[str, Any], out_dir: str) -> str:
         f"  vocab      {e['vocab']}, dtype {e['dtype']}",
         f"  on disk    ~{e['bytes_on_disk']:,} bytes, {e['chars_per_token']} chars/token",
         f"  time       ~{e['seconds']} s of encoding",
+        *([f"  training   ~{e['train_seconds']} s on a sample of ~{e['train_chars']:,} chars"]
+          if "train_seconds" in e else []),
     ])  # fmt: skip
 
 

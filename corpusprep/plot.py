@@ -154,7 +154,8 @@ def sweep_data(folder: str | Path) -> dict[str, Any]:
     if not records:
         raise UserError(f"{folder}: no job records ({RECORD}) in its folders; not a sweep folder")
     records.sort(key=lambda r: r[0])
-    keys = ("train_tokens", "val_tokens", "chars_per_token", "vocab_size", "ids_used", "vocab_use")
+    keys = ("train_tokens", "val_tokens", "chars_per_token", "vocab_size", "ids_used", "vocab_use",
+            "val_bytes", "bytes_per_token")  # fmt: skip
     out: dict[str, Any] = {"labels": [], "jobs": [], "status": [], "overrides": [],
                            **{k: [] for k in keys}}  # fmt: skip
     # a job's label: its overrides that not every job shares (source=file, ...)
@@ -175,10 +176,14 @@ def sweep_data(folder: str | Path) -> dict[str, Any]:
             else:
                 ds = load(out_dir, tokenizer=False)
                 m = ds.manifest
-                used = int((token_counts(ds.splits(), m["vocab_size"]) > 0).sum())
+                used = m.get("vocab_used")  # counted by the run; else here
+                if used is None:
+                    used = int((token_counts(ds.splits(), m["vocab_size"]) > 0).sum())
                 values.update(train_tokens=m["tokens"]["train"], val_tokens=m["tokens"]["val"],
                               chars_per_token=m["chars_per_token"], vocab_size=m["vocab_size"],
-                              ids_used=used, vocab_use=used / m["vocab_size"])  # fmt: skip
+                              ids_used=used, vocab_use=used / m["vocab_size"],
+                              val_bytes=m.get("val_bytes"),
+                              bytes_per_token=m.get("bytes_per_token"))  # fmt: skip
         out["status"].append(status)
         for k in keys:
             out[k].append(values[k])
@@ -273,8 +278,14 @@ def plot_sweep(folder: str | Path, path: str | Path) -> dict[str, Any]:
     vocabulary use. Returns the plotted numbers (sweep_data)."""
     data = sweep_data(folder)
     n = len(data["labels"])
-    fig = _figure(15, 1.6 + 0.45 * n)
-    axes = fig.subplots(1, 3, sharey=True)
+    curve = compression_curve(data)
+    fig = _figure(15, 1.6 + 0.45 * n + (3.2 if curve else 0))
+    if curve:  # the bars on top, compression against vocabulary size below
+        top, bottom = fig.subfigures(2, 1, height_ratios=[1.6 + 0.45 * n, 3.2])
+        axes = top.subplots(1, 3, sharey=True)
+        _plot_curve(bottom.subplots(1, 1), curve)
+    else:
+        axes = fig.subplots(1, 3, sharey=True)
     y = np.arange(n)
     labels = [f"{label} [{s}]" if s not in ("ok", "skipped") else label
               for label, s in zip(data["labels"], data["status"])]  # fmt: skip
@@ -307,17 +318,54 @@ def plot_sweep(folder: str | Path, path: str | Path) -> dict[str, Any]:
     return data
 
 
+def compression_curve(data: dict[str, Any]) -> Optional[dict[str, list]]:
+    """Val bytes per token against vocabulary size, for a sweep whose jobs differ in it
+    (tokenizer.vocab_size=1024,4096,16384): one line per other setting, by vocab size."""
+    lines: dict[str, list[tuple[int, float]]] = {}
+    for label, overrides, vocab, bpt in zip(data["labels"], data["overrides"],
+                                            data["vocab_size"], data["bytes_per_token"]):  # fmt: skip
+        if vocab is None or not bpt:
+            continue
+        rest = ",".join(o for o in label.split(",") if not o.startswith("tokenizer.vocab_size="))
+        lines.setdefault(rest, []).append((vocab, bpt))
+    if not any(len({v for v, _ in points}) > 1 for points in lines.values()):
+        return None
+    return {"series": [{"label": rest or "all", "vocab_size": [v for v, _ in sorted(points)],
+                        "bytes_per_token": [b for _, b in sorted(points)]}
+                       for rest, points in lines.items()]}  # fmt: skip
+
+
+def _plot_curve(ax, curve: dict[str, list]) -> None:
+    for series in curve["series"]:
+        ax.plot(series["vocab_size"], series["bytes_per_token"], marker="o", label=series["label"])
+        for x, y in zip(series["vocab_size"], series["bytes_per_token"]):
+            ax.annotate(f"{y:.2f}", (x, y), textcoords="offset points", xytext=(0, 6),
+                        ha="center", fontsize=9)  # fmt: skip
+    ax.set_xscale("log", base=2)
+    sizes = sorted({v for series in curve["series"] for v in series["vocab_size"]})
+    ax.set_xticks(sizes, [f"{v:,}" for v in sizes])
+    ax.minorticks_off()
+    ax.set(xlabel="vocabulary size", ylabel="val bytes per token",
+           title="compression against vocabulary size (higher: fewer tokens per byte)")
+    if len(curve["series"]) > 1:
+        ax.legend(fontsize=9)
+    ax.margins(y=0.2)
+
+
 def sweep_table(data: dict[str, Any]) -> str:
     """The numbers of sweep_data as a text table."""
-    lines = [f"  {'job':>3}  {'train':>12}  {'val':>10}  {'chars/tok':>9}  {'vocab use':>17}  run"]
+    lines = [f"  {'job':>3}  {'train':>12}  {'val':>10}  {'chars/tok':>9}  {'bytes/tok':>9}  "
+             f"{'vocab use':>17}  run"]  # bytes/tok: of the val text
     for i, label in enumerate(data["labels"]):
         if data["train_tokens"][i] is None:
             lines.append(f"  {data['jobs'][i]:>3}  {data['status'][i]:>12}  {'':>10}  "
-                         f"{'':>9}  {'':>17}  {label}")  # fmt: skip
+                         f"{'':>9}  {'':>9}  {'':>17}  {label}")  # fmt: skip
             continue
         use = f"{data['ids_used'][i]:,}/{data['vocab_size'][i]:,}"
+        bpt = data["bytes_per_token"][i]
         lines.append(
             f"  {data['jobs'][i]:>3}  {data['train_tokens'][i]:>12,}  {data['val_tokens'][i]:>10,}"
-            f"  {data['chars_per_token'][i]:>9.3f}  {use:>17}  {label}"
+            f"  {data['chars_per_token'][i]:>9.3f}  {'' if bpt is None else f'{bpt:.3f}':>9}"
+            f"  {use:>17}  {label}"
         )
     return "\n".join(lines)

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import platform
@@ -69,6 +70,7 @@ from corpusprep.writer import (
     disk_errors,
 )
 
+TOKEN_BYTES = "token_bytes.npy"  # int32, one per id: its UTF-8 bytes (0: special)
 BLOCK_SIZE = 1024  # nanoGPT's default block_size: a side shorter than a few blocks is warned
 FEW_BLOCKS = 4
 
@@ -107,6 +109,8 @@ class Run:
     results: list[EncodeResult] = field(default_factory=list)
     parts: list[PartFile] = field(default_factory=list)
     merged: Optional[Merged] = None
+    stats: dict[str, Any] = field(default_factory=dict)  # val bytes, ids used (measure)
+    token_bytes: Optional[np.ndarray] = None
     produced: dict[str, int] = field(default_factory=dict)
     replacing: Optional[str] = None  # said when the commit replaces another run's files
 
@@ -147,6 +151,7 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
             encode(run)
             choose_sides(run)
             merge_parts(run)
+            measure(run)
             export(run)
         return commit(run)
 
@@ -430,6 +435,34 @@ def warn_small(tokens: dict[str, int], settings: Settings, name: str) -> None:
           file=sys.stderr)  # fmt: skip
 
 
+COUNT_CHUNK = 1 << 20  # ids counted at a time (np.bincount makes a 64-bit copy of them)
+
+
+def measure(run: Run) -> None:
+    """What a sweep compares tokenizers by: the val text's UTF-8 bytes (from each id's byte
+    length: bits per byte need it), bytes per val token, and how many distinct ids the
+    corpus uses. One pass over the merged ids, in chunks."""
+    sizes = run.tokenizer.token_bytes()
+    used = np.zeros(len(sizes), dtype=bool)
+    val_bytes = 0
+    for side in SIDES:
+        path = run.out.path_of(f"{side}.bin")
+        if path is None or run.merged.tokens[side] == 0:
+            continue
+        ids = np.memmap(path, dtype=run.dtype, mode="r", shape=(run.merged.tokens[side],))
+        counts = np.zeros(len(sizes), dtype=np.int64)
+        for i in range(0, len(ids), COUNT_CHUNK):
+            counts += np.bincount(ids[i : i + COUNT_CHUNK], minlength=len(sizes))[: len(sizes)]
+        used |= counts > 0
+        if side == "val":
+            val_bytes = int(counts @ sizes.astype(np.int64))
+    run.token_bytes = sizes
+    run.stats = {"val_bytes": val_bytes,
+                 "bytes_per_token": round(val_bytes / max(run.merged.tokens["val"], 1), 4),
+                 "vocab_used": int(used.sum())}  # fmt: skip
+    run.clock.lap("measure")
+
+
 def export(run: Run) -> None:
     """The format's files, from the finished streams."""
     out = run.out
@@ -454,6 +487,10 @@ def commit(run: Run) -> dict[str, Any]:
         run.out.write_pickle("meta.pkl", meta)
     for name, data in run.tokenizer.files().items():  # a trained vocabulary
         run.out.write_bytes(name, data)
+    if run.token_bytes is not None:  # each id's UTF-8 length (nanochat's token_bytes)
+        buffer = io.BytesIO()
+        np.save(buffer, run.token_bytes, allow_pickle=False)
+        run.out.write_bytes(TOKEN_BYTES, buffer.getvalue())
     if run.replacing:
         print(run.replacing, file=sys.stderr)
     # the writer adds every file's size and sha256, and writes the manifest last
@@ -823,6 +860,7 @@ def _manifest(run: Run) -> dict[str, Any]:
         },
         "tokens": {"train": train, "val": val},
         "chars_per_token": round(chars / (train + val), 4),
+        **run.stats,  # val_bytes, bytes_per_token (val), vocab_used
         "shards": {
             "count": len(run.shards),
             "shard_bytes": settings.shard_bytes,

@@ -23,8 +23,11 @@ from omegaconf import DictConfig, OmegaConf
 from corpusprep.redact import redact_text, redact_values
 
 RECORD = "corpusprep_job.json"
+# val_bytes, bytes_per_token (val) and vocab_use (distinct ids used / vocab) compare
+# tokenizers fairly: a model's val loss per token becomes bits per byte with val_bytes
 COLUMNS = ["job", "corpus", "tokenizer", "split", "dtype", "vocab", "train_tokens", "val_tokens",
-           "bytes_on_disk", "chars_per_token", "seconds", "status", "reason"]  # fmt: skip
+           "val_bytes", "bytes_per_token", "vocab_use", "bytes_on_disk", "chars_per_token",
+           "seconds", "status", "reason"]  # fmt: skip
 
 
 def job_dir() -> Optional[Path]:
@@ -81,6 +84,10 @@ def row(record: dict[str, Any]) -> dict[str, Any]:
             bytes_on_disk=sum(manifest["files"].values()),
             chars_per_token=manifest["chars_per_token"],
             seconds=manifest["seconds"]["total"],
+            val_bytes=manifest.get("val_bytes", ""),
+            bytes_per_token=manifest.get("bytes_per_token", ""),
+            vocab_use=round(manifest["vocab_used"] / manifest["vocab_size"], 4)
+            if "vocab_used" in manifest else "",
         )
     estimate = record.get("estimate")
     if estimate:
@@ -89,6 +96,10 @@ def row(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _tokenizer_name(desc: dict[str, Any]) -> str:
+    if desc.get("kind") == "bpe":  # trained: its size tells the jobs of a sweep apart
+        return f"bpe{desc.get('vocab_size', '')}"
+    if desc.get("kind") == "reuse":
+        return f"reuse:{_tokenizer_name(desc.get('reused') or {})}"
     return desc.get("encoding") or desc.get("kind", "?")
 
 

@@ -13,7 +13,7 @@ from helpers import REPO, run_cli
 
 TESTS = REPO / "tests"
 ENV = {"PYTHONPATH": os.pathsep.join([str(REPO), str(TESTS)])}
-OUTPUTS = ("train.bin", "val.bin", "meta.pkl", "manifest.json")
+OUTPUTS = ("train.bin", "val.bin", "meta.pkl", "manifest.json", "token_bytes.npy")
 
 
 @pytest.fixture

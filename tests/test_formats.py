@@ -347,6 +347,7 @@ def test_the_issue_example(tmp_path, seeded_cache, tiktoken_cache):
         "manifest.json",
         "shakespeare_train_000001.bin",
         "shakespeare_val_000000.bin",
+        "token_bytes.npy",  # no *_train_*/*_val_* name: llm.c's globs never see it
     ]  # fmt: skip  (GPT-2: no meta.pkl)
     tokens, magic, _ = read_llmc(out / "shakespeare_train_000001.bin")
     assert magic == 20240520 and len(tokens) == 301_966  # nanoGPT's data/shakespeare count
@@ -385,5 +386,5 @@ def test_switching_format_removes_the_old_files_only_on_success(tmp_path):
     assert sorted(p.name for p in (tmp_path / "out").glob("t_*.bin")) == llmc
     assert run_cli(*args, cwd=tmp_path).returncode == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
-        "manifest.json", "meta.pkl", "train.bin", "val.bin",
+        "manifest.json", "meta.pkl", "token_bytes.npy", "train.bin", "val.bin",
     ]  # fmt: skip

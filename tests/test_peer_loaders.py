@@ -222,7 +222,9 @@ def test_dataset_shakespeare_is_nanogpts_own_folder(tmp_path, seeded_cache, tikt
     ref = tmp_path / "ref"
     ref.mkdir()
     prepare_bpe(str(shakespeare), str(ref))  # data/shakespeare/prepare.py: no meta.pkl
-    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "train.bin", "val.bin"]
+    # nanoGPT's files, plus what corpusprep adds beside them (no loader reads these)
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "token_bytes.npy",
+                                                     "train.bin", "val.bin"]  # fmt: skip
     for name in ("train.bin", "val.bin"):
         assert (out / name).read_bytes() == (ref / name).read_bytes()
     assert nanogpt_train_vocab_size(out) == nanogpt_train_vocab_size(ref) == 50304

@@ -138,6 +138,17 @@ class Tokenizer(ABC):
         tokenizer whose tokens_for() is known: shards then write at computed places)."""
         return NO_IDS, NO_IDS
 
+    def special_ids(self) -> set[int]:
+        """Ids of special tokens (no text of the corpus): the end-of-text id by default."""
+        return set() if self.eot_id is None else {self.eot_id}
+
+    def token_bytes(self) -> np.ndarray:
+        """Each id's length in UTF-8 bytes, 0 for special tokens (nanochat's token_bytes):
+        what bits per byte divide a loss by, to compare models across tokenizers."""
+        specials = self.special_ids()
+        return np.array([0 if i in specials else len(self.decode_bytes([i]))
+                         for i in range(self.vocab_size)], dtype=np.int32)  # fmt: skip
+
     @abstractmethod
     def meta(self) -> Optional[dict[str, Any]]:
         """The meta.pkl dict: nanoGPT's train.py reads vocab_size, sample.py stoi/itos.

@@ -89,7 +89,6 @@ class BpeTokenizer(TiktokenTokenizer):
         self.ranks: Optional[list[bytes]] = None  # the trained tokens, by rank
         self.ranks_sha256: Optional[str] = None
         self.trained: dict[str, Any] = {}  # what the training saw and took, for the manifest
-        _trainer()  # fail now, before any work, without the trainer
 
     # --- learning -------------------------------------------------------------------------
 
@@ -99,6 +98,7 @@ class BpeTokenizer(TiktokenTokenizer):
 
     def sample_rule(self, single: bool) -> SampleRule:
         """What the scan gathers to train on: one plain text is sampled uncapped."""
+        _trainer()  # asked before the scan: without the trainer, fail before any work
         return SampleRule(self.train_chars, None if single else self.max_doc_chars, self.seed)
 
     def fit(self, charset: str, eot: bool = False, sample: Optional[Sample] = None) -> None:

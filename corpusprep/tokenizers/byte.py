@@ -27,6 +27,9 @@ class ByteTokenizer(Tokenizer):
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         return np.asarray(ids, dtype=np.uint8).tobytes()
 
+    def token_bytes(self) -> np.ndarray:
+        return np.ones(256, dtype=np.int32)
+
     def meta(self) -> dict[str, Any]:
         # itos/stoi let nanoGPT's sample.py run: exact for ASCII, "\ufffd" for the single
         # bytes of a multi-byte character (README: decode with corpusprep.load instead).

@@ -129,6 +129,10 @@ class CharTokenizer(Tokenizer):
         chars = self._fitted() + ([self.separator] if self.eot else [])
         return "".join([chars[i] for i in ids])
 
+    def token_bytes(self) -> np.ndarray:
+        sizes = [len(c.encode("utf-8")) for c in self._fitted()] + [0] * self.eot  # separator: 0
+        return np.array(sizes, dtype=np.int32)
+
     def meta(self) -> dict[str, Any]:
         # Exactly nanoGPT's dict, built the same way, so meta.pkl is byte-identical: pickle
         # memoises the shared character objects, so even object identity matters here.

@@ -286,6 +286,9 @@ class HfTokenizer(Tokenizer):
     def decode(self, ids: Iterable[int]) -> str:
         return self._hf().decode([int(i) for i in ids], skip_special_tokens=False)
 
+    def special_ids(self) -> set[int]:
+        return {i for i, t in self._hf().get_added_tokens_decoder().items() if t.special}
+
     def meta(self) -> dict[str, Any]:
         itos = self._itos()
         stoi = sample_stoi(itos, lambda c: self.encode(c).tolist())

@@ -279,6 +279,16 @@ class TiktokenTokenizer(Tokenizer):
     def decode(self, ids: Iterable[int]) -> str:
         return self._enc().decode([int(i) for i in ids])
 
+    def special_ids(self) -> set[int]:
+        return set(self._enc()._special_tokens.values())
+
+    def token_bytes(self) -> np.ndarray:
+        enc = self._enc()
+        out = np.zeros(enc.n_vocab, dtype=np.int32)  # an id neither rank nor special: 0
+        for token, rank in enc._mergeable_ranks.items():
+            out[rank] = len(token)
+        return out
+
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         return self._enc().decode_bytes([int(i) for i in ids])
 

@@ -1,0 +1,143 @@
+"""Exactly the tokenizer an earlier corpusprep run made or used (tokenizer=reuse
+tokenizer.dir=DIR): train a vocabulary on corpus A, then encode B and C with it.
+
+Rebuilt from DIR's manifest.json (JSON; the class it names must be one corpusprep trusts,
+as for every config) and the files it learned into (a trained BPE's tokenizer.tiktoken,
+checked against the manifest's sha256); never from meta.pkl. Its files are copied into
+the new out_dir and its description into the new manifest, so the new folder loads on
+its own, wherever DIR goes later. The run's fingerprint holds the tokenizer's sha256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from corpusprep.errors import UserError
+from corpusprep.tokenizers import Tokenizer
+
+
+class ReusedTokenizer(Tokenizer):
+    def __init__(self, dir: str) -> None:  # noqa: A002 - the config key users write
+        folder = Path(str(dir)).expanduser()
+        path = folder / "manifest.json"
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+            node, described = _recorded(manifest)
+        except (OSError, ValueError, KeyError, TypeError):
+            raise UserError(
+                f"tokenizer.dir={dir}: not a finished corpusprep output folder (no readable "
+                "manifest.json with its tokenizer); give the out_dir of an earlier run"
+            ) from None
+        self.dir = str(folder.resolve())
+        self.config = node
+        self.reused = described
+        self.inner = _rebuild(node, described, folder, str(dir))
+        self._files = self.inner.files()
+        digest = hashlib.sha256(json.dumps(described, sort_keys=True).encode())
+        for name in sorted(self._files):
+            digest.update(name.encode() + b"\0" + hashlib.sha256(self._files[name]).digest())
+        self.sha256 = digest.hexdigest()
+
+    # --- what the pipeline asks: the reused tokenizer's answers ---------------------------
+
+    @property
+    def cut_at(self) -> Optional[bytes]:
+        return self.inner.cut_at
+
+    @property
+    def fast(self) -> bool:
+        return self.inner.fast
+
+    @property
+    def eot_id(self) -> Optional[int]:
+        return self.inner.eot_id
+
+    @property
+    def vocab_size(self) -> int:
+        return self.inner.vocab_size
+
+    @property
+    def max_id(self) -> int:
+        return self.inner.max_id
+
+    def encode(self, text: str) -> np.ndarray:
+        try:
+            return self.inner.encode(text)
+        except KeyError as e:  # a char vocabulary without some character of this corpus
+            raise UserError(self._missing(e)) from None
+
+    def encode_pieces(self, pieces: Iterable[str]) -> Iterator[np.ndarray]:
+        try:
+            yield from self.inner.encode_pieces(pieces)
+        except KeyError as e:
+            raise UserError(self._missing(e)) from None
+
+    def _missing(self, error: KeyError) -> str:
+        return (f"tokenizer.dir={self.dir}: its vocabulary cannot encode this corpus "
+                f"({error.args[0] if error.args else error}); reuse a tokenizer that covers "
+                "every character (a trained bpe, byte), or tokenizer=char")  # fmt: skip
+
+    def tokens_for(self, chars: int) -> Optional[int]:
+        return self.inner.tokens_for(chars)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self.inner.decode(ids)
+
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        return self.inner.decode_bytes(ids)
+
+    def document_specials(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.inner.document_specials()
+
+    def special_ids(self) -> set[int]:
+        return self.inner.special_ids()
+
+    def token_bytes(self) -> np.ndarray:
+        return self.inner.token_bytes()
+
+    def files(self) -> dict[str, bytes]:
+        return dict(self._files)
+
+    def meta(self) -> Optional[dict[str, Any]]:
+        return self.inner.meta()
+
+    def identity(self) -> dict[str, Any]:
+        return {"kind": "reuse", "sha256": self.sha256}  # not where DIR is
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "reuse", "dir": self.dir, "sha256": self.sha256,
+                "vocab_size": self.vocab_size, "config": self.config,
+                "reused": self.inner.describe()}  # fmt: skip
+
+
+def _recorded(manifest: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The tokenizer's config node and description in a manifest; through any reuse (a
+    folder made with tokenizer=reuse records the tokenizer it reused)."""
+    node, described = manifest["config"]["tokenizer"], manifest["tokenizer"]
+    while described.get("kind") == "reuse":
+        node, described = described["config"], described["reused"]
+    if not isinstance(node, dict) or not isinstance(described, dict):
+        raise TypeError("not a tokenizer record")
+    return node, described
+
+
+def _rebuild(node: dict[str, Any], described: dict[str, Any], folder: Path,
+             given: str) -> Tokenizer:  # fmt: skip
+    from corpusprep.config import build
+
+    tokenizer = build(node, "tokenizer")  # trusted classes only, plain values, no ${...}
+    if tokenizer.keeps_files:
+        tokenizer.restore(described, folder=folder)
+    else:
+        tokenizer.restore(described)
+    if tokenizer.vocab_size != described.get("vocab_size", tokenizer.vocab_size):
+        raise UserError(f"tokenizer.dir={given}: the rebuilt tokenizer has "
+                        f"{tokenizer.vocab_size:,} ids, not the recorded "
+                        f"{described['vocab_size']:,}; prepare that folder again")  # fmt: skip
+    return tokenizer

@@ -1,0 +1,195 @@
+"""Comparing tokenizers fairly (issue 14): token_bytes with every output, the val bytes,
+bytes per token and vocabulary use in the manifest and the sweep table, a figure of
+compression against vocabulary size, and tokenizer=reuse (one vocabulary, many corpora).
+
+- token_bytes.npy holds each id's UTF-8 length (0 for special tokens), so that
+  token_bytes[val ids] sums to the val text's bytes (what bits per byte divide by), for
+  char, byte, tiktoken and a trained bpe; nanochat computes it the same way;
+- the manifest's val_bytes / bytes_per_token / vocab_used equal what numpy counts;
+- a sweep over tokenizer.vocab_size gives the table columns and, in inspect, the curve;
+- tokenizer=reuse encodes with exactly the ids of the folder it names, keeps working when
+  that folder is gone, and refuses a folder that is not one.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import assert_one_line_error, run_cli
+
+TEXT = "Ça, naïve — 日本語 😀 <|endoftext|> and plain ASCII lines.\n" * 300 + "end\n"
+
+
+def _val_text(path: Path, split: float = 0.9) -> str:
+    text = path.read_text(encoding="utf-8")
+    return text[int(len(text) * split) :]
+
+
+@pytest.mark.parametrize("tokenizer", ["char", "byte", "tiktoken", "bpe"])
+def test_token_bytes_sum_to_the_val_texts_bytes(tmp_path, tiktoken_cache, tokenizer):
+    if tokenizer == "bpe":
+        pytest.importorskip("rustbpe")
+    (tmp_path / "t.txt").write_text(TEXT, encoding="utf-8")
+    extra = ["tokenizer.vocab_size=300"] if tokenizer == "bpe" else []
+    done = run_cli("source=file", "source.path=t.txt", f"tokenizer={tokenizer}", *extra,
+                   "out_dir=out", "quiet=true", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "out"
+    manifest = json.loads((out / "manifest.json").read_text())
+    sizes = np.load(out / "token_bytes.npy", allow_pickle=False)
+    assert sizes.dtype == np.int32 and len(sizes) == manifest["vocab_size"]
+    dtype = np.dtype(manifest["dtype"])
+    val = np.fromfile(out / "val.bin", dtype=dtype)
+    val_bytes = len(_val_text(tmp_path / "t.txt").encode("utf-8"))
+    assert int(sizes[val].sum()) == val_bytes == manifest["val_bytes"]
+    assert manifest["bytes_per_token"] == round(val_bytes / len(val), 4)
+    ids = np.concatenate([np.fromfile(out / "train.bin", dtype=dtype), val])
+    assert manifest["vocab_used"] == len(np.unique(ids))
+    assert "token_bytes.npy" in manifest["files"]
+
+
+def test_special_tokens_have_no_bytes(tiktoken_cache):
+    from corpusprep.tokenizers.char import CharTokenizer
+    from corpusprep.tokenizers.tiktoken import TiktokenTokenizer
+
+    gpt2 = TiktokenTokenizer("gpt2").token_bytes()
+    assert len(gpt2) == 50257 and gpt2[50256] == 0 and gpt2[0] == 1 and gpt2.min() == 0
+    char = CharTokenizer()
+    char.fit("ab\u00e9", eot=True)
+    assert char.token_bytes().tolist() == [1, 1, 2, 0]  # the separator is special
+
+
+def test_nanochat_computes_the_same_token_bytes_for_whole_character_tokens(tiktoken_cache):
+    """nanochat's token_bytes: len(decode([id]).encode()) for each id, 0 for specials; ours
+    is the token's own bytes, the same wherever a token holds whole characters."""
+    from corpusprep.tokenizers.tiktoken import TiktokenTokenizer
+
+    tok = TiktokenTokenizer("gpt2")
+    ours = tok.token_bytes()
+    enc = tok._enc()
+    specials = set(enc._special_tokens.values())
+    for i in range(0, enc.n_vocab, 7):
+        text = enc.decode([i])
+        theirs = 0 if i in specials else len(text.encode("utf-8"))
+        if "\ufffd" not in text:
+            assert ours[i] == theirs, i
+
+
+def test_a_sweep_over_vocabulary_sizes_compares_them(tmp_path):
+    pytest.importorskip("rustbpe")
+    pytest.importorskip("matplotlib")
+    from corpusprep import plot
+
+    (tmp_path / "t.txt").write_text(TEXT * 3 + "".join(f"line {i} of many\n" for i in range(3000)))
+    done = run_cli("-m", "source=file", "source.path=t.txt", "tokenizer=bpe",
+                   "tokenizer.vocab_size=300,400,600", "hydra.sweep.dir=sweep", "quiet=true",
+                   cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with open(tmp_path / "sweep" / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["tokenizer"] for r in rows] == ["bpe300", "bpe400", "bpe600"]
+    bpt = [float(r["bytes_per_token"]) for r in rows]
+    assert bpt == sorted(bpt) and bpt[0] < bpt[-1]  # a bigger vocabulary: fewer tokens
+    assert len({r["val_bytes"] for r in rows}) == 1  # the same val text for all
+    assert all(0 < float(r["vocab_use"]) <= 1 for r in rows)
+    data = plot.plot_sweep(tmp_path / "sweep", tmp_path / "sweep.png")
+    curve = plot.compression_curve(data)
+    assert curve["series"][0]["vocab_size"] == [300, 400, 600]
+    assert curve["series"][0]["bytes_per_token"] == bpt
+    assert (tmp_path / "sweep.png").stat().st_size > 10_000
+    table = subprocess.run([sys.executable, "-m", "corpusprep.inspect", "sweep"], cwd=tmp_path,
+                           capture_output=True, text=True)  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    assert "bytes/tok" in table.stdout and f"{bpt[0]:.3f}" in table.stdout
+
+
+# --- tokenizer=reuse ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    pytest.importorskip("rustbpe")
+    root = tmp_path_factory.mktemp("reuse")
+    (root / "a.txt").write_text(TEXT * 2, encoding="utf-8")
+    done = run_cli("source=file", "source.path=a.txt", "tokenizer=bpe",
+                   "tokenizer.vocab_size=290", "out_dir=a", "quiet=true", cwd=root)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return root
+
+
+def test_reuse_encodes_another_corpus_with_the_same_ids(trained, tmp_path):
+    import corpusprep
+
+    other = "Another corpus, naïve lines 日本語 and more.\n" * 500
+    (tmp_path / "b.txt").write_text(other, encoding="utf-8")
+    shutil.copytree(trained / "a", tmp_path / "a")
+    done = run_cli("source=file", "source.path=b.txt", "tokenizer=reuse", "tokenizer.dir=a",
+                   "out_dir=b", "quiet=true", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    a = corpusprep.load(tmp_path / "a")
+    b = tmp_path / "b"
+    expected = a.tokenizer.encode(_val_text(tmp_path / "b.txt")).tolist()
+    assert np.fromfile(b / "val.bin", dtype=np.uint16).tolist() == expected
+    for name in ("tokenizer.tiktoken", "meta.pkl"):  # the same vocabulary, the same meta.pkl
+        assert (b / name).read_bytes() == (tmp_path / "a" / name).read_bytes()
+    manifest = json.loads((b / "manifest.json").read_text())
+    assert manifest["tokenizer"]["kind"] == "reuse"
+    assert manifest["tokenizer"]["reused"]["sha256"] == a.manifest["tokenizer"]["sha256"]
+    with open(b / "meta.pkl", "rb") as f:
+        assert pickle.load(f)["vocab_size"] == 290
+    # the new folder stands on its own: the reused folder may go
+    shutil.rmtree(tmp_path / "a")
+    again = corpusprep.load(b)
+    assert again.tokenizer.decode(again.val[:40].tolist()) == _val_text(tmp_path / "b.txt")[
+        : len(again.tokenizer.decode(again.val[:40].tolist()))
+    ]
+
+
+def test_reuse_of_a_char_vocabulary_and_its_limits(tmp_path):
+    (tmp_path / "a.txt").write_text("abc abc\n" * 200)
+    (tmp_path / "b.txt").write_text("cab bac\n" * 200)
+    (tmp_path / "c.txt").write_text("xyz\n" * 200)
+    assert run_cli("source=file", "source.path=a.txt", "tokenizer=char", "out_dir=a",
+                   "quiet=true", cwd=tmp_path).returncode == 0  # fmt: skip
+    done = run_cli("source=file", "source.path=b.txt", "tokenizer=reuse", "tokenizer.dir=a",
+                   "out_dir=b", "quiet=true", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "b" / "meta.pkl").read_bytes() == (tmp_path / "a" / "meta.pkl").read_bytes()
+    bad = run_cli("source=file", "source.path=c.txt", "tokenizer=reuse", "tokenizer.dir=a",
+                  "out_dir=c", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(bad, "its vocabulary cannot encode this corpus", "'xyz'")
+    missing = run_cli("source=file", "source.path=b.txt", "tokenizer=reuse",
+                      "tokenizer.dir=nowhere", "out_dir=d", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(missing, "tokenizer.dir=nowhere: not a finished corpusprep output")
+
+
+def test_reuse_refuses_a_changed_vocabulary_file(trained, tmp_path):
+    shutil.copytree(trained / "a", tmp_path / "a")
+    path = tmp_path / "a" / "tokenizer.tiktoken"
+    path.write_bytes(path.read_bytes().replace(b" 280\n", b" 281\n", 1))
+    (tmp_path / "b.txt").write_text("text\n" * 100)
+    done = run_cli("source=file", "source.path=b.txt", "tokenizer=reuse", "tokenizer.dir=a",
+                   "out_dir=b", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(done, "tokenizer.tiktoken: not the file the manifest records")
+
+
+def test_reuse_never_runs_what_a_manifest_names(trained, tmp_path):
+    """A stranger's folder: its manifest may name any class; only trusted ones are built."""
+    shutil.copytree(trained / "a", tmp_path / "a")
+    path = tmp_path / "a" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["config"]["tokenizer"]["_target_"] = "os.system"
+    path.write_text(json.dumps(manifest))
+    (tmp_path / "b.txt").write_text("text\n" * 100)
+    done = run_cli("source=file", "source.path=b.txt", "tokenizer=reuse", "tokenizer.dir=a",
+                   "out_dir=b", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(done, "os.system")
+    assert not (tmp_path / "b" / "train.bin").exists()
