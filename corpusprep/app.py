@@ -202,7 +202,7 @@ def summary(m: dict[str, Any], out_dir: str) -> str:
     lines = [
         f"corpusprep: {m['name']} -> {out_dir}",
         source,
-        f"  tokenizer  {m['tokenizer']['kind']}, vocab {m['vocab_size']:,}, dtype {m['dtype']}"
+        f"  tokenizer  {_kind(m['tokenizer'])}, vocab {m['vocab_size']:,}, dtype {m['dtype']}"
         + (f", backend {m['tokenizer']['backend']}" if m["tokenizer"].get("backend") else "")
         + (f"; {m['tokenizer']['per_document']}" if m["tokenizer"].get("per_document") else ""),
         f"  train      {plural(m['tokens']['train'], 'token')}",
@@ -224,6 +224,13 @@ def summary(m: dict[str, Any], out_dir: str) -> str:
 
 
 WIDTH = 100  # the summary's lines fit in this many columns
+
+
+def _kind(described: dict) -> str:
+    """The tokenizer's kind for the summary; a reused one names what it reuses."""
+    if described.get("kind") == "reuse":
+        return f"reuse of {_kind(described.get('reused') or {})} from {described.get('dir')}"
+    return str(described.get("kind"))
 
 
 def _elide(text: str, width: int) -> str:

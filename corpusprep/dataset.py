@@ -383,7 +383,6 @@ def rebuild_tokenizer(manifest: dict[str, Any], folder: Optional[Path] = None) -
     """The tokenizer that made the files: built from the recorded config, then given back
     what it learned from the corpus (the char vocabulary)."""
     from corpusprep.config import build
-
     from corpusprep.tokenizers.reuse import _recorded
 
     try:  # a folder made with tokenizer=reuse: the tokenizer it reused, recorded within

@@ -345,8 +345,11 @@ def _plot_curve(ax, curve: dict[str, list]) -> None:
     sizes = sorted({v for series in curve["series"] for v in series["vocab_size"]})
     ax.set_xticks(sizes, [f"{v:,}" for v in sizes])
     ax.minorticks_off()
-    ax.set(xlabel="vocabulary size", ylabel="val bytes per token",
-           title="compression against vocabulary size (higher: fewer tokens per byte)")
+    ax.set(
+        xlabel="vocabulary size",
+        ylabel="val bytes per token",
+        title="compression against vocabulary size (higher: fewer tokens per byte)",
+    )
     if len(curve["series"]) > 1:
         ax.legend(fontsize=9)
     ax.margins(y=0.2)
@@ -354,8 +357,10 @@ def _plot_curve(ax, curve: dict[str, list]) -> None:
 
 def sweep_table(data: dict[str, Any]) -> str:
     """The numbers of sweep_data as a text table."""
-    lines = [f"  {'job':>3}  {'train':>12}  {'val':>10}  {'chars/tok':>9}  {'bytes/tok':>9}  "
-             f"{'vocab use':>17}  run"]  # bytes/tok: of the val text
+    lines = [
+        f"  {'job':>3}  {'train':>12}  {'val':>10}  {'chars/tok':>9}  {'bytes/tok':>9}  "
+        f"{'vocab use':>17}  run"
+    ]  # bytes/tok: of the val text
     for i, label in enumerate(data["labels"]):
         if data["train_tokens"][i] is None:
             lines.append(f"  {data['jobs'][i]:>3}  {data['status'][i]:>12}  {'':>10}  "

@@ -87,7 +87,8 @@ def row(record: dict[str, Any]) -> dict[str, Any]:
             val_bytes=manifest.get("val_bytes", ""),
             bytes_per_token=manifest.get("bytes_per_token", ""),
             vocab_use=round(manifest["vocab_used"] / manifest["vocab_size"], 4)
-            if "vocab_used" in manifest else "",
+            if "vocab_used" in manifest
+            else "",
         )
     estimate = record.get("estimate")
     if estimate:

@@ -148,9 +148,10 @@ def test_reuse_encodes_another_corpus_with_the_same_ids(trained, tmp_path):
     # the new folder stands on its own: the reused folder may go
     shutil.rmtree(tmp_path / "a")
     again = corpusprep.load(b)
-    assert again.tokenizer.decode(again.val[:40].tolist()) == _val_text(tmp_path / "b.txt")[
-        : len(again.tokenizer.decode(again.val[:40].tolist()))
-    ]
+    assert (
+        again.tokenizer.decode(again.val[:40].tolist())
+        == _val_text(tmp_path / "b.txt")[: len(again.tokenizer.decode(again.val[:40].tolist()))]
+    )
 
 
 def test_reuse_of_a_char_vocabulary_and_its_limits(tmp_path):
