@@ -322,8 +322,7 @@ def compression_curve(data: dict[str, Any]) -> Optional[dict[str, list]]:
     """Val bytes per token against vocabulary size, for a sweep whose jobs differ in it
     (tokenizer.vocab_size=1024,4096,16384): one line per other setting, by vocab size."""
     lines: dict[str, list[tuple[int, float]]] = {}
-    for label, overrides, vocab, bpt in zip(data["labels"], data["overrides"],
-                                            data["vocab_size"], data["bytes_per_token"]):  # fmt: skip
+    for label, vocab, bpt in zip(data["labels"], data["vocab_size"], data["bytes_per_token"]):
         if vocab is None or not bpt:
             continue
         rest = ",".join(o for o in label.split(",") if not o.startswith("tokenizer.vocab_size="))

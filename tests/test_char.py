@@ -109,6 +109,7 @@ def test_dataset_shakespeare_char_through_the_cli(tmp_path, seeded_cache, refere
     assert sorted(p.name for p in out.iterdir()) == [
         "manifest.json",
         "meta.pkl",
+        "token_bytes.npy",  # each id's bytes, beside nanoGPT's files (issue 14)
         "train.bin",
         "val.bin",
     ]

@@ -162,7 +162,7 @@ def test_repr_is_one_short_line(tmp_path):
     assert text == (
         f"PreparedDataset({str(out)!r}: tiny, char vocab {m['vocab_size']}, uint16, "
         f"{m['tokens']['train']:,} train + {m['tokens']['val']:,} val tokens, nanogpt: "
-        "train.bin, val.bin, meta.pkl)"
+        "train.bin, val.bin, meta.pkl and 1 more)"  # token_bytes.npy
     )
     # many files: a few names, then how many more
     out = prepared(tmp_path, "source=file", f"source.path={src}", "format=npy",

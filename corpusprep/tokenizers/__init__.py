@@ -3,6 +3,7 @@ with a config file of the same name in conf/tokenizer/. A tokenizer never opens 
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -146,8 +147,13 @@ class Tokenizer(ABC):
         """Each id's length in UTF-8 bytes, 0 for special tokens (nanochat's token_bytes):
         what bits per byte divide a loss by, to compare models across tokenizers."""
         specials = self.special_ids()
-        return np.array([0 if i in specials else len(self.decode_bytes([i]))
-                         for i in range(self.vocab_size)], dtype=np.int32)  # fmt: skip
+        out = np.zeros(self.vocab_size, dtype=np.int32)
+        for i in range(self.vocab_size):
+            # an id no text gives (a plugin's surrogate code point) stays 0
+            with contextlib.suppress(UnicodeError, ValueError, KeyError, IndexError):
+                if i not in specials:
+                    out[i] = len(self.decode_bytes([i]))
+        return out
 
     @abstractmethod
     def meta(self) -> Optional[dict[str, Any]]:
