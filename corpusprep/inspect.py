@@ -256,7 +256,10 @@ class _AsText:
         return self.tokenizer.document_specials()
 
     def encode_pieces(self, pieces: Iterator[str]) -> Iterator[str]:
-        return iter(pieces)
+        # what the ids of each encoded text decode to before it (SentencePiece's dummy
+        # prefix space: a tokenizer that adds one encodes its texts whole)
+        prefix = getattr(self.tokenizer, "decoded_prefix", "")
+        return iter([prefix, *pieces]) if prefix else iter(pieces)
 
 
 class _Differs(Exception):

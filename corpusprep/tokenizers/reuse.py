@@ -124,7 +124,10 @@ def _recorded(manifest: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]
         node, described = described["config"], described["reused"]
     if not isinstance(node, dict) or not isinstance(described, dict):
         raise TypeError("not a tokenizer record")
-    return node, described
+    # keys naming a file outside the folder (tokenizer.model=...): its copy in the folder
+    # is what restore() reads, so the original need not exist any more
+    external = described.get("external") or []
+    return {**node, **dict.fromkeys(k for k in external if isinstance(k, str))}, described
 
 
 def _rebuild(node: dict[str, Any], described: dict[str, Any], folder: Path,

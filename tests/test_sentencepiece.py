@@ -1,0 +1,135 @@
+"""tokenizer=sentencepiece (issue 14): a .model file, or one trained on the corpus as
+llama2.c's train_vocab does (lossless: remove_extra_whitespaces off, as Llama 2's model).
+
+- trained on tiny shakespeare: the same files for 1 or 2 workers, the folder verifies,
+  and sentencepiece itself, loading the saved tokenizer.model, gives train.bin's and
+  val.bin's ids (<s> first, as llama2.c's pretokenize: bos=True, eos=False);
+- documents: each one is <s> + sentencepiece's ids for it, on mixed text;
+- a given model file encodes exactly as sentencepiece does, and the folder keeps a copy;
+- mistakes are one line.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import REPO, assert_one_line_error, run_cli, same_files
+
+spm = pytest.importorskip("sentencepiece")
+
+FILES = ("train.bin", "val.bin", "meta.pkl", "tokenizer.model")
+MIXED = [
+    "Hello, World!\nSecond line\n\n",
+    "emoji 😀🎉 and CJK 中文字符 日本語のテキスト 한국어",
+    "    indented   with    runs\t\t\tof whitespace      \n\n\n\nx",
+    "a" * 3000 + " " + "b" * 2000,
+    "def f(x):\n    return x ** 2  # it's, we'll DON'T",
+    " leading space, trailing space ",
+]
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("sp")
+    env = {"CORPUSPREP_CACHE_DIR": str(root / "cache")}
+    outs = {}
+    for name, extra in {"one": ["executor.workers=1"],
+                        "two": ["executor.workers=2", "shard_bytes=65536"]}.items():  # fmt: skip
+        out = outs[name] = root / name
+        done = run_cli("dataset=shakespeare_char", "tokenizer=sentencepiece",
+                       "tokenizer.vocab_size=1024", *extra, f"out_dir={out}", "quiet=true",
+                       cwd=root, env=env)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    return outs
+
+
+def test_the_same_files_and_sentencepieces_own_ids(made, shakespeare):
+    same_files(made["one"], made["two"], FILES)
+    out = made["one"]
+    sp = spm.SentencePieceProcessor(model_file=str(out / "tokenizer.model"))
+    assert sp.get_piece_size() == 1024
+    text = shakespeare.read_text(encoding="utf-8")
+    n = int(len(text) * 0.9)
+    train = np.fromfile(out / "train.bin", dtype=np.uint16).tolist()
+    val = np.fromfile(out / "val.bin", dtype=np.uint16).tolist()
+    assert train == [sp.bos_id(), *sp.encode(text[:n])]
+    assert val == sp.encode(text[n:])
+    assert sp.decode(val) == text[n:]  # lossless
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["vocab_size"] == 1024 and manifest["tokenizer"]["kind"] == "sentencepiece"
+    assert manifest["checksums"]["tokenizer.model"] == manifest["tokenizer"]["sha256"]
+    # token_bytes: "▁" is a space, so val counts one more byte: the dummy prefix
+    sizes = np.load(out / "token_bytes.npy")
+    assert int(sizes[val].sum()) == len(text[n:].encode()) + 1 == manifest["val_bytes"] + 0
+    assert sizes[sp.bos_id()] == 0 and sizes[sp.unk_id()] == 0
+
+
+def test_the_folder_verifies_and_loads(made):
+    import corpusprep
+
+    done = subprocess.run([sys.executable, "-m", "corpusprep.inspect", str(made["two"]),
+                           "--verify"], capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "verified" in done.stdout
+    ds = corpusprep.load(made["two"])
+    assert ds.tokenizer.decode(ds.val[:100].tolist()) == ds.tokenizer._sp().decode(
+        ds.val[:100].tolist()
+    )
+
+
+def test_documents_get_bos_and_sentencepieces_ids(made, tmp_path):
+    import corpusprep
+
+    docs = [f"{i}: {MIXED[i % len(MIXED)]}" for i in range(60)]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    model = made["one"] / "tokenizer.model"
+    done = run_cli("source=file", "source.path=d.jsonl", "tokenizer=sentencepiece",
+                   f"tokenizer.model={model}", "out_dir=out", "quiet=true",
+                   cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    sp = spm.SentencePieceProcessor(model_file=str(model))
+    ds = corpusprep.load(tmp_path / "out")
+    expected = sorted(tuple([sp.bos_id(), *sp.encode(d)]) for d in docs)
+    got = []
+    for side in ("train", "val"):
+        ids, starts = getattr(ds, side), getattr(ds, f"{side}_docs")
+        ends = [*starts[1:].tolist(), len(ids)]
+        got += [tuple(ids[a:b].tolist()) for a, b in zip(starts.tolist(), ends)]
+    assert sorted(got) == expected
+    assert (tmp_path / "out" / "tokenizer.model").read_bytes() == model.read_bytes()
+    verified = subprocess.run([sys.executable, "-m", "corpusprep.inspect", "out", "--verify"],
+                              capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    assert verified.returncode == 0, verified.stderr
+    # the folder stands on its own: the model it was given may go
+    copy = tmp_path / "given.model"
+    shutil.copyfile(model, copy)
+    again = run_cli("source=file", "source.path=d.jsonl", "tokenizer=sentencepiece",
+                    f"tokenizer.model={copy}", "out_dir=out2", "quiet=true",
+                    cwd=tmp_path)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    copy.unlink()
+    assert corpusprep.load(tmp_path / "out2").tokenizer.vocab_size == 1024
+
+
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        ("tokenizer.vocab_size=100", "tokenizer.vocab_size=100: a byte-fallback model needs"),
+        ("tokenizer.model=nowhere.model", "tokenizer.model=nowhere.model: no such file"),
+        ("tokenizer.model=bad.model", "not a SentencePiece model"),
+        ("eot=append", "use eot=none"),
+    ],
+)
+def test_mistakes_get_one_line(tmp_path, override, fragment):
+    (tmp_path / "bad.model").write_bytes(b"not a model at all")
+    (tmp_path / "docs.jsonl").write_text('{"text": "a b c"}\n{"text": "d e f"}\n' * 50)
+    done = run_cli("source=file", "source.path=docs.jsonl", "tokenizer=sentencepiece",
+                   "tokenizer.vocab_size=300", override, "out_dir=out",
+                   cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(done, fragment)
