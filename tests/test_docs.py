@@ -330,7 +330,8 @@ def test_help_is_corpusprep_own_page(tmp_path, shared_data, loopback_env, tiktok
     assert page.lstrip().startswith("corpusprep:"), page[:200]
     presets = sorted(p.stem for p in (REPO / "conf" / "dataset").glob("*.yaml"))
     assert f"dataset: {', '.join(presets)}" in page  # the groups, from Hydra's listing
-    groups = ("source: file, files, hf, url", "tokenizer: bpe, byte, char, hf, reuse, sentencepiece, tiktoken",
+    groups = ("source: file, files, hf, url",
+              "tokenizer: bpe, byte, char, hf, reuse, sentencepiece, tiktoken",
               "executor: local, ray, slurm", "format: llmc, megatron, nanogpt, npy")  # fmt: skip
     for group in groups:
         assert group in page

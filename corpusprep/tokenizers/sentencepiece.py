@@ -58,8 +58,10 @@ class SentencePieceTokenizer(Tokenizer):
             raise UserError(f"tokenizer.add_bos={add_bos}: use true (<s> before each document, "
                             "as llama2.c) or false")  # fmt: skip
         if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 260:
-            raise UserError(f"tokenizer.vocab_size={vocab_size}: a byte-fallback model needs "
-                            "its 256 byte pieces and <unk>, <s>, </s>; give 260 or more")  # fmt: skip
+            raise UserError(
+                f"tokenizer.vocab_size={vocab_size}: a byte-fallback model needs its 256 byte "
+                "pieces and <unk>, <s>, </s>; give 260 or more"
+            )
         for key, value in (("train_chars", train_chars), ("max_doc_chars", max_doc_chars)):
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise UserError(f"tokenizer.{key}={value}: give a positive number of characters")
@@ -113,8 +115,10 @@ class SentencePieceTokenizer(Tokenizer):
     def fit(self, charset: str, eot: bool = False, sample: Optional[Sample] = None) -> None:
         spm = _library()
         if eot:
-            raise UserError("tokenizer=sentencepiece marks each document with <s> "
-                            "(tokenizer.add_bos), not an end-of-text token; use eot=none")  # fmt: skip
+            raise UserError(
+                "tokenizer=sentencepiece marks each document with <s> (tokenizer.add_bos), "
+                "not an end-of-text token; use eot=none"
+            )
         # its text input is lines: the sample's pieces, cut at their newlines
         lines = [line for unit in (sample.units if sample else []) for line in unit.split("\n")
                  if line]  # fmt: skip
@@ -153,9 +157,8 @@ class SentencePieceTokenizer(Tokenizer):
 
     def document_specials(self) -> tuple[np.ndarray, np.ndarray]:
         bos = self._sp().bos_id()
-        before = np.array([bos], dtype=np.uint32) if self.add_bos and bos >= 0 else np.zeros(0,
-                                                                                   np.uint32)  # fmt: skip
-        return before, np.zeros(0, dtype=np.uint32)
+        before = [bos] if self.add_bos and bos >= 0 else []
+        return np.array(before, dtype=np.uint32), np.zeros(0, dtype=np.uint32)
 
     @property
     def decoded_prefix(self) -> str:
@@ -211,8 +214,8 @@ class SentencePieceTokenizer(Tokenizer):
         itos = {i: b.decode("utf-8", errors="replace") if not sp.is_control(i)
                 else sp.id_to_piece(i) for i, b in enumerate(self._piece_bytes())}  # fmt: skip
         stoi = sample_stoi(itos, lambda c: sp.encode(c))
-        described = {k: v for k, v in self.describe().items()
-                     if k not in ("train_seconds", "trainer_version", "model", "external")}  # fmt: skip
+        left_out = ("train_seconds", "trainer_version", "model", "external")  # the same bytes
+        described = {k: v for k, v in self.describe().items() if k not in left_out}
         return {**described, "vocab_size": self.vocab_size, "itos": itos, "stoi": stoi}
 
     def describe(self) -> dict[str, Any]:
