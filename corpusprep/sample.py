@@ -48,7 +48,7 @@ class Sample:
 
     priorities: list[int] = field(default_factory=list)
     units: list[str] = field(default_factory=list)
-    seen_chars: int = 0  # characters of every unit offered, kept or not
+    seen_chars: int = 0  # characters of the units offered (within the budget), kept or not
     stop: Optional[Key] = None
 
     @property
@@ -124,7 +124,8 @@ class Sampler:
         """Take one unit (cut where the document's cap falls); the characters given after it."""
         if room is not None:
             text = text[: max(room - taken, 0)]
-        if text:
+        # a unit longer than the whole budget is never in the sample: left out at once
+        if text and len(text) <= self.rule.chars:
             self.sample.seen_chars += len(text)
             rank = priority(text, self.rule.seed)
             stop = self.sample.stop
@@ -132,7 +133,7 @@ class Sampler:
                 self.sample.priorities.append(rank)
                 self.sample.units.append(text)
                 self._held += len(text)
-                if self._held > 2 * self.rule.chars:  # bounded: trim to the budget now and then
+                if self._held > self.rule.chars * 5 // 4:  # bounded: trim now and then
                     self._trim()
         return taken + len(text)
 

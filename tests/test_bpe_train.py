@@ -238,10 +238,29 @@ def test_the_sample_stays_within_train_chars_while_it_is_gathered():
     rule = SampleRule(chars=2_000, max_doc_chars=None, seed=0)
     sampler = Sampler(rule)
     for _ in sampler.document([f"line {i} of text\nNext\n" for i in range(5_000)]):
-        assert sampler.sample.chars <= 2 * rule.chars + 100
+        assert sampler.sample.chars <= rule.chars * 5 // 4 + 100
     sample = sampler.result()
     assert 1_900 < sample.chars <= 2_000
     assert sample.priorities == sorted(sample.priorities)
+
+
+def test_a_unit_longer_than_the_budget_is_left_out_wherever_it_is():
+    rule = SampleRule(chars=100, max_doc_chars=None, seed=0)
+    text = "Short line\n" + "x" * 500 + "\nAnother short one\n"
+    sampler = Sampler(rule)
+    list(sampler.document([text]))
+    assert sorted(sampler.result().units) == ["Another short one\n", "Short line\n"]
+
+
+def test_a_strangers_vocabulary_file_must_be_a_byte_level_bpe(tmp_path):
+    from corpusprep.errors import UserError
+    from corpusprep.tokenizers.bpe import ranks_file_bytes, read_tokens
+
+    good = [bytes([b]) for b in range(256)] + [b"ab", b"abc"]
+    assert read_tokens(ranks_file_bytes(good), tmp_path / "t") == good
+    for bad in (good[1:], good + [b"ab"], [b"ab", *good]):  # a byte missing, twice, out of place
+        with pytest.raises(UserError, match="not a byte-level BPE vocabulary"):
+            read_tokens(ranks_file_bytes(bad), tmp_path / "t")
 
 
 def test_a_document_gives_units_from_its_first_max_doc_chars():

@@ -253,6 +253,11 @@ def read_tokens(data: bytes, path: Path) -> list[bytes]:
         except ValueError:  # binascii.Error is one
             raise UserError(f"{path}: line {number} is not 'base64-token rank' in rank order; "
                             "prepare the folder again") from None  # fmt: skip
+    # as training makes it: the 256 bytes first (every text encodes), no token twice (a
+    # stranger's file could hold anything; tiktoken's core would panic on a missing byte)
+    if tokens[:256] != [bytes([b]) for b in range(256)] or len(set(tokens)) != len(tokens):
+        raise UserError(f"{path}: not a byte-level BPE vocabulary (the 256 bytes first, each "
+                        "token once); prepare the folder again")  # fmt: skip
     return tokens
 
 
