@@ -445,21 +445,23 @@ def measure(run: Run) -> None:
     sizes = run.tokenizer.token_bytes()
     used = np.zeros(len(sizes), dtype=bool)
     val_bytes = 0
+    known = run.tokenizer.ids_used()  # char: every id (its characters came from the corpus)
+    chunk = np.empty(COUNT_CHUNK, dtype=run.dtype)  # read into, not mapped: memory stays flat
     for side in SIDES:
         path = run.out.path_of(f"{side}.bin")
-        if path is None or run.merged.tokens[side] == 0:
+        if path is None or run.merged.tokens[side] == 0 or (known is not None and side != "val"):
             continue
-        ids = np.memmap(path, dtype=run.dtype, mode="r", shape=(run.merged.tokens[side],))
         counts = np.zeros(len(sizes), dtype=np.int64)
-        for i in range(0, len(ids), COUNT_CHUNK):
-            counts += np.bincount(ids[i : i + COUNT_CHUNK], minlength=len(sizes))[: len(sizes)]
+        with open(path, "rb", buffering=0) as f:
+            while n := f.readinto(memoryview(chunk).cast("B")) // chunk.itemsize:
+                counts += np.bincount(chunk[:n], minlength=len(sizes))[: len(sizes)]
         used |= counts > 0
         if side == "val":
             val_bytes = int(counts @ sizes.astype(np.int64))
     run.token_bytes = sizes
     run.stats = {"val_bytes": val_bytes,
                  "bytes_per_token": round(val_bytes / max(run.merged.tokens["val"], 1), 4),
-                 "vocab_used": int(used.sum())}  # fmt: skip
+                 "vocab_used": int(used.sum()) if known is None else known}  # fmt: skip
     run.clock.lap("measure")
 
 

@@ -139,6 +139,11 @@ class Tokenizer(ABC):
         tokenizer whose tokens_for() is known: shards then write at computed places)."""
         return NO_IDS, NO_IDS
 
+    def ids_used(self) -> Optional[int]:
+        """How many distinct ids the corpus it was fitted on uses, when that is known
+        without counting (char: all of them); None: counted from the output."""
+        return None
+
     def special_ids(self) -> set[int]:
         """Ids of special tokens (no text of the corpus): the end-of-text id by default."""
         return set() if self.eot_id is None else {self.eot_id}

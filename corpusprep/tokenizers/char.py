@@ -129,6 +129,10 @@ class CharTokenizer(Tokenizer):
         chars = self._fitted() + ([self.separator] if self.eot else [])
         return "".join([chars[i] for i in ids])
 
+    def ids_used(self) -> int:
+        # every character is the corpus's own; the separator goes between its documents
+        return self.vocab_size
+
     def token_bytes(self) -> np.ndarray:
         sizes = [len(c.encode("utf-8")) for c in self._fitted()] + [0] * self.eot  # separator: 0
         return np.array(sizes, dtype=np.int32)

@@ -98,6 +98,9 @@ class ReusedTokenizer(Tokenizer):
     def special_ids(self) -> set[int]:
         return self.inner.special_ids()
 
+    def ids_used(self) -> Optional[int]:
+        return None  # fitted on another corpus: counted
+
     def token_bytes(self) -> np.ndarray:
         return self.inner.token_bytes()
 
