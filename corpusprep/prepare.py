@@ -284,12 +284,16 @@ def scan(run: Run) -> None:
     # one plain text for BPE: its characters counted from its bytes, without decoding
     count = count_characters if _countable(run) else partial(scan_shard, rule=rule)
     scans = _progress(run.executor.map(count, shards), shards, "scan", quiet)
-    if rule is not None:  # merged as they come: memory holds about one sample, not one per shard
-        samples = []
+    if rule is not None:  # merged as they come, in batches: memory stays about 2x the budget
+        pending, held = [], 0
         for result in scans:
-            samples = [merge_samples([*samples, result.sample], rule.chars)]
+            pending.append(result.sample)
+            held += result.sample.chars
             run.scans.append(replace(result, sample=None))
-        run.sample = samples[0] if samples else None
+            if held > 2 * rule.chars:
+                pending = [merge_samples(pending, rule.chars)]
+                held = pending[0].chars
+        run.sample = merge_samples(pending, rule.chars)
     else:
         run.scans = list(scans)
     run.clock.lap("scan")
@@ -452,7 +456,7 @@ def measure(run: Run) -> None:
         if path is None or run.merged.tokens[side] == 0 or (known is not None and side != "val"):
             continue
         counts = np.zeros(len(sizes), dtype=np.int64)
-        with open(path, "rb", buffering=0) as f:
+        with open(path, "rb") as f:  # buffered: readinto fills the chunk but at the end
             while n := f.readinto(memoryview(chunk).cast("B")) // chunk.itemsize:
                 counts += np.bincount(chunk[:n], minlength=len(sizes))[: len(sizes)]
         used |= counts > 0

@@ -124,7 +124,7 @@ def test_the_riptoken_backend_gives_tiktokens_ids(encoding, tiktoken_cache, shak
 
 
 LONG_RUNS = ["a", "b", " ", "e", "1", ".", "!", "\n", "\t", "\x0b", "中", "😀", "é", "\u3000",
-             " \u3000", "\xa0 ", ".\n", " .", "\x01", "-=", "ab"]  # fmt: skip
+             " \u3000", "\xa0 ", ".\n", " .", "\x01", "-=", "ab", "//\n", "\n/"]  # fmt: skip
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)

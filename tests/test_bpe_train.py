@@ -318,6 +318,9 @@ def test_documents_get_an_end_of_text_id_and_the_same_files_from_pieces(tmp_path
         ("tokenizer.vocab_size=200", "tokenizer.vocab_size=200: a byte-level BPE has 256"),
         ("tokenizer.pattern='(?<bad'", "tokenizer.pattern='(?<bad'"),
         ("tokenizer.train_chars=0", "tokenizer.train_chars=0: give a positive number"),
+        ("tokenizer.seed=1e40", "tokenizer.seed=1e+40: give an integer"),
+        # a piece ends with its "\n", after a character: none fits in 1
+        ("tokenizer.train_chars=1", "the training sample is empty"),
     ],
 )
 def test_mistakes_get_one_line(tmp_path, override, fragment):

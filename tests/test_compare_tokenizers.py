@@ -182,6 +182,25 @@ def test_reuse_refuses_a_changed_vocabulary_file(trained, tmp_path):
     assert_one_line_error(done, "tokenizer.tiktoken: not the file the manifest records")
 
 
+@pytest.mark.parametrize("planted", ["device", "fifo"])
+def test_reuse_reads_no_device_or_fifo_a_folder_plants(trained, tmp_path, planted):
+    """A stranger's folder: its tokenizer.tiktoken may be a link to /dev/zero or a FIFO,
+    which would fill memory or hang: refused in one line, at once."""
+    import os
+
+    shutil.copytree(trained / "a", tmp_path / "a")
+    path = tmp_path / "a" / "tokenizer.tiktoken"
+    path.unlink()
+    if planted == "device":
+        path.symlink_to("/dev/zero")
+    else:
+        os.mkfifo(path)
+    (tmp_path / "b.txt").write_text("text\n" * 100)
+    done = run_cli("source=file", "source.path=b.txt", "tokenizer=reuse", "tokenizer.dir=a",
+                   "out_dir=b", cwd=tmp_path, timeout=60)  # fmt: skip
+    assert_one_line_error(done, "tokenizer.tiktoken: not a regular file")
+
+
 def test_reuse_never_runs_what_a_manifest_names(trained, tmp_path):
     """A stranger's folder: its manifest may name any class; only trusted ones are built."""
     shutil.copytree(trained / "a", tmp_path / "a")

@@ -116,9 +116,13 @@ class TextFormat(Format):
             return 0
         if segment.start >= 4 * cap:
             return None
+        chars, left, after_cr = 0, segment.start, False
         with open(segment.file.path, "rb") as f:
-            raw = f.read(segment.start)
-        chars = len(raw.translate(None, bytes(range(0x80, 0xC0)))) - raw.count(b"\r\n")
+            while left > 0 and (block := f.read(min(left, 1 << 20))):
+                left -= len(block)
+                chars += len(block.translate(None, bytes(range(0x80, 0xC0))))
+                chars -= block.count(b"\r\n") + (after_cr and block[:1] == b"\n")
+                after_cr = block[-1:] == b"\r"
         return chars if chars < cap else None
 
 

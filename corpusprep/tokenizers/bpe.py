@@ -27,6 +27,7 @@ from corpusprep.tokenizers import NOWHERE
 from corpusprep.tokenizers.tiktoken import (
     CUT_AT,
     PROVEN_PATTERNS,
+    RIPTOKEN_MISSING,
     TiktokenTokenizer,
     _riptoken_installed,
 )
@@ -73,13 +74,15 @@ class BpeTokenizer(TiktokenTokenizer):
         self.pat_str = PATTERNS.get(self.pattern, self.pattern)  # a name, or a regex itself
         self.train_chars = train_chars
         self.max_doc_chars = max_doc_chars
-        self.seed = int(seed)
+        self.seed = check_seed(seed)
         fast = self.pattern in RIPTOKEN_PATTERNS
         if backend == "riptoken" and not fast:
             raise UserError(
                 f"tokenizer.backend=riptoken: proven for the patterns "
                 f"{', '.join(sorted(RIPTOKEN_PATTERNS))} only; use backend=auto or tiktoken"
             )
+        if backend == "riptoken" and not _riptoken_installed():
+            raise UserError(RIPTOKEN_MISSING)  # now, not after the scan and the training
         self.requested = backend
         self.backend = "riptoken" if backend == "riptoken" or (
             backend == "auto" and fast and _riptoken_installed()) else "tiktoken"  # fmt: skip
@@ -103,6 +106,12 @@ class BpeTokenizer(TiktokenTokenizer):
 
     def fit(self, charset: str, eot: bool = False, sample: Optional[Sample] = None) -> None:
         rustbpe = _trainer()
+        if sample is None or not sample.units:
+            raise UserError(
+                "tokenizer=bpe: the training sample is empty: the text has no piece of at most "
+                f"tokenizer.train_chars={self.train_chars:,} characters (pieces end at a "
+                "newline between ASCII text); raise tokenizer.train_chars"
+            )
         self.eot = eot
         merged = self.requested_size - eot  # 256 bytes + merges; the special token after
         units = sample.units if sample is not None else []
@@ -215,11 +224,8 @@ class BpeTokenizer(TiktokenTokenizer):
         the sha256 the manifest recorded."""
         if folder is None:
             raise UserError("tokenizer=bpe: its vocabulary is a file; give the output folder")
-        path = Path(folder) / str(description.get("file", FILE))
-        try:
-            data = path.read_bytes()
-        except OSError:
-            raise UserError(f"{path}: missing; prepare the folder again") from None
+        data = read_kept(Path(folder) / FILE)
+        path = Path(folder) / FILE
         if hashlib.sha256(data).hexdigest() != description.get("sha256"):
             raise UserError(f"{path}: not the file the manifest records (sha256 differs); "
                             "prepare the folder again")  # fmt: skip
@@ -235,6 +241,24 @@ class BpeTokenizer(TiktokenTokenizer):
         for key in ("train_seconds", "trainer_version", "backend"):
             meta.pop(key, None)
         return meta
+
+
+MAX_KEPT_BYTES = 1 << 30  # a vocabulary file bigger than this is not one we wrote
+
+
+def read_kept(path: Path) -> bytes:
+    """A tokenizer's file in an output folder (which may come from a stranger): a regular
+    file of a sane size, read whole (never a device, a FIFO or a symlink elsewhere)."""
+    import stat
+
+    try:
+        info = path.lstat()
+    except OSError:
+        raise UserError(f"{path}: missing; prepare the folder again") from None
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_KEPT_BYTES:
+        raise UserError(f"{path}: not a regular file of at most {MAX_KEPT_BYTES:,} bytes; "
+                        "prepare the folder again")  # fmt: skip
+    return path.read_bytes()
 
 
 def ranks_file_bytes(tokens: list[bytes]) -> bytes:
@@ -259,6 +283,13 @@ def read_tokens(data: bytes, path: Path) -> list[bytes]:
         raise UserError(f"{path}: not a byte-level BPE vocabulary (the 256 bytes first, each "
                         "token once); prepare the folder again")  # fmt: skip
     return tokens
+
+
+def check_seed(seed: object) -> int:
+    """tokenizer.seed: an integer the sample's 128-bit hash key holds."""
+    if not isinstance(seed, int) or isinstance(seed, bool) or not -(2**63) <= seed < 2**63:
+        raise UserError(f"tokenizer.seed={seed}: give an integer between -2**63 and 2**63-1")
+    return seed
 
 
 def _trainer():

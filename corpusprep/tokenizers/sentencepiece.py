@@ -28,6 +28,7 @@ import numpy as np
 from corpusprep.errors import UserError
 from corpusprep.sample import Sample, SampleRule
 from corpusprep.tokenizers import NOWHERE, Tokenizer, sample_stoi
+from corpusprep.tokenizers.bpe import check_seed, read_kept
 
 FILE = "tokenizer.model"
 MISSING = "tokenizer=sentencepiece needs sentencepiece: pip install 'corpusprep[sentencepiece]'"
@@ -67,15 +68,15 @@ class SentencePieceTokenizer(Tokenizer):
                 raise UserError(f"tokenizer.{key}={value}: give a positive number of characters")
         self.add_bos = add_bos
         self.requested_size = vocab_size
-        self.train_chars, self.max_doc_chars, self.seed = train_chars, max_doc_chars, int(seed)
+        self.train_chars, self.max_doc_chars = train_chars, max_doc_chars
+        self.seed = check_seed(seed)
         self.model: Optional[bytes] = None  # the serialized model
         self.given = str(Path(model).expanduser().resolve()) if model else None
         self.trained: dict[str, Any] = {}
         if self.given:
-            try:
-                self._set(Path(self.given).read_bytes())
-            except OSError:
-                raise UserError(f"tokenizer.model={model}: no such file") from None
+            if not Path(self.given).is_file():  # not a device or a FIFO either
+                raise UserError(f"tokenizer.model={model}: no such file")
+            self._set(read_kept(Path(self.given)))
 
     def _set(self, model: bytes) -> None:
         self.model = model
@@ -232,11 +233,8 @@ class SentencePieceTokenizer(Tokenizer):
     def restore(self, description: dict[str, Any], folder: Optional[Path] = None) -> None:
         if folder is None:
             raise UserError("tokenizer=sentencepiece: its model is a file; give the output folder")
-        path = Path(folder) / str(description.get("file", FILE))
-        try:
-            data = path.read_bytes()
-        except OSError:
-            raise UserError(f"{path}: missing; prepare the folder again") from None
+        path = Path(folder) / FILE
+        data = read_kept(path)
         if hashlib.sha256(data).hexdigest() != description.get("sha256"):
             raise UserError(f"{path}: not the file the manifest records (sha256 differs); "
                             "prepare the folder again")  # fmt: skip
