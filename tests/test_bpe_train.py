@@ -147,7 +147,7 @@ def test_ids_equal_rustbpes_own_encoder_on_mixed_text(pattern):
 
     from corpusprep.tokenizers.bpe import PATTERNS, BpeTokenizer
 
-    corpus = _mixed_corpus()
+    corpus = _mixed_corpus(15)
     sampler = Sampler(SampleRule(10**9, None))
     list(sampler.document([corpus]))
     sample = sampler.result()
