@@ -59,6 +59,22 @@ class Sample:
         return len(self.units)
 
 
+def sample_rule(chars: object, max_doc_chars: object, seed: object) -> SampleRule:
+    """The sample's keys of a tokenizer that trains (tokenizer.train_chars, max_doc_chars,
+    seed), checked: positive sizes (max_doc_chars may be null), a seed the key holds."""
+    from corpusprep.errors import UserError
+
+    for key, value in (("train_chars", chars), ("max_doc_chars", max_doc_chars)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                  or value < 1):  # fmt: skip
+            raise UserError(f"tokenizer.{key}={value}: give a positive number of characters")
+    if chars is None:
+        raise UserError("tokenizer.train_chars=null: give a positive number of characters")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not -(2**63) <= seed < 2**63:
+        raise UserError(f"tokenizer.seed={seed}: give an integer between -2**63 and 2**63-1")
+    return SampleRule(chars, max_doc_chars, seed)
+
+
 def priority(text: str, seed: int) -> int:
     key = seed.to_bytes(16, "little", signed=True)
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8, key=key).digest(),

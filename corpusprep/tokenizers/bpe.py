@@ -18,11 +18,12 @@ import base64
 import hashlib
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
 from corpusprep.errors import UserError
-from corpusprep.sample import Sample, SampleRule
+from corpusprep.sample import Sample, SampleRule, sample_rule
 from corpusprep.tokenizers import NOWHERE
 from corpusprep.tokenizers.tiktoken import (
     CUT_AT,
@@ -62,9 +63,7 @@ class BpeTokenizer(TiktokenTokenizer):
                 f"tokenizer.vocab_size={vocab_size}: a byte-level BPE has 256 byte tokens and "
                 "at least one merge; give 257 or more (e.g. 4096)"
             )
-        for key, value in (("train_chars", train_chars), ("max_doc_chars", max_doc_chars)):
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise UserError(f"tokenizer.{key}={value}: give a positive number of characters")
+        self.rule = sample_rule(train_chars, max_doc_chars, seed)  # checked now
         if backend not in ("auto", "tiktoken", "riptoken"):
             raise UserError(
                 f"tokenizer.backend={backend}: unknown backend; use auto, tiktoken or riptoken"
@@ -73,8 +72,6 @@ class BpeTokenizer(TiktokenTokenizer):
         self.pattern = str(pattern)
         self.pat_str = PATTERNS.get(self.pattern, self.pattern)  # a name, or a regex itself
         self.train_chars = train_chars
-        self.max_doc_chars = max_doc_chars
-        self.seed = check_seed(seed)
         fast = self.pattern in RIPTOKEN_PATTERNS
         if backend == "riptoken" and not fast:
             raise UserError(
@@ -102,7 +99,7 @@ class BpeTokenizer(TiktokenTokenizer):
     def sample_rule(self, single: bool) -> SampleRule:
         """What the scan gathers to train on: one plain text is sampled uncapped."""
         _trainer()  # asked before the scan: without the trainer, fail before any work
-        return SampleRule(self.train_chars, None if single else self.max_doc_chars, self.seed)
+        return replace(self.rule, max_doc_chars=None) if single else self.rule
 
     def fit(self, charset: str, eot: bool = False, sample: Optional[Sample] = None) -> None:
         rustbpe = _trainer()
@@ -283,13 +280,6 @@ def read_tokens(data: bytes, path: Path) -> list[bytes]:
         raise UserError(f"{path}: not a byte-level BPE vocabulary (the 256 bytes first, each "
                         "token once); prepare the folder again")  # fmt: skip
     return tokens
-
-
-def check_seed(seed: object) -> int:
-    """tokenizer.seed: an integer the sample's 128-bit hash key holds."""
-    if not isinstance(seed, int) or isinstance(seed, bool) or not -(2**63) <= seed < 2**63:
-        raise UserError(f"tokenizer.seed={seed}: give an integer between -2**63 and 2**63-1")
-    return seed
 
 
 def _trainer():

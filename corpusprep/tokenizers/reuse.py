@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
@@ -67,21 +68,24 @@ class ReusedTokenizer(Tokenizer):
         return self.inner.max_id
 
     def encode(self, text: str) -> np.ndarray:
-        try:
+        with self._covering():
             return self.inner.encode(text)
-        except KeyError as e:  # a char vocabulary without some character of this corpus
-            raise UserError(self._missing(e)) from None
 
     def encode_pieces(self, pieces: Iterable[str]) -> Iterator[np.ndarray]:
-        try:
+        with self._covering():
             yield from self.inner.encode_pieces(pieces)
-        except KeyError as e:
-            raise UserError(self._missing(e)) from None
 
-    def _missing(self, error: KeyError) -> str:
-        return (f"tokenizer.dir={self.dir}: its vocabulary cannot encode this corpus "
-                f"({error.args[0] if error.args else error}); reuse a tokenizer that covers "
-                "every character (a trained bpe, byte), or tokenizer=char")  # fmt: skip
+    @contextmanager
+    def _covering(self) -> Iterator[None]:
+        """A char vocabulary without some character of this corpus: one line saying so."""
+        try:
+            yield
+        except KeyError as e:
+            raise UserError(
+                f"tokenizer.dir={self.dir}: its vocabulary cannot encode this corpus "
+                f"({e.args[0] if e.args else e}); reuse a tokenizer that covers every "
+                "character (a trained bpe, byte), or tokenizer=char"
+            ) from None
 
     def tokens_for(self, chars: int) -> Optional[int]:
         return self.inner.tokens_for(chars)

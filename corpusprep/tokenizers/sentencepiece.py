@@ -20,15 +20,16 @@ import hashlib
 import io
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 
 from corpusprep.errors import UserError
-from corpusprep.sample import Sample, SampleRule
+from corpusprep.sample import Sample, SampleRule, sample_rule
 from corpusprep.tokenizers import NOWHERE, Tokenizer, sample_stoi
-from corpusprep.tokenizers.bpe import check_seed, read_kept
+from corpusprep.tokenizers.bpe import read_kept
 
 FILE = "tokenizer.model"
 MISSING = "tokenizer=sentencepiece needs sentencepiece: pip install 'corpusprep[sentencepiece]'"
@@ -63,13 +64,9 @@ class SentencePieceTokenizer(Tokenizer):
                 f"tokenizer.vocab_size={vocab_size}: a byte-fallback model needs its 256 byte "
                 "pieces and <unk>, <s>, </s>; give 260 or more"
             )
-        for key, value in (("train_chars", train_chars), ("max_doc_chars", max_doc_chars)):
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise UserError(f"tokenizer.{key}={value}: give a positive number of characters")
+        self.rule = sample_rule(train_chars, max_doc_chars, seed)  # checked now
         self.add_bos = add_bos
         self.requested_size = vocab_size
-        self.train_chars, self.max_doc_chars = train_chars, max_doc_chars
-        self.seed = check_seed(seed)
         self.model: Optional[bytes] = None  # the serialized model
         self.given = str(Path(model).expanduser().resolve()) if model else None
         self.trained: dict[str, Any] = {}
@@ -106,7 +103,7 @@ class SentencePieceTokenizer(Tokenizer):
     def sample_rule(self, single: bool) -> Optional[SampleRule]:
         if not self.needs_fit:
             return None
-        return SampleRule(self.train_chars, None if single else self.max_doc_chars, self.seed)
+        return replace(self.rule, max_doc_chars=None) if single else self.rule
 
     def identity(self) -> dict[str, Any]:
         if self.needs_fit:
