@@ -53,11 +53,8 @@ def estimate(cfg: DictConfig) -> dict[str, Any]:
             trained = time.perf_counter() - began
             start += trained  # timed on its own below
             # training counts its sample's pre-tokens: time grows with the sample's size
-            corpus_chars = (
-                sum(s.chars for s in scans)
-                * sum(x.nbytes for x in shards)
-                / max(sum(x.nbytes for x in picked), 1)
-            )
+            corpus_chars = sum(s.chars for s in scans) * total / max(
+                sum(x.nbytes for x in picked), 1)  # fmt: skip
             full = min(rule.chars, corpus_chars)
             training = (round(trained * full / max(sample.chars, 1), 1), round(full))
         else:

@@ -44,7 +44,7 @@ from corpusprep.exporters import Exporter, Streams
 from corpusprep.formats import STREAM_END, InputFile, Segment, get_format
 from corpusprep.merge import Merged, PartFile, merge
 from corpusprep.progress import Bar, Clock, shown
-from corpusprep.sample import Sample, merge_samples
+from corpusprep.sample import Merger, Sample
 from corpusprep.shards import (
     SIDES,
     EncodeResult,
@@ -284,16 +284,12 @@ def scan(run: Run) -> None:
     # one plain text for BPE: its characters counted from its bytes, without decoding
     count = count_characters if _countable(run) else partial(scan_shard, rule=rule)
     scans = _progress(run.executor.map(count, shards), shards, "scan", quiet)
-    if rule is not None:  # merged as they come, in batches: memory stays about 2x the budget
-        pending, held = [], 0
+    if rule is not None:  # merged as they come: memory holds about one sample, not one a shard
+        merger = Merger(rule.chars)
         for result in scans:
-            pending.append(result.sample)
-            held += result.sample.chars
+            merger.add(result.sample)
             run.scans.append(replace(result, sample=None))
-            if held > 2 * rule.chars:
-                pending = [merge_samples(pending, rule.chars)]
-                held = pending[0].chars
-        run.sample = merge_samples(pending, rule.chars)
+        run.sample = merger.result()
     else:
         run.scans = list(scans)
     run.clock.lap("scan")

@@ -18,14 +18,16 @@ any number of workers, shards or machines, and bounded in memory however big the
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Optional
 
-# tiktoken.CUT_AT over text: "\n" after a printable non-space ASCII character, before an
-# ASCII letter or digit (corpusprep/tokenizers/tiktoken.py proves it for each pattern)
-UNIT_END = re.compile(r"(?<=[\x21-\x7e])\n(?=[0-9A-Za-z])")
+from corpusprep.tokenizers.tiktoken import CUT_AT_TEXT
+
+# where a unit ends: tiktoken's CUT_AT, "\n" after a printable non-space ASCII character,
+# before an ASCII letter or digit (tests/test_bpe_cuts.py proves it for each pattern)
+UNIT_END = CUT_AT_TEXT
 
 
 @dataclass(frozen=True)
@@ -76,9 +78,13 @@ def sample_rule(chars: object, max_doc_chars: object, seed: object) -> SampleRul
 
 
 def priority(text: str, seed: int) -> int:
-    key = seed.to_bytes(16, "little", signed=True)
-    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8, key=key).digest(),
-                          "little")  # fmt: skip
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8, key=_key(seed)).digest()
+    return int.from_bytes(digest, "little")
+
+
+@cache
+def _key(seed: int) -> bytes:
+    return seed.to_bytes(16, "little", signed=True)
 
 
 def lowest(sample: Sample, budget: int) -> None:
@@ -162,16 +168,35 @@ class Sampler:
         return self.sample
 
 
+class Merger:
+    """Shards' samples merged as they come (the driver, during the scan): trimmed to the
+    budget whenever it holds twice that, so memory stays bounded and sorting is rare."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.merged = Sample()
+        self._held = 0
+
+    def add(self, sample: Sample) -> None:
+        m = self.merged
+        m.priorities += sample.priorities
+        m.units += sample.units
+        m.seen_chars += sample.seen_chars
+        if sample.stop is not None and (m.stop is None or sample.stop < m.stop):
+            m.stop = sample.stop
+        self._held += sample.chars
+        if self._held > 2 * self.budget:
+            lowest(m, self.budget)
+            self._held = m.chars
+
+    def result(self) -> Sample:
+        lowest(self.merged, self.budget)
+        return self.merged
+
+
 def merge_samples(samples: Iterable[Sample], budget: int) -> Sample:
     """The run of lowest-priority units within `budget` over several shards' samples."""
-    merged = Sample()
+    merger = Merger(budget)
     for sample in samples:
-        merged.priorities += sample.priorities
-        merged.units += sample.units
-        merged.seen_chars += sample.seen_chars
-        if sample.stop is not None and (merged.stop is None or sample.stop < merged.stop):
-            merged.stop = sample.stop
-        if merged.chars > 2 * budget:
-            lowest(merged, budget)
-    lowest(merged, budget)
-    return merged
+        merger.add(sample)
+    return merger.result()

@@ -25,6 +25,7 @@ from corpusprep.errors import UserError
 from corpusprep.formats import Census, Part, Segment, get_format
 from corpusprep.sample import Sample, Sampler, SampleRule
 from corpusprep.split import document_key, goes_to_train
+from corpusprep.text import count_chars
 from corpusprep.tokenizers import Tokenizer
 from corpusprep.writer import start_writeback
 
@@ -69,10 +70,6 @@ def scan_shard(shard: Shard, rule: Optional[SampleRule] = None) -> ScanResult:
     return ScanResult(total.chars, "".join(sorted(total.seen)), total.docs, total.skipped, sample)
 
 
-UTF8_CONTINUATION = bytes(range(0x80, 0xC0))  # every byte but these starts a character
-COUNT_BLOCK = 1 << 20
-
-
 def count_characters(shard: Shard) -> ScanResult:
     """What the scan would count in a shard of one plain UTF-8 text, from its bytes alone:
     one character per byte that starts one, "\r\n" as one (universal newlines; a shard
@@ -81,14 +78,8 @@ def count_characters(shard: Shard) -> ScanResult:
     for segment in shard.segments:
         with open(segment.file.path, "rb") as f:
             f.seek(segment.start)
-            left, after_cr = segment.end - segment.start, False
-            while left > 0 and (block := f.read(min(left, COUNT_BLOCK))):
-                left -= len(block)
-                ascii_ = block.isascii()
-                chars += len(block) if ascii_ else len(block.translate(None, UTF8_CONTINUATION))
-                if b"\r" in block or after_cr:  # "\r\n", also across two blocks, is one
-                    chars -= block.count(b"\r\n") + (after_cr and block[:1] == b"\n")
-                after_cr = block[-1:] == b"\r"
+            counted, left = count_chars(f, segment.end - segment.start)
+            chars += counted
             if left > 0:
                 raise UserError(f"{segment.file.name}: the file got shorter while it was read")
     return ScanResult(chars, "", int(shard.segments[0].start == 0), 0)

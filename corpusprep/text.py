@@ -42,6 +42,24 @@ class InvalidText(UserError):
     """Text that is not valid UTF-8 (source.skip_invalid leaves such documents out)."""
 
 
+UTF8_CONTINUATION = bytes(range(0x80, 0xC0))  # every byte but these starts a character
+COUNT_BLOCK = 1 << 20
+
+
+def count_chars(f: IO[bytes], nbytes: int) -> tuple[int, int]:
+    """The characters in the next `nbytes` bytes of a UTF-8 file, from its bytes alone, as
+    decode() would give them: one per byte that starts a character, "\r\n" as one (also
+    across two blocks). Returns (characters, bytes not there: the file was shorter)."""
+    chars, left, after_cr = 0, nbytes, False
+    while left > 0 and (block := f.read(min(left, COUNT_BLOCK))):
+        left -= len(block)
+        chars += len(block) if block.isascii() else len(block.translate(None, UTF8_CONTINUATION))
+        if b"\r" in block or after_cr:
+            chars -= block.count(b"\r\n") + (after_cr and block[:1] == b"\n")
+        after_cr = block[-1:] == b"\r"
+    return chars, left
+
+
 def decode(raw: bytes, path: Path | str, offset: int) -> str:
     """Strict UTF-8 with universal newlines; `offset` is where `raw` starts in the file."""
     try:

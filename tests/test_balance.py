@@ -223,11 +223,11 @@ def test_characters_counted_from_bytes_are_the_scans(tmp_path: Path, monkeypatch
     as one."""
     import random
 
-    import corpusprep.shards as shards
+    import corpusprep.text as text_module
     from corpusprep.formats import InputFile, Segment
     from corpusprep.shards import Shard, count_characters, scan_shard
 
-    monkeypatch.setattr(shards, "COUNT_BLOCK", 7)  # blocks end everywhere, "\r" | "\n" too
+    monkeypatch.setattr(text_module, "COUNT_BLOCK", 7)  # blocks end everywhere, "\r" | "\n" too
     rng = random.Random(5)
     for trial in range(40):
         text = "".join(rng.choice(["a", "\r\n", "\r", "\n", "é", "€", "𝄞", " x"])

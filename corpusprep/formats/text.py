@@ -20,7 +20,15 @@ from corpusprep.compression import open_stream
 from corpusprep.errors import UserError
 from corpusprep.formats import SKIPPED, Census, Format, InputFile, Part, Segment
 from corpusprep.sample import Sampler
-from corpusprep.text import InvalidText, decode, guard_cuts, plan_shards, raw_pieces, read_raw
+from corpusprep.text import (
+    InvalidText,
+    count_chars,
+    decode,
+    guard_cuts,
+    plan_shards,
+    raw_pieces,
+    read_raw,
+)
 
 
 class TextFormat(Format):
@@ -89,10 +97,8 @@ class TextFormat(Format):
 
     def scan(self, segment: Segment, sampler: Optional[Sampler] = None) -> Census:
         file = segment.file
-        if (
-            file.doc_separator or file.doc_end or sampler is not None
-        ):  # decoded, document by document
-            return super().scan(segment, sampler)
+        if file.doc_separator or file.doc_end or sampler is not None:
+            return super().scan(segment, sampler)  # decoded, document by document
         census = Census(docs=int(segment.start == 0))
         pieces = guard_cuts(self.raw(segment), segment.cut_at, file.max_uncut_bytes, file.name)
         try:
@@ -116,13 +122,8 @@ class TextFormat(Format):
             return 0
         if segment.start >= 4 * cap:
             return None
-        chars, left, after_cr = 0, segment.start, False
         with open(segment.file.path, "rb") as f:
-            while left > 0 and (block := f.read(min(left, 1 << 20))):
-                left -= len(block)
-                chars += len(block.translate(None, bytes(range(0x80, 0xC0))))
-                chars -= block.count(b"\r\n") + (after_cr and block[:1] == b"\n")
-                after_cr = block[-1:] == b"\r"
+            chars, _ = count_chars(f, segment.start)
         return chars if chars < cap else None
 
 

@@ -19,6 +19,43 @@ NOWHERE = b""
 NO_IDS = np.zeros(0, dtype=np.uint32)
 
 
+MAX_KEPT_BYTES = 1 << 30  # a tokenizer's file bigger than this is not one we wrote
+TRAINED = (
+    "trainer",
+    "trainer_version",
+    "sample_chars",
+    "sample_units",
+    "corpus_chars_offered",
+    "train_seconds",
+)  # what a trained tokenizer's description says of its training
+
+
+def read_kept(folder: Optional[Path], name: str, sha256: Optional[str]) -> bytes:
+    """A file a tokenizer keeps in an output folder (which may come from a stranger): a
+    regular file of a sane size (never a device, a FIFO or a link elsewhere), whose sha256
+    is the one the manifest records."""
+    import hashlib
+    import stat
+
+    from corpusprep.errors import UserError
+
+    if folder is None:
+        raise UserError(f"{name}: a tokenizer kept in a folder; give the output folder")
+    path = Path(folder) / name
+    try:
+        info = path.lstat()
+    except OSError:
+        raise UserError(f"{path}: missing; prepare the folder again") from None
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_KEPT_BYTES:
+        raise UserError(f"{path}: not a regular file of at most {MAX_KEPT_BYTES:,} bytes; "
+                        "prepare the folder again")  # fmt: skip
+    data = path.read_bytes()
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+        raise UserError(f"{path}: not the file the manifest records (sha256 differs); "
+                        "prepare the folder again")  # fmt: skip
+    return data
+
+
 def sample_stoi(itos: dict[int, str], encode: Callable[[str], Sequence[int]]) -> dict[str, int]:
     """meta.pkl's stoi for a vocabulary of many-character tokens. nanoGPT's sample.py
     encodes a prompt one character at a time (`[stoi[c] for c in s]`), so what matters is

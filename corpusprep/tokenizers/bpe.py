@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from corpusprep.errors import UserError
 from corpusprep.sample import Sample, SampleRule, sample_rule
-from corpusprep.tokenizers import NOWHERE
+from corpusprep.tokenizers import NOWHERE, TRAINED, read_kept
 from corpusprep.tokenizers.tiktoken import (
     CUT_AT,
     PROVEN_PATTERNS,
@@ -219,18 +219,10 @@ class BpeTokenizer(TiktokenTokenizer):
     def restore(self, description: dict[str, Any], folder: Optional[Path] = None) -> None:
         """The trained vocabulary back from `folder`'s tokenizer.tiktoken, checked against
         the sha256 the manifest recorded."""
-        if folder is None:
-            raise UserError("tokenizer=bpe: its vocabulary is a file; give the output folder")
-        data = read_kept(Path(folder) / FILE)
-        path = Path(folder) / FILE
-        if hashlib.sha256(data).hexdigest() != description.get("sha256"):
-            raise UserError(f"{path}: not the file the manifest records (sha256 differs); "
-                            "prepare the folder again")  # fmt: skip
+        data = read_kept(folder, FILE, str(description.get("sha256")))
         self.eot = description.get("eot_id") is not None
-        self.trained = {k: description[k] for k in ("trainer", "trainer_version", "sample_chars",
-                        "sample_units", "corpus_chars_offered", "train_seconds")
-                        if k in description}  # fmt: skip
-        self._set(read_tokens(data, path))
+        self.trained = {k: description[k] for k in TRAINED if k in description}
+        self._set(read_tokens(data, Path(folder) / FILE))
 
     def meta(self) -> dict[str, Any]:
         # the same bytes from every run of the same training: no timings in it
@@ -238,24 +230,6 @@ class BpeTokenizer(TiktokenTokenizer):
         for key in ("train_seconds", "trainer_version", "backend"):
             meta.pop(key, None)
         return meta
-
-
-MAX_KEPT_BYTES = 1 << 30  # a vocabulary file bigger than this is not one we wrote
-
-
-def read_kept(path: Path) -> bytes:
-    """A tokenizer's file in an output folder (which may come from a stranger): a regular
-    file of a sane size, read whole (never a device, a FIFO or a symlink elsewhere)."""
-    import stat
-
-    try:
-        info = path.lstat()
-    except OSError:
-        raise UserError(f"{path}: missing; prepare the folder again") from None
-    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_KEPT_BYTES:
-        raise UserError(f"{path}: not a regular file of at most {MAX_KEPT_BYTES:,} bytes; "
-                        "prepare the folder again")  # fmt: skip
-    return path.read_bytes()
 
 
 def ranks_file_bytes(tokens: list[bytes]) -> bytes:

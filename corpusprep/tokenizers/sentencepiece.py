@@ -28,8 +28,7 @@ import numpy as np
 
 from corpusprep.errors import UserError
 from corpusprep.sample import Sample, SampleRule, sample_rule
-from corpusprep.tokenizers import NOWHERE, Tokenizer, sample_stoi
-from corpusprep.tokenizers.bpe import read_kept
+from corpusprep.tokenizers import NOWHERE, TRAINED, Tokenizer, read_kept, sample_stoi
 
 FILE = "tokenizer.model"
 MISSING = "tokenizer=sentencepiece needs sentencepiece: pip install 'corpusprep[sentencepiece]'"
@@ -73,7 +72,7 @@ class SentencePieceTokenizer(Tokenizer):
         if self.given:
             if not Path(self.given).is_file():  # not a device or a FIFO either
                 raise UserError(f"tokenizer.model={model}: no such file")
-            self._set(read_kept(Path(self.given)))
+            self._set(read_kept(Path(self.given).parent, Path(self.given).name, None))
 
     def _set(self, model: bytes) -> None:
         self.model = model
@@ -228,15 +227,8 @@ class SentencePieceTokenizer(Tokenizer):
         return out
 
     def restore(self, description: dict[str, Any], folder: Optional[Path] = None) -> None:
-        if folder is None:
-            raise UserError("tokenizer=sentencepiece: its model is a file; give the output folder")
-        path = Path(folder) / FILE
-        data = read_kept(path)
-        if hashlib.sha256(data).hexdigest() != description.get("sha256"):
-            raise UserError(f"{path}: not the file the manifest records (sha256 differs); "
-                            "prepare the folder again")  # fmt: skip
-        self.trained = {k: description[k] for k in ("trainer", "trainer_version", "sample_chars",
-                        "sample_units", "train_seconds") if k in description}  # fmt: skip
+        data = read_kept(folder, FILE, str(description.get("sha256")))
+        self.trained = {k: description[k] for k in TRAINED if k in description}
         self._set(data)
 
     def __getstate__(self) -> dict[str, Any]:

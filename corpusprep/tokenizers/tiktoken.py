@@ -33,6 +33,7 @@ from corpusprep.errors import UserError
 from corpusprep.tokenizers import Tokenizer, sample_stoi
 
 CUT_AT = rb"(?<=[\x21-\x7e])\n(?=[0-9A-Za-z])"
+CUT_AT_TEXT = re.compile(CUT_AT.decode("ascii"))  # the same rule over decoded text
 _PREV_OK = frozenset(chr(c) for c in range(0x21, 0x7F))
 _NEXT_OK = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 # riptoken (an optional, faster Rust core) gave ids identical to tiktoken's on these, in
@@ -380,25 +381,20 @@ def may_hold_long_piece(text: str) -> bool:
     half = LONG_RUN_BYTES // 2
     step = half * 512
     whole = raw.size // half * half
-    marks, other, work = np.empty(step, bool), np.empty(step, bool), np.empty(step, np.uint8)
     for start in range(0, whole, step):
-        window = raw[start : min(start + step, whole)]
-        k = window.size
-        m, o, w = marks[:k], other[:k], work[:k]
-        np.equal(window, 32, out=m)
-        np.equal(window, 10, out=o)
-        np.logical_or(m, o, out=m)
-        np.subtract(window, np.uint8(33), out=w)
-        np.less(w, 94, out=o)
-        np.logical_and(o, window != 47, out=o)  # "/": o200k's punctuation runs into it
-        if not (m.reshape(-1, half).any(axis=1).all() and o.reshape(-1, half).any(axis=1).all()):
+        marks = _marks(raw[start : min(start + step, whole)])
+        if not all(m.reshape(-1, half).any(axis=1).all() for m in marks):
             return _has_long_run(raw)
     return False
 
 
+def _marks(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes that end a run: " " and "\n" (whitespace); printable ASCII but "/" (not)."""
+    return (raw == 32) | (raw == 10), ((raw - np.uint8(33)) < 94) & (raw != 47)
+
+
 def _has_long_run(raw: np.ndarray) -> bool:
-    printable = ((raw - np.uint8(33)) < 94) & (raw != 47)
-    for marked in ((raw == 32) | (raw == 10), printable):
+    for marked in _marks(raw):
         edges = np.concatenate(([-1], np.flatnonzero(marked), [raw.size]))
         if int(np.diff(edges).max()) > LONG_RUN_BYTES + 1:
             return True
@@ -411,7 +407,7 @@ def blocks_at_cuts(text: str, size: int) -> list[str]:
     while len(text) - start > size:
         cut = last_cut(text[start : start + size])
         if not cut:  # none in this window: the first one after it
-            m = _CUT_RE.search(text, start + size)
+            m = CUT_AT_TEXT.search(text, start + size)
             if m is None:
                 break
             cut = m.end() - start
@@ -419,9 +415,6 @@ def blocks_at_cuts(text: str, size: int) -> list[str]:
         start += cut
     blocks.append(text[start:])
     return blocks
-
-
-_CUT_RE = re.compile(r"(?<=[\x21-\x7e])\n(?=[0-9A-Za-z])")  # CUT_AT over text
 
 
 def _rip(fast: Any, text: str) -> np.ndarray:
