@@ -82,3 +82,12 @@ def pytest_collection_modifyitems(config, items):
     """The slow tests first: the workers (pytest-xdist) then share the rest around them,
     instead of one of them finishing a slow test alone at the end."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cli_server():
+    """The server run_cli forks the CLI from: stopped, by its pid, when the session ends."""
+    from helpers import stop_cli_server
+
+    yield
+    stop_cli_server()

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -13,18 +19,76 @@ REPO = Path(__file__).resolve().parent.parent
 def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300,
             wrap: list[str] | None = None):  # fmt: skip
     """`python -m corpusprep ARGS` in a fresh process, as a user runs it (`wrap`: a command
-    prefix, e.g. to enter a test network namespace)."""
+    prefix, e.g. to enter a test network namespace). The process is forked from a server
+    that has done Python's imports once (tests/cli_server.py): the suite runs the CLI
+    hundreds of times, and start-up was half of each run."""
     full_env = {**os.environ, **(env or {})}
     # a bare checkout (not installed) still runs: put the repo first on the path
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), full_env.get("PYTHONPATH")]))
-    return subprocess.run(
-        [*(wrap or []), sys.executable, "-m", "corpusprep", *args],
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    command = [*(wrap or []), sys.executable, "-m", "corpusprep", *args]
+    if wrap or not _server_lock.acquire(blocking=False):  # a prefix, or a run in parallel
+        return subprocess.run(command, cwd=cwd, env=full_env, capture_output=True, text=True,
+                              timeout=timeout)  # fmt: skip
+    try:
+        return _forked(command, args, cwd, full_env, timeout)
+    finally:
+        _server_lock.release()
+
+
+_server_lock = threading.Lock()
+_server: subprocess.Popen | None = None
+_replies = bytearray()  # what the server said and was not yet read
+
+
+def _forked(command: list[str], args: tuple, cwd: Path, env: dict, timeout: float):
+    global _server
+    if _server is None or _server.poll() is not None:
+        _server = subprocess.Popen([sys.executable, str(REPO / "tests" / "cli_server.py")],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+                                   cwd=REPO, bufsize=0)  # fmt: skip
+        _replies.clear()
+    with tempfile.TemporaryDirectory() as folder:
+        streams = {name: os.path.join(folder, name) for name in ("stdout", "stderr")}
+        request = {"args": list(args), "cwd": str(cwd), "env": env, **streams}
+        _server.stdin.write(json.dumps(request).encode() + b"\n")
+        pid = _reply(None)["pid"]
+        try:
+            code = _reply(timeout)["returncode"]
+        except TimeoutError:  # as subprocess.run does: kill the child, say it timed out
+            os.kill(pid, signal.SIGKILL)
+            _reply(None)
+            raise subprocess.TimeoutExpired(command, timeout) from None
+        out, err = (Path(streams[n]).read_text(errors="replace") for n in ("stdout", "stderr"))
+    return subprocess.CompletedProcess(command, code, out, err)
+
+
+def _reply(timeout: float | None) -> dict:
+    """The server's next JSON line, within `timeout` seconds (None: however long)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while b"\n" not in _replies:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and (left <= 0 or not select.select([_server.stdout], [], [], left)[0]):
+            raise TimeoutError
+        data = os.read(_server.stdout.fileno(), 4096)
+        if not data:
+            raise RuntimeError("the CLI server (tests/cli_server.py) exited")
+        _replies.extend(data)
+    line, _, rest = bytes(_replies).partition(b"\n")
+    _replies[:] = rest
+    return json.loads(line)
+
+
+def stop_cli_server() -> None:
+    """Stop this test process's CLI server, by its pid (conftest, at the session's end)."""
+    global _server
+    if _server is not None:
+        _server.stdin.close()
+        try:
+            _server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.kill(_server.pid, signal.SIGKILL)
+            _server.wait()
+        _server = None
 
 
 def assert_one_line_error(result, *fragments: str) -> None:

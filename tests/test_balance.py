@@ -252,3 +252,31 @@ def test_one_text_for_bpe_is_not_scanned(tmp_path: Path):
                 "quiet=true", cwd=tmp_path)  # fmt: skip
     assert_one_line_error(r, "bad.txt: not valid UTF-8 at byte 10000")
     assert not (tmp_path / "out2" / "train.bin").exists()
+
+
+def test_skipping_to_a_piece_finds_the_line_a_readline_each_finds(monkeypatch):
+    """_skip_lines reads in blocks: the first line starting at or after the piece's start,
+    and the lines before it, as reading the stream a line at a time finds them."""
+    import io
+    import random
+
+    from corpusprep.formats import jsonl
+
+    def by_lines(data: bytes, start: int) -> tuple[int, int]:
+        offset = lines = 0
+        for line in io.BytesIO(data):
+            if offset >= start:
+                break
+            offset, lines = offset + len(line), lines + 1
+        return offset, lines
+
+    rng = random.Random(5)
+    data = b"\n".join(_rows(400)) + b"\n"
+    unterminated = data + b'{"text": "no newline at the end"}'
+    starts = {1, 2, len(data) - 1, len(data), len(data) + 5, *rng.sample(range(len(data)), 300)}
+    for text in (data, unterminated):
+        for start in sorted(starts) + [data.index(b"\n", 9000) + k for k in (0, 1, 2)]:
+            for block in (7, 1 << 20):
+                monkeypatch.setattr(jsonl, "SKIP_BLOCK", block)
+                got = jsonl._skip_lines(io.BufferedReader(io.BytesIO(text)), start, 100)
+                assert got == by_lines(text, start), (start, block)

@@ -124,18 +124,28 @@ class _Where:
 
 def _skip_lines(f, start: int, limit: int) -> tuple[int, int]:
     """Read past the lines that start before byte `start` of a stream: (where the first
-    line at or after it starts, how many lines came before). A line longer than `limit`
-    is read past in steps; the piece it starts in reports it."""
+    line at or after it starts, how many lines came before). In blocks up to `start`
+    (newlines counted by bytes.count, not a readline each), then to the end of the line
+    that runs across it, in steps of `limit`; the piece it starts in reports a long one."""
     offset = lines = 0
+    last = b"\n"
     while offset < start:
-        line = f.readline(limit + 1)
-        if not line:
-            break
-        offset += len(line)
-        while not line.endswith(b"\n") and (line := f.readline(limit + 1)):
-            offset += len(line)  # the rest of a long line
+        block = f.read(min(start - offset, SKIP_BLOCK))
+        if not block:
+            return offset, lines + (last != b"\n")  # the text ends before the piece
+        offset += len(block)
+        lines += block.count(b"\n")
+        last = block[-1:]
+    if last != b"\n":  # a line runs across `start`: it belongs to the piece before
         lines += 1
+        while line := f.readline(limit + 1):
+            offset += len(line)
+            if line.endswith(b"\n"):
+                break
     return offset, lines
+
+
+SKIP_BLOCK = 1 << 20
 
 
 def _check_length(
