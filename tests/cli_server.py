@@ -1,4 +1,5 @@
-"""Runs `python -m corpusprep ARGS` for the tests without paying Python's start-up each time.
+"""Runs `python -m corpusprep ARGS` (or corpusprep.inspect) for the tests without paying
+Python's start-up each time.
 
 Started once per test process (tests/helpers.py), it imports what every run imports
 (numpy, Hydra, OmegaConf, tiktoken, corpusprep's driver) and then, for each request, forks:
@@ -8,7 +9,8 @@ exits as a process started from the shell would. The server itself never runs a 
 nothing one run leaves in memory (caches, Hydra's global state) reaches the next.
 
 Protocol, one JSON line each way on stdin/stdout:
-    request  {"args": [...], "cwd": DIR, "env": {...}, "stdout": FILE, "stderr": FILE}
+    request  {"module": "corpusprep", "args": [...], "cwd": DIR, "env": {...},
+              "stdout": FILE, "stderr": FILE}
     replies  {"pid": PID}, then {"returncode": CODE} (negative: killed by that signal)
 """
 
@@ -18,7 +20,6 @@ import io
 import json
 import os
 import runpy
-import signal
 import sys
 
 # what `python -m corpusprep` imports on every run; nothing that reads the environment
@@ -34,9 +35,8 @@ import corpusprep.prepare  # noqa: F401
 
 
 def _child(request: dict) -> None:
-    """In the forked process: become `python -m corpusprep ARGS` started in request's cwd."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_DFL if sig != signal.SIGINT else signal.default_int_handler)
+    """In the forked process: become `python -m MODULE ARGS` started in request's cwd."""
+    # signal dispositions: the server's are those of a fresh interpreter (it sets none)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -53,9 +53,9 @@ def _child(request: dict) -> None:
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
                                   errors="backslashreplace", line_buffering=True)  # fmt: skip
     sys.__stdout__, sys.__stderr__, sys.__stdin__ = sys.stdout, sys.stderr, sys.stdin
-    sys.argv = ["corpusprep", *request["args"]]
+    sys.argv = [request["module"], *request["args"]]
     sys.path[0] = os.getcwd()  # -m puts the working directory first
-    runpy.run_module("corpusprep", run_name="__main__", alter_sys=True)
+    runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
 
 
 def main() -> None:

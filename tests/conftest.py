@@ -86,8 +86,8 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session", autouse=True)
 def _cli_server():
-    """The server run_cli forks the CLI from: stopped, by its pid, when the session ends."""
-    from helpers import stop_cli_server
+    """The servers run_cli forks the CLI from: stopped, by their pids, when the session ends."""
+    from helpers import stop_cli_servers
 
     yield
-    stop_cli_server()
+    stop_cli_servers()

@@ -26,69 +26,98 @@ def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300
     # a bare checkout (not installed) still runs: put the repo first on the path
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), full_env.get("PYTHONPATH")]))
     command = [*(wrap or []), sys.executable, "-m", "corpusprep", *args]
-    if wrap or not _server_lock.acquire(blocking=False):  # a prefix, or a run in parallel
+    if wrap:
         return subprocess.run(command, cwd=cwd, env=full_env, capture_output=True, text=True,
                               timeout=timeout)  # fmt: skip
+    return run_forked(list(args), cwd, full_env, timeout)
+
+
+def run_forked(args: list[str], cwd: Path, env: dict, timeout: float = 300,
+               module: str = "corpusprep"):  # fmt: skip
+    """`python -m MODULE ARGS` with exactly `env`, forked from a CLI server started with
+    the same PYTHON* variables (the path a fresh interpreter would import from); one server
+    per thread that runs the CLI at the same time."""
+    command = [sys.executable, "-m", module, *args]
+    key = tuple(sorted((k, v) for k, v in env.items() if k.startswith("PYTHON")))
+    with _servers_lock:
+        server = next((s for s in _servers if s.key == key and not s.busy), None)
+        if server is None:
+            while len(_servers) >= MAX_SERVERS and any(not s.busy for s in _servers):
+                idle = min((s for s in _servers if not s.busy), key=lambda s: s.used)
+                _servers.remove(idle)
+                idle.stop()
+            server = _CliServer(key, env)
+            _servers.append(server)
+        server.busy, server.used = True, time.monotonic()
     try:
-        return _forked(command, args, cwd, full_env, timeout)
+        return server.run(command, cwd, env, timeout)
     finally:
-        _server_lock.release()
+        server.busy = False
 
 
-_server_lock = threading.Lock()
-_server: subprocess.Popen | None = None
-_replies = bytearray()  # what the server said and was not yet read
+MAX_SERVERS = 4  # kept, least recently used stopped first
+_servers: list[_CliServer] = []
+_servers_lock = threading.Lock()
 
 
-def _forked(command: list[str], args: tuple, cwd: Path, env: dict, timeout: float):
-    global _server
-    if _server is None or _server.poll() is not None:
-        _server = subprocess.Popen([sys.executable, str(REPO / "tests" / "cli_server.py")],
-                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                                   cwd=REPO, bufsize=0)  # fmt: skip
-        _replies.clear()
-    with tempfile.TemporaryDirectory() as folder:
-        streams = {name: os.path.join(folder, name) for name in ("stdout", "stderr")}
-        request = {"args": list(args), "cwd": str(cwd), "env": env, **streams}
-        _server.stdin.write(json.dumps(request).encode() + b"\n")
-        pid = _reply(None)["pid"]
+class _CliServer:
+    """One tests/cli_server.py process and the JSON lines it said that were not yet read."""
+
+    def __init__(self, key: tuple, env: dict) -> None:
+        self.key, self.busy, self.used = key, False, 0.0
+        self.process = subprocess.Popen(
+            [sys.executable, str(REPO / "tests" / "cli_server.py")], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, env=env, cwd=REPO, bufsize=0,
+        )  # fmt: skip
+        self.replies = bytearray()
+
+    def run(self, command: list[str], cwd: Path, env: dict, timeout: float):
+        with tempfile.TemporaryDirectory() as folder:
+            streams = {name: os.path.join(folder, name) for name in ("stdout", "stderr")}
+            request = {"module": command[2], "args": command[3:], "cwd": str(cwd), "env": env,
+                       **streams}  # fmt: skip
+            self.process.stdin.write(json.dumps(request).encode() + b"\n")
+            pid = self._reply(None)["pid"]
+            try:
+                code = self._reply(timeout)["returncode"]
+            except TimeoutError:  # as subprocess.run does: kill the child, say it timed out
+                os.kill(pid, signal.SIGKILL)
+                self._reply(None)
+                raise subprocess.TimeoutExpired(command, timeout) from None
+            out, err = (Path(streams[n]).read_text(errors="replace") for n in streams)
+        return subprocess.CompletedProcess(command, code, out, err)
+
+    def _reply(self, timeout: float | None) -> dict:
+        """The server's next JSON line, within `timeout` seconds (None: however long)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        out = self.process.stdout
+        while b"\n" not in self.replies:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and (left <= 0 or not select.select([out], [], [], left)[0]):
+                raise TimeoutError
+            data = os.read(out.fileno(), 4096)
+            if not data:
+                raise RuntimeError("the CLI server (tests/cli_server.py) exited")
+            self.replies.extend(data)
+        line, _, rest = bytes(self.replies).partition(b"\n")
+        self.replies[:] = rest
+        return json.loads(line)
+
+    def stop(self) -> None:
+        """End the server (it exits when its input closes), or kill it by its pid."""
+        self.process.stdin.close()
         try:
-            code = _reply(timeout)["returncode"]
-        except TimeoutError:  # as subprocess.run does: kill the child, say it timed out
-            os.kill(pid, signal.SIGKILL)
-            _reply(None)
-            raise subprocess.TimeoutExpired(command, timeout) from None
-        out, err = (Path(streams[n]).read_text(errors="replace") for n in ("stdout", "stderr"))
-    return subprocess.CompletedProcess(command, code, out, err)
-
-
-def _reply(timeout: float | None) -> dict:
-    """The server's next JSON line, within `timeout` seconds (None: however long)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while b"\n" not in _replies:
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and (left <= 0 or not select.select([_server.stdout], [], [], left)[0]):
-            raise TimeoutError
-        data = os.read(_server.stdout.fileno(), 4096)
-        if not data:
-            raise RuntimeError("the CLI server (tests/cli_server.py) exited")
-        _replies.extend(data)
-    line, _, rest = bytes(_replies).partition(b"\n")
-    _replies[:] = rest
-    return json.loads(line)
-
-
-def stop_cli_server() -> None:
-    """Stop this test process's CLI server, by its pid (conftest, at the session's end)."""
-    global _server
-    if _server is not None:
-        _server.stdin.close()
-        try:
-            _server.wait(timeout=10)
+            self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            os.kill(_server.pid, signal.SIGKILL)
-            _server.wait()
-        _server = None
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+
+def stop_cli_servers() -> None:
+    """Stop this test process's CLI servers (conftest, at the session's end)."""
+    with _servers_lock:
+        while _servers:
+            _servers.pop().stop()
 
 
 def assert_one_line_error(result, *fragments: str) -> None:

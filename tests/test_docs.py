@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
-from helpers import REPO
+from helpers import REPO, run_forked
 
 # one worker (--dist loadgroup) runs the pages once, in its background; first: minutes
 pytestmark = [pytest.mark.xdist_group("docs"), pytest.mark.slow]
@@ -258,11 +258,37 @@ def run_page(page: str, folder: Path, env: dict[str, str]) -> dict[int, object]:
     """Every runnable example of a page, in order, in its folder: line -> CompletedProcess."""
     results: dict[int, object] = {}
     for example in (e for e in EXAMPLES if e.page == page and not e.needs):
+        code = shell_command(example)
+        args = plain_cli_args(code)
+        if args is not None:  # what bash would run: forked from a CLI server (helpers)
+            results[example.line] = run_forked(args[1:], folder, env, module=args[0])
+            continue
         results[example.line] = subprocess.run(
-            ["bash", "-c", shell_command(example)], cwd=folder, env=env, capture_output=True,
-            text=True, timeout=300,
+            ["bash", "-c", code], cwd=folder, env=env, capture_output=True, text=True,
+            timeout=300,
         )  # fmt: skip
     return results
+
+
+def plain_cli_args(code: str) -> Optional[list[str]]:
+    """[MODULE, ARGS...] when bash would run `code` as exactly `python -m MODULE ARGS`,
+    MODULE corpusprep or corpusprep.inspect, with nothing for the shell to act on (an
+    operator, a redirection, a variable, an unquoted pattern), else None."""
+    lexer = shlex.shlex(code, posix=False, punctuation_chars=True)
+    lexer.whitespace_split = True
+    for word in lexer:
+        bare = re.sub(r"'[^']*'", "", word)  # single quotes: taken as they are
+        if re.fullmatch(r"[|&;<>()]+", bare) or re.search(r"[$`\\]", bare):
+            return None
+        if re.search(r"[*?\[~{}]", re.sub(r'"[^"]*"', "", bare)):  # a pattern bash expands
+            return None
+    argv = shlex.split(code)
+    if argv[:2] != [sys.executable, "-m"] or argv[2:3] not in (
+        ["corpusprep"],
+        ["corpusprep.inspect"],
+    ):
+        return None
+    return argv[2:]
 
 
 def _cost(page: str) -> int:
