@@ -16,14 +16,18 @@ import functools
 import gzip
 import io
 import lzma
+import os
 import zipfile
 import zlib
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Optional
+from typing import IO, TYPE_CHECKING, Optional
 
 from corpusprep.errors import UserError
+
+if TYPE_CHECKING:
+    from corpusprep.formats import InputFile
 
 MAGIC = {
     b"\x1f\x8b": "gzip",
@@ -62,29 +66,42 @@ def open_stream(
 ) -> Iterator[IO[bytes]]:
     """The decompressed bytes of `path` (of one `member` of a zip archive); more than
     `max_bytes` of them (source.max_bytes) is an error."""
+    f = open_raw(path, compression, member, max_bytes)
+    with f, reading_errors(f"{path}!{member}" if member else str(path), compression):
+        yield f
+
+
+def open_raw(
+    path: Path, compression: str, member: str | None = None, max_bytes: Optional[int] = None
+) -> IO[bytes]:
+    """open_stream's stream, for a caller that keeps it open between reads (and reads it
+    inside reading_errors); closing it closes the file."""
     if compression not in NAMES:
         raise UserError(f"{path}: unknown compression {compression!r}; use one of {NAMES}")
     name = f"{path}!{member}" if member else str(path)
-    with ExitStack() as stack:
-        try:
-            f = stack.enter_context(_open(path, compression, member))
-        except _CORRUPT as e:
-            raise UserError(f"{name}: cannot open as {compression}: {e}") from None
-        if max_bytes is not None:
-            f = _Capped(f, max_bytes, name)
-        try:
-            yield f
-        except EOFError:
-            raise UserError(
-                f"{name}: truncated {compression} data: the file ends before the end of its "
-                "compressed stream (a cut download or copy?); get the whole file again"
-            ) from None
-        except _CORRUPT as e:
-            raise UserError(f"{name}: corrupt {compression} data ({e}); check the file") from None
-        except Exception as e:  # zstandard raises its own ZstdError
-            if type(e).__name__ == "ZstdError":
-                raise UserError(f"{name}: corrupt zstd data ({e}); check the file") from None
-            raise
+    try:
+        f = _open(path, compression, member)
+    except _CORRUPT as e:
+        raise UserError(f"{name}: cannot open as {compression}: {e}") from None
+    return _Capped(f, max_bytes, name) if max_bytes is not None else f
+
+
+@contextmanager
+def reading_errors(name: str, compression: str) -> Iterator[None]:
+    """What a damaged stream raises while it is read, as one line naming the file."""
+    try:
+        yield
+    except EOFError:
+        raise UserError(
+            f"{name}: truncated {compression} data: the file ends before the end of its "
+            "compressed stream (a cut download or copy?); get the whole file again"
+        ) from None
+    except _CORRUPT as e:
+        raise UserError(f"{name}: corrupt {compression} data ({e}); check the file") from None
+    except Exception as e:  # zstandard raises its own ZstdError
+        if type(e).__name__ == "ZstdError":
+            raise UserError(f"{name}: corrupt zstd data ({e}); check the file") from None
+        raise
 
 
 def _open(path: Path, compression: str, member: str | None) -> IO[bytes]:
@@ -125,6 +142,10 @@ class _Capped(io.RawIOBase):
         self._counted(len(line))
         return line
 
+    def close(self) -> None:
+        self.f.close()
+        super().close()
+
     def _counted(self, n: int) -> int:
         self.count += n
         if self.count > self.limit:
@@ -135,15 +156,70 @@ class _Capped(io.RawIOBase):
         return n
 
 
+class Streams:
+    """Open streams of compressed files (open_raw), in this process, each kept where a
+    piece of it ended (formats/jsonl.py): a worker that gets the next piece of the same file
+    (they are handed out in order, so it often does) goes on reading there, instead of
+    decompressing the file from its start again to skip to its piece. At most KEEP files;
+    a file that changed on disk is opened again."""
+
+    KEEP = 2
+
+    def __init__(self) -> None:
+        self.kept: dict[tuple, tuple[IO[bytes], int, int, int]] = {}  # key: f, end, at, lines
+
+    @staticmethod
+    def _key(file: InputFile) -> tuple:
+        stat = os.stat(file.path)
+        return (file.path, file.member, file.compression, file.max_bytes, stat.st_size,
+                stat.st_mtime_ns, stat.st_ino)  # fmt: skip
+
+    def take(self, file: InputFile, start: int) -> tuple[IO[bytes], int, int]:
+        """A stream of `file` at a line start at or before `start`, with no line that
+        starts at or after `start` read yet: (stream, its offset, lines before)."""
+        key = self._key(file)
+        kept = self.kept.pop(key, None)
+        if kept is not None:
+            f, end, offset, lines = kept
+            if end <= start:
+                return f, offset, lines
+            f.close()
+        return open_raw(file.path, file.compression, file.member, file.max_bytes), 0, 0
+
+    def keep(self, file: InputFile, f: IO[bytes], end: int, offset: int, lines: int) -> bool:
+        """Keep `f`, read through the lines that start before `end`; False: not kept."""
+        try:
+            key = self._key(file)
+        except OSError:
+            return False
+        self.kept[key] = (f, end, offset, lines)
+        while len(self.kept) > self.KEEP:
+            self.kept.pop(next(iter(self.kept)))[0].close()
+        return True
+
+    def close(self) -> None:
+        while self.kept:
+            self.kept.popitem()[1][0].close()
+
+
+STREAMS = Streams()
+
+
 GUESSED_RATIO = 4  # text compresses about this much: for formats that do not record the size
 
 
-@functools.lru_cache(maxsize=1 << 14)  # asked by the shard sizing and again by the plan
 def text_size(path: Path, compression: str, member: Optional[str], size: int) -> int:
-    """About how many bytes a compressed file holds once decompressed, from its own header
-    or trailer where it records them (zstd's frame content size, gzip's ISIZE, a zip
-    member's size), else guessed: shards are packed by the work in them, and a compressed
-    file's work is its text, several times its size on disk. Reads at most a few bytes."""
+    """About how many bytes a compressed file holds once decompressed: what its header or
+    trailer records (recorded_size), else guessed: shards are packed by the work in them,
+    and a compressed file's work is its text, several times its size on disk."""
+    return recorded_size(path, compression, member, size) or size * GUESSED_RATIO
+
+
+@functools.lru_cache(maxsize=1 << 14)  # asked by the shard sizing and again by the plan
+def recorded_size(path: Path, compression: str, member: Optional[str], size: int) -> int:
+    """The decompressed size a compressed file records (zstd's frame content size, gzip's
+    ISIZE, a zip member's size), or 0 where it records none (or an impossible one).
+    Reads at most a few bytes."""
     known = 0
     try:
         if compression == "zip" and member is not None:  # `size` is the whole archive's
@@ -160,7 +236,7 @@ def text_size(path: Path, compression: str, member: Optional[str], size: int) ->
                 known = max(zstandard.frame_content_size(f.read(18)), 0)  # -1: not recorded
     except Exception:  # a damaged file: reading it reports that, in one line
         known = 0
-    return known if known >= size else size * GUESSED_RATIO
+    return known if known >= size else 0
 
 
 @functools.lru_cache(maxsize=4)

@@ -37,6 +37,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 import corpusprep
+from corpusprep.compression import STREAMS, recorded_size
 from corpusprep.config import Settings, build, read_settings
 from corpusprep.errors import UserError
 from corpusprep.executors import Executor
@@ -292,6 +293,7 @@ def scan(run: Run) -> None:
         run.sample = merger.result()
     else:
         run.scans = list(scans)
+    STREAMS.close()  # what this process kept open reading shards itself (one worker)
     run.clock.lap("scan")
     _take_counts(run, run.scans)
 
@@ -365,6 +367,7 @@ def encode(run: Run) -> None:
             _record_inputs(work, run.hashes)
         # read to the end: the bar closes drawn full, even for one shard
         fresh = list(_progress(fresh, [t.shard for t in todo], "encode", run.settings.quiet))
+        STREAMS.close()
         done.update(zip((t.shard.index for t in todo), fresh))
         run.results = [done[t.shard.index] for t in tasks]
         _check_unchanged(run.before)
@@ -622,9 +625,15 @@ def _encode_tasks(run: Run) -> tuple[list[EncodeTask], list[PartFile]]:
 
 
 def _runs_long(task: EncodeTask) -> bool:
-    """A compressed file's last piece: it decompresses the whole file, and its end is
-    the file's, wherever the size guess put its start."""
-    return any(s.piece and s.end == STREAM_END for s in task.shard.segments)
+    """The last piece of a compressed file that records no size: its end is the file's,
+    wherever the size guess put its start. (Pieces of a known size stay in order: a
+    worker then often reads on from where its last piece ended, compression.Streams.)"""
+    return any(s.piece and s.end == STREAM_END and not _recorded(s.file)
+               for s in task.shard.segments)  # fmt: skip
+
+
+def _recorded(file: InputFile) -> int:
+    return recorded_size(Path(file.path), file.compression, file.member, file.size)
 
 
 def _side_chars(first: int, chars: int, split_char: int) -> tuple[int, int]:

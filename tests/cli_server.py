@@ -16,22 +16,30 @@ Protocol, one JSON line each way on stdin/stdout:
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import os
+import pkgutil
 import runpy
 import sys
 
 # what `python -m corpusprep` imports on every run; nothing that reads the environment
 # when it is imported (huggingface_hub does: it is left to the runs that need it)
-import hydra  # noqa: F401
+import hydra._internal.config_loader_impl  # noqa: F401
+import hydra._internal.core_plugins.basic_launcher  # noqa: F401
+import hydra._internal.core_plugins.basic_sweeper  # noqa: F401
 import hydra._internal.hydra  # noqa: F401
 import numpy  # noqa: F401
 import omegaconf  # noqa: F401
 import tiktoken  # noqa: F401
 
-import corpusprep.app  # noqa: F401
-import corpusprep.prepare  # noqa: F401
+import corpusprep
+
+# and corpusprep's own modules, which import their optional libraries only when they run
+for _module in pkgutil.walk_packages(corpusprep.__path__, "corpusprep."):
+    if _module.name != "corpusprep.__main__":
+        importlib.import_module(_module.name)
 
 
 def _child(request: dict) -> None:

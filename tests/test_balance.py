@@ -280,3 +280,39 @@ def test_skipping_to_a_piece_finds_the_line_a_readline_each_finds(monkeypatch):
                 monkeypatch.setattr(jsonl, "SKIP_BLOCK", block)
                 got = jsonl._skip_lines(io.BufferedReader(io.BytesIO(text)), start, 100)
                 assert got == by_lines(text, start), (start, block)
+
+
+def test_pieces_read_in_turn_share_one_stream_in_any_order_the_same_lines(tmp_path, monkeypatch):
+    """A process that reads a compressed file's pieces one after the other decompresses
+    the file once (compression.Streams keeps its stream where a piece ended); in any other
+    order each piece still gets exactly its lines, with its line numbers."""
+    import random
+
+    from corpusprep import compression
+    from corpusprep.formats import STREAM_END, InputFile, Segment
+    from corpusprep.formats.jsonl import FORMAT
+
+    data = b"\n".join(_rows(900)) + b"\n"
+    path = tmp_path / "a.jsonl.zst"
+    path.write_bytes(zstandard.compress(data))
+    file = InputFile(str(path), "jsonl", "zstd", path.stat().st_size)
+    bounds = [0, 9_000, 9_001, 30_000, 70_000, 110_000, STREAM_END]
+    segments = [Segment(file, a, b, 1) for a, b in zip(bounds, bounds[1:])]
+    expected = {s: list(FORMAT._lines(s)) for s in segments}  # each on its own stream
+    opened = []
+    real = compression.open_raw
+    monkeypatch.setattr(compression, "open_raw", lambda *a: opened.append(a) or real(*a))
+    compression.STREAMS.close()
+    assert [line for s in segments for line in FORMAT._lines(s)] == [
+        line for s in segments for line in expected[s]]  # fmt: skip
+    assert len(opened) == 1  # in turn: one stream for the whole file
+    rng = random.Random(3)
+    for _ in range(5):
+        order = rng.sample(segments, len(segments))
+        for s in order:
+            assert list(FORMAT._lines(s)) == expected[s], (s.start, s.end)
+    # a piece read halfway (an error in it, a stop) leaves no stream behind to go on from
+    next(FORMAT._lines(segments[2]))
+    assert list(FORMAT._lines(segments[3])) == expected[segments[3]]
+    compression.STREAMS.close()
+    assert compression.STREAMS.kept == {}

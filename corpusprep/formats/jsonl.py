@@ -13,10 +13,11 @@ import re
 from collections.abc import Iterator
 from typing import Optional
 
-from corpusprep.compression import open_stream
+from corpusprep.compression import STREAMS, reading_errors
 from corpusprep.errors import UserError
 from corpusprep.formats import (
     SKIPPED,
+    STREAM_END,
     Format,
     InputFile,
     Part,
@@ -55,16 +56,23 @@ class JsonlFormat(Format):
                     left -= len(line)
                     yield line
         else:
-            with open_stream(file.path, file.compression, file.member, file.max_bytes) as f:
-                offset = number = 0
-                if segment.piece:  # the lines before the piece's: read past (see plan)
-                    offset, number = _skip_lines(f, segment.start, limit)
-                # a piece's lines are those that start in it
-                while offset < segment.end and (line := f.readline(limit + 1)):
-                    number += 1
-                    _check_length(line, limit, segment, offset, number)
-                    offset += len(line)
-                    yield (line, number) if segment.piece else line
+            f, offset, number = STREAMS.take(file, segment.start)
+            kept = False
+            try:
+                with reading_errors(file.name, file.compression):
+                    if offset < segment.start:  # the lines before the piece's: read past
+                        offset, number = _skip_lines(f, segment.start, limit, offset, number)
+                    # a piece's lines are those that start in it
+                    while offset < segment.end and (line := f.readline(limit + 1)):
+                        number += 1
+                        _check_length(line, limit, segment, offset, number)
+                        offset += len(line)
+                        yield (line, number) if segment.piece else line
+                if segment.piece and segment.end != STREAM_END:  # the next piece starts here
+                    kept = STREAMS.keep(file, f, segment.end, offset, number)
+            finally:
+                if not kept:
+                    f.close()
 
     def parts(self, segment: Segment) -> Iterator[Part]:
         file = segment.file
@@ -122,12 +130,12 @@ class _Where:
         return f"{file.name}:{first + self.number}"
 
 
-def _skip_lines(f, start: int, limit: int) -> tuple[int, int]:
-    """Read past the lines that start before byte `start` of a stream: (where the first
-    line at or after it starts, how many lines came before). In blocks up to `start`
-    (newlines counted by bytes.count, not a readline each), then to the end of the line
-    that runs across it, in steps of `limit`; the piece it starts in reports a long one."""
-    offset = lines = 0
+def _skip_lines(f, start: int, limit: int, offset: int = 0, lines: int = 0) -> tuple[int, int]:
+    """Read past the lines that start before byte `start` of a stream now at the start of
+    a line, `offset` bytes and `lines` lines in: (where the first line at or after `start`
+    starts, how many lines came before). In blocks up to `start` (newlines counted by
+    bytes.count, not a readline each), then to the end of the line that runs across it,
+    in steps of `limit`; the piece it starts in reports a long one."""
     last = b"\n"
     while offset < start:
         block = f.read(min(start - offset, SKIP_BLOCK))
