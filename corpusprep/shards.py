@@ -170,8 +170,11 @@ class _Writer:
         self.held_bytes = 0
 
     def write(self, ids: np.ndarray) -> None:
+        if not ids.size:  # a tokenizer's empty BOS/EOS, an empty document
+            return
+        given = ids
         if ids.dtype != self.dtype:
-            if not self.checked and ids.size and int(ids.max()) > np.iinfo(self.dtype).max:
+            if not self.checked and int(ids.max()) > np.iinfo(self.dtype).max:
                 raise OverflowError(f"token id {int(ids.max())} does not fit in {self.dtype}")
             ids = ids.astype(self.dtype)
         self.tokens += len(ids)
@@ -179,7 +182,8 @@ class _Writer:
             self.flush()
             self._write(ids)
             return
-        self.held.append(ids.copy())  # a copy: a tokenizer may reuse the array it gave
+        # held: a copy of an array the tokenizer gave (it may reuse it), not of our own
+        self.held.append(ids.copy() if ids is given else ids)
         self.held_bytes += ids.nbytes
         if self.held_bytes >= WRITE_BYTES:
             self.flush()

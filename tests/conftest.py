@@ -78,9 +78,22 @@ def loopback_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("no_proxy", "127.0.0.1,127.0.0.2,localhost")
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--runslow", action="store_true", help="also run the tests marked slow (as CI does)"
+    )
+
+
 def pytest_collection_modifyitems(config, items):
-    """The slow tests first: the workers (pytest-xdist) then share the rest around them,
+    """Without --runslow, the slow tests are skipped (the everyday suite stays quick);
+    with it, they run first: the workers (pytest-xdist) then share the rest around them,
     instead of one of them finishing a slow test alone at the end."""
+    if not config.getoption("--runslow"):
+        skip = pytest.mark.skip(reason="slow: run with --runslow (as the README's test command)")
+        for item in items:
+            if item.get_closest_marker("slow"):
+                item.add_marker(skip)
+        return
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable
 
 

@@ -159,7 +159,7 @@ def test_a_launcher_without_its_extra_names_the_pip_command(newcomer):
 def test_the_readmes_test_command_installs_and_collects_offline(tmp_path):
     src, env = _newcomer(tmp_path)
     _, tests = _readme_commands()
-    assert tests == "pip install '.[test]' && python -m pytest"
+    assert tests == "pip install '.[test]' && python -m pytest --runslow"
     r = _bash(f"{tests} --collect-only -q -p no:cacheprovider", src, env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert re.search(r"\d+ tests collected", r.stdout), r.stdout[-2000:]

