@@ -21,6 +21,7 @@ import zipfile
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Optional
 
@@ -156,50 +157,60 @@ class _Capped(io.RawIOBase):
         return n
 
 
-class Streams:
-    """Open streams of compressed files (open_raw), in this process, each kept where a
-    piece of it ended (formats/jsonl.py): a worker that gets the next piece of the same file
-    (they are handed out in order, so it often does) goes on reading there, instead of
-    decompressing the file from its start again to skip to its piece. At most KEEP files;
-    a file that changed on disk is opened again."""
+@dataclass
+class Stream:
+    """An open stream of a compressed file, `offset` bytes and `lines` lines into its text,
+    at the start of a line; `end`: where the piece it was kept after ended."""
 
-    KEEP = 2
+    f: IO[bytes]
+    key: tuple  # the file as it was when opened: a changed file is opened again
+    end: int = 0
+    offset: int = 0
+    lines: int = 0
+
+
+class Streams:
+    """The stream of a compressed file that this process read a piece of last, kept where
+    the piece ended (formats/jsonl.py): a worker that gets the next piece of the same file
+    (they are handed out in order, so it often does) goes on reading there, instead of
+    decompressing the file from its start again to skip to its piece. One at a time (a
+    decoder holds up to its window, tens of MB); a forked process starts with none (it
+    would share the file offset with its parent)."""
 
     def __init__(self) -> None:
-        self.kept: dict[tuple, tuple[IO[bytes], int, int, int]] = {}  # key: f, end, at, lines
+        self.kept: Optional[Stream] = None
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._forget)
 
-    @staticmethod
-    def _key(file: InputFile) -> tuple:
-        stat = os.stat(file.path)
-        return (file.path, file.member, file.compression, file.max_bytes, stat.st_size,
-                stat.st_mtime_ns, stat.st_ino)  # fmt: skip
-
-    def take(self, file: InputFile, start: int) -> tuple[IO[bytes], int, int]:
-        """A stream of `file` at a line start at or before `start`, with no line that
-        starts at or after `start` read yet: (stream, its offset, lines before)."""
-        key = self._key(file)
-        kept = self.kept.pop(key, None)
-        if kept is not None:
-            f, end, offset, lines = kept
-            if end <= start:
-                return f, offset, lines
-            f.close()
-        return open_raw(file.path, file.compression, file.member, file.max_bytes), 0, 0
-
-    def keep(self, file: InputFile, f: IO[bytes], end: int, offset: int, lines: int) -> bool:
-        """Keep `f`, read through the lines that start before `end`; False: not kept."""
+    def take(self, file: InputFile, start: int) -> Stream:
+        """A stream of `file` at a line start at or before `start`, no line that starts at
+        or after `start` read from it yet."""
         try:
-            key = self._key(file)
-        except OSError:
-            return False
-        self.kept[key] = (f, end, offset, lines)
-        while len(self.kept) > self.KEEP:
-            self.kept.pop(next(iter(self.kept)))[0].close()
-        return True
+            stat = os.stat(file.path)
+        except OSError as e:
+            raise UserError(f"{file.name}: cannot open as {file.compression}: {e}") from None
+        key = (file.path, file.member, file.compression, file.max_bytes, stat.st_size,
+               stat.st_mtime_ns, stat.st_ino)  # fmt: skip
+        kept, self.kept = self.kept, None
+        if kept is not None:
+            if kept.key == key and kept.end <= start:
+                return kept
+            kept.f.close()
+        return Stream(open_raw(file.path, file.compression, file.member, file.max_bytes), key)
+
+    def keep(self, stream: Stream, end: int, offset: int, lines: int) -> None:
+        """Keep `stream`, read through the lines that start before `end`."""
+        stream.end, stream.offset, stream.lines = end, offset, lines
+        self.close()
+        self.kept = stream
 
     def close(self) -> None:
-        while self.kept:
-            self.kept.popitem()[1][0].close()
+        kept, self.kept = self.kept, None
+        if kept is not None:
+            kept.f.close()
+
+    def _forget(self) -> None:
+        self.kept = None
 
 
 STREAMS = Streams()
@@ -208,18 +219,12 @@ STREAMS = Streams()
 GUESSED_RATIO = 4  # text compresses about this much: for formats that do not record the size
 
 
-def text_size(path: Path, compression: str, member: Optional[str], size: int) -> int:
-    """About how many bytes a compressed file holds once decompressed: what its header or
-    trailer records (recorded_size), else guessed: shards are packed by the work in them,
-    and a compressed file's work is its text, several times its size on disk."""
-    return recorded_size(path, compression, member, size) or size * GUESSED_RATIO
-
-
 @functools.lru_cache(maxsize=1 << 14)  # asked by the shard sizing and again by the plan
-def recorded_size(path: Path, compression: str, member: Optional[str], size: int) -> int:
-    """The decompressed size a compressed file records (zstd's frame content size, gzip's
-    ISIZE, a zip member's size), or 0 where it records none (or an impossible one).
-    Reads at most a few bytes."""
+def text_size(path: Path, compression: str, member: Optional[str], size: int) -> int:
+    """About how many bytes a compressed file holds once decompressed, from its own header
+    or trailer where it records them (zstd's frame content size, gzip's ISIZE, a zip
+    member's size), else guessed: shards are packed by the work in them, and a compressed
+    file's work is its text, several times its size on disk. Reads at most a few bytes."""
     known = 0
     try:
         if compression == "zip" and member is not None:  # `size` is the whole archive's
@@ -236,7 +241,7 @@ def recorded_size(path: Path, compression: str, member: Optional[str], size: int
                 known = max(zstandard.frame_content_size(f.read(18)), 0)  # -1: not recorded
     except Exception:  # a damaged file: reading it reports that, in one line
         known = 0
-    return known if known >= size else 0
+    return known if known >= size else size * GUESSED_RATIO
 
 
 @functools.lru_cache(maxsize=4)

@@ -37,7 +37,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 import corpusprep
-from corpusprep.compression import STREAMS, recorded_size
+from corpusprep.compression import STREAMS
 from corpusprep.config import Settings, build, read_settings
 from corpusprep.errors import UserError
 from corpusprep.executors import Executor
@@ -285,15 +285,17 @@ def scan(run: Run) -> None:
     # one plain text for BPE: its characters counted from its bytes, without decoding
     count = count_characters if _countable(run) else partial(scan_shard, rule=rule)
     scans = _progress(run.executor.map(count, shards), shards, "scan", quiet)
-    if rule is not None:  # merged as they come: memory holds about one sample, not one a shard
-        merger = Merger(rule.chars)
-        for result in scans:
-            merger.add(result.sample)
-            run.scans.append(replace(result, sample=None))
-        run.sample = merger.result()
-    else:
-        run.scans = list(scans)
-    STREAMS.close()  # what this process kept open reading shards itself (one worker)
+    try:
+        if rule is not None:  # merged as they come: memory holds about one sample
+            merger = Merger(rule.chars)
+            for result in scans:
+                merger.add(result.sample)
+                run.scans.append(replace(result, sample=None))
+            run.sample = merger.result()
+        else:
+            run.scans = list(scans)
+    finally:
+        STREAMS.close()  # what this process kept open reading shards itself (one worker)
     run.clock.lap("scan")
     _take_counts(run, run.scans)
 
@@ -366,8 +368,10 @@ def encode(run: Run) -> None:
         if work:  # what the shards' markers were made from, for a resume
             _record_inputs(work, run.hashes)
         # read to the end: the bar closes drawn full, even for one shard
-        fresh = list(_progress(fresh, [t.shard for t in todo], "encode", run.settings.quiet))
-        STREAMS.close()
+        try:
+            fresh = list(_progress(fresh, [t.shard for t in todo], "encode", run.settings.quiet))
+        finally:
+            STREAMS.close()
         done.update(zip((t.shard.index for t in todo), fresh))
         run.results = [done[t.shard.index] for t in tasks]
         _check_unchanged(run.before)
@@ -625,15 +629,9 @@ def _encode_tasks(run: Run) -> tuple[list[EncodeTask], list[PartFile]]:
 
 
 def _runs_long(task: EncodeTask) -> bool:
-    """The last piece of a compressed file that records no size: its end is the file's,
-    wherever the size guess put its start. (Pieces of a known size stay in order: a
-    worker then often reads on from where its last piece ended, compression.Streams.)"""
-    return any(s.piece and s.end == STREAM_END and not _recorded(s.file)
-               for s in task.shard.segments)  # fmt: skip
-
-
-def _recorded(file: InputFile) -> int:
-    return recorded_size(Path(file.path), file.compression, file.member, file.size)
+    """A compressed file's last piece: its end is the file's, wherever the size guess (or
+    a size that only its first frame or last member records) put its start."""
+    return any(s.piece and s.end == STREAM_END for s in task.shard.segments)
 
 
 def _side_chars(first: int, chars: int, split_char: int) -> tuple[int, int]:

@@ -8,10 +8,16 @@ stderr files, exit code, atexit handlers), which runs the corpusprep module as `
 exits as a process started from the shell would. The server itself never runs a job, so
 nothing one run leaves in memory (caches, Hydra's global state) reaches the next.
 
+What a fork cannot give: a str hash seed of its own (helpers.run_forked starts two
+servers per environment, each with its own seed, and alternates them), and modules
+already imported cannot be shadowed by files in the working directory. Tests about
+start-up itself use a fresh interpreter (tests/test_safety.py's kills, test_install).
+
 Protocol, one JSON line each way on stdin/stdout:
     request  {"module": "corpusprep", "args": [...], "cwd": DIR, "env": {...},
-              "stdout": FILE, "stderr": FILE}
-    replies  {"pid": PID}, then {"returncode": CODE} (negative: killed by that signal)
+              "stdout": FILE, "stderr": FILE, "timeout": SECONDS}
+    reply    {"returncode": CODE, "timed_out": BOOL} (CODE < 0: killed by that signal;
+             a run over its timeout is killed by the server, its parent)
 """
 
 from __future__ import annotations
@@ -22,7 +28,10 @@ import json
 import os
 import pkgutil
 import runpy
+import select
+import signal
 import sys
+import time
 
 # what `python -m corpusprep` imports on every run; nothing that reads the environment
 # when it is imported (huggingface_hub does: it is left to the runs that need it)
@@ -42,6 +51,11 @@ for _module in pkgutil.walk_packages(corpusprep.__path__, "corpusprep."):
         importlib.import_module(_module.name)
 
 
+# the text streams a process gets for files or pipes, as this interpreter made its own
+_STREAMS = {fd: (stream.encoding, stream.errors) for fd, stream in
+            ((0, sys.stdin), (1, sys.stdout), (2, sys.stderr))}  # fmt: skip
+
+
 def _child(request: dict) -> None:
     """In the forked process: become `python -m MODULE ARGS` started in request's cwd."""
     # signal dispositions: the server's are those of a fresh interpreter (it sets none)
@@ -55,15 +69,40 @@ def _child(request: dict) -> None:
         os.dup2(out, fd)
         os.close(out)
     os.close(null)
-    # the streams a process gets for files: block-buffered stdout, line-buffered stderr
-    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
-    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8")
-    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
-                                  errors="backslashreplace", line_buffering=True)  # fmt: skip
-    sys.__stdout__, sys.__stderr__, sys.__stdin__ = sys.stdout, sys.stderr, sys.stdin
+    # block-buffered stdout, line-buffered stderr, the encodings this interpreter chose
+    sys.stdin, sys.stdout, sys.stderr = (
+        io.TextIOWrapper(io.FileIO(fd, "r" if fd == 0 else "w", closefd=False),
+                         encoding=_STREAMS[fd][0], errors=_STREAMS[fd][1],
+                         line_buffering=fd == 2)
+        for fd in (0, 1, 2)
+    )  # fmt: skip
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
     sys.argv = [request["module"], *request["args"]]
-    sys.path[0] = os.getcwd()  # -m puts the working directory first
+    if not sys.flags.safe_path:
+        sys.path[0] = os.getcwd()  # -m puts the working directory first
+    sys.modules.pop(request["module"], None)  # -m runs it fresh, as __main__
     runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+
+
+def _wait(pid: int, timeout: float) -> tuple[int, bool]:
+    """The child's exit code, killing it (we are its parent: the pid is still ours) if it
+    runs longer than `timeout` seconds; and whether it was killed."""
+    if not hasattr(os, "pidfd_open"):  # before Linux 5.3: look every 10 ms
+        deadline = time.monotonic() + timeout
+        while not (done := os.waitpid(pid, os.WNOHANG))[0] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not done[0]:
+            os.kill(pid, signal.SIGKILL)  # not reaped yet: still our child's pid
+            done = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(done[1]), time.monotonic() >= deadline
+    pidfd = os.pidfd_open(pid)
+    try:
+        killed = not select.select([pidfd], [], [], timeout)[0]
+        if killed:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), killed
+    finally:
+        os.close(pidfd)
 
 
 def main() -> None:
@@ -74,9 +113,8 @@ def main() -> None:
             sys.stdin.close()  # the requests are the server's, not the run's
             _child(request)
             return  # exit as a process does: atexit handlers, flushed streams, code 0
-        print(json.dumps({"pid": pid}), flush=True)
-        _, status = os.waitpid(pid, 0)
-        print(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}), flush=True)
+        code, killed = _wait(pid, request["timeout"])
+        print(json.dumps({"returncode": code, "timed_out": killed}), flush=True)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import locale
 import os
-import select
+import random
 import signal
 import subprocess
 import sys
@@ -35,80 +36,83 @@ def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300
 def run_forked(args: list[str], cwd: Path, env: dict, timeout: float = 300,
                module: str = "corpusprep"):  # fmt: skip
     """`python -m MODULE ARGS` with exactly `env`, forked from a CLI server started with
-    the same PYTHON* variables (the path a fresh interpreter would import from); one server
-    per thread that runs the CLI at the same time."""
+    what decides how an interpreter starts (PYTHON* variables: the import path; the
+    locale; HOME: the user site). Two servers take turns for each such environment, each
+    with its own str hash seed, so that two runs a test compares differ in it as fresh
+    processes would. A relative PYTHONPATH entry gets a fresh interpreter."""
     command = [sys.executable, "-m", module, *args]
-    key = tuple(sorted((k, v) for k, v in env.items() if k.startswith("PYTHON")))
+    paths = env.get("PYTHONPATH", "").split(os.pathsep)
+    if any(p and not os.path.isabs(p) for p in paths):
+        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
+                              timeout=timeout)  # fmt: skip
+    key = tuple(sorted((k, v) for k, v in env.items()
+                       if k.startswith(("PYTHON", "LC_")) or k in ("LANG", "HOME")))  # fmt: skip
     with _servers_lock:
-        server = next((s for s in _servers if s.key == key and not s.busy), None)
-        if server is None:
+        for dead in [s for s in _servers if not s.busy and s.process.poll() is not None]:
+            _servers.remove(dead)
+        mine = [s for s in _servers if s.key == key]
+        idle = [s for s in mine if not s.busy]
+        if len(mine) < SERVERS_PER_KEY or not idle:
             while len(_servers) >= MAX_SERVERS and any(not s.busy for s in _servers):
-                idle = min((s for s in _servers if not s.busy), key=lambda s: s.used)
-                _servers.remove(idle)
-                idle.stop()
+                oldest = min((s for s in _servers if not s.busy), key=lambda s: s.used)
+                _servers.remove(oldest)
+                oldest.stop()
             server = _CliServer(key, env)
             _servers.append(server)
+        else:
+            server = min(idle, key=lambda s: s.used)  # the one that ran the longest ago
         server.busy, server.used = True, time.monotonic()
     try:
         return server.run(command, cwd, env, timeout)
+    except BaseException:  # out of step with us, or dead: never used again
+        with _servers_lock:
+            _servers.remove(server)
+        server.stop()
+        raise
     finally:
         server.busy = False
 
 
+SERVERS_PER_KEY = 2
 MAX_SERVERS = 4  # kept, least recently used stopped first
 _servers: list[_CliServer] = []
 _servers_lock = threading.Lock()
 
 
 class _CliServer:
-    """One tests/cli_server.py process and the JSON lines it said that were not yet read."""
+    """One tests/cli_server.py process."""
 
     def __init__(self, key: tuple, env: dict) -> None:
         self.key, self.busy, self.used = key, False, 0.0
+        seed = env.get("PYTHONHASHSEED") or str(random.randrange(1, 2**32))
         self.process = subprocess.Popen(
             [sys.executable, str(REPO / "tests" / "cli_server.py")], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, env=env, cwd=REPO, bufsize=0,
+            stdout=subprocess.PIPE, env={**env, "PYTHONHASHSEED": seed}, cwd=REPO, bufsize=0,
         )  # fmt: skip
-        self.replies = bytearray()
 
     def run(self, command: list[str], cwd: Path, env: dict, timeout: float):
         with tempfile.TemporaryDirectory() as folder:
             streams = {name: os.path.join(folder, name) for name in ("stdout", "stderr")}
             request = {"module": command[2], "args": command[3:], "cwd": str(cwd), "env": env,
-                       **streams}  # fmt: skip
+                       "timeout": timeout, **streams}  # fmt: skip
             self.process.stdin.write(json.dumps(request).encode() + b"\n")
-            pid = self._reply(None)["pid"]
-            try:
-                code = self._reply(timeout)["returncode"]
-            except TimeoutError:  # as subprocess.run does: kill the child, say it timed out
-                os.kill(pid, signal.SIGKILL)
-                self._reply(None)
-                raise subprocess.TimeoutExpired(command, timeout) from None
-            out, err = (Path(streams[n]).read_text(errors="replace") for n in streams)
-        return subprocess.CompletedProcess(command, code, out, err)
-
-    def _reply(self, timeout: float | None) -> dict:
-        """The server's next JSON line, within `timeout` seconds (None: however long)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        out = self.process.stdout
-        while b"\n" not in self.replies:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and (left <= 0 or not select.select([out], [], [], left)[0]):
-                raise TimeoutError
-            data = os.read(out.fileno(), 4096)
-            if not data:
+            line = self.process.stdout.readline()
+            if not line:
                 raise RuntimeError("the CLI server (tests/cli_server.py) exited")
-            self.replies.extend(data)
-        line, _, rest = bytes(self.replies).partition(b"\n")
-        self.replies[:] = rest
-        return json.loads(line)
+            reply = json.loads(line)
+            # decoded as subprocess.run(text=True) decodes: the locale's encoding, strict
+            encoding = locale.getpreferredencoding(False)
+            out, err = (Path(streams[n]).read_text(encoding=encoding) for n in streams)
+        if reply["timed_out"]:  # killed by the server, as subprocess.run kills
+            raise subprocess.TimeoutExpired(command, timeout, output=out, stderr=err)
+        return subprocess.CompletedProcess(command, reply["returncode"], out, err)
 
     def stop(self) -> None:
         """End the server (it exits when its input closes), or kill it by its pid."""
-        self.process.stdin.close()
         try:
+            self.process.stdin.close()
             self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
+        except (OSError, subprocess.TimeoutExpired):
             os.kill(self.process.pid, signal.SIGKILL)
             self.process.wait()
 

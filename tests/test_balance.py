@@ -8,9 +8,11 @@ from __future__ import annotations
 import gzip
 import json
 import lzma
+import os
 import zipfile
 from pathlib import Path
 
+import pytest
 import zstandard
 from helpers import assert_one_line_error, run_cli
 
@@ -298,7 +300,9 @@ def test_pieces_read_in_turn_share_one_stream_in_any_order_the_same_lines(tmp_pa
     file = InputFile(str(path), "jsonl", "zstd", path.stat().st_size)
     bounds = [0, 9_000, 9_001, 30_000, 70_000, 110_000, STREAM_END]
     segments = [Segment(file, a, b, 1) for a, b in zip(bounds, bounds[1:])]
-    expected = {s: list(FORMAT._lines(s)) for s in segments}  # each on its own stream
+    with monkeypatch.context() as m:  # each on a stream of its own, closed after its piece
+        m.setattr(compression.STREAMS, "keep", lambda stream, *_: stream.f.close())
+        expected = {s: list(FORMAT._lines(s)) for s in segments}
     opened = []
     real = compression.open_raw
     monkeypatch.setattr(compression, "open_raw", lambda *a: opened.append(a) or real(*a))
@@ -314,5 +318,37 @@ def test_pieces_read_in_turn_share_one_stream_in_any_order_the_same_lines(tmp_pa
     # a piece read halfway (an error in it, a stop) leaves no stream behind to go on from
     next(FORMAT._lines(segments[2]))
     assert list(FORMAT._lines(segments[3])) == expected[segments[3]]
+    # a changed file is opened again, not read on from the old text's stream
+    list(FORMAT._lines(segments[0]))  # kept at byte 9,000 of the old text
+    new = data.replace(b"doc 5", b"DOC 5")  # as long: only the time of change tells
+    path.write_bytes(zstandard.compress(new))
+    changed = InputFile(str(path), "jsonl", "zstd", path.stat().st_size)
+    starts = [0, *(i + 1 for i, c in enumerate(new) if c == 10)][:-1]
+    wanted = [(new[a : new.index(b"\n", a) + 1], n + 1) for n, a in enumerate(starts)
+              if 9_000 <= a < 30_000]  # fmt: skip
+    assert list(FORMAT._lines(Segment(changed, 9_000, 30_000, 1))) == wanted
+    # a forked process starts with no stream: it would share the file offset with us
+    list(FORMAT._lines(segments[0]))
+    assert compression.STREAMS.kept is not None
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if compression.STREAMS.kept is None else 1)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
     compression.STREAMS.close()
-    assert compression.STREAMS.kept == {}
+    assert compression.STREAMS.kept is None
+
+
+def test_a_compressed_file_removed_between_pieces_is_one_line(tmp_path):
+    from corpusprep.compression import STREAMS
+    from corpusprep.errors import UserError
+    from corpusprep.formats import STREAM_END, InputFile, Segment
+    from corpusprep.formats.jsonl import FORMAT
+
+    path = tmp_path / "a.jsonl.zst"
+    path.write_bytes(zstandard.compress(b"\n".join(_rows(300)) + b"\n"))
+    file = InputFile(str(path), "jsonl", "zstd", path.stat().st_size)
+    list(FORMAT._lines(Segment(file, 0, 5000, 1)))
+    path.unlink()
+    with pytest.raises(UserError, match="a.jsonl.zst: cannot open as zstd"):
+        list(FORMAT._lines(Segment(file, 5000, STREAM_END, 1)))
+    STREAMS.close()

@@ -273,14 +273,18 @@ def run_page(page: str, folder: Path, env: dict[str, str]) -> dict[int, object]:
 def plain_cli_args(code: str) -> Optional[list[str]]:
     """[MODULE, ARGS...] when bash would run `code` as exactly `python -m MODULE ARGS`,
     MODULE corpusprep or corpusprep.inspect, with nothing for the shell to act on (an
-    operator, a redirection, a variable, an unquoted pattern), else None."""
-    lexer = shlex.shlex(code, posix=False, punctuation_chars=True)
-    lexer.whitespace_split = True
-    for word in lexer:
-        bare = re.sub(r"'[^']*'", "", word)  # single quotes: taken as they are
-        if re.fullmatch(r"[|&;<>()]+", bare) or re.search(r"[$`\\]", bare):
+    operator, a redirection, an expansion, a pattern, a comment), else None."""
+    quote = None
+    for c in code:
+        if quote == "'":  # single quotes: everything as it is
+            quote = None if c == "'" else quote
+        elif c in "$`\\":  # expanded (or escaped) outside single quotes
             return None
-        if re.search(r"[*?\[~{}]", re.sub(r'"[^"]*"', "", bare)):  # a pattern bash expands
+        elif quote == '"':
+            quote = None if c == '"' else quote
+        elif c in "'\"":
+            quote = c
+        elif c in "|&;<>()*?[]{}~#\n":
             return None
     argv = shlex.split(code)
     if argv[:2] != [sys.executable, "-m"] or argv[2:3] not in (

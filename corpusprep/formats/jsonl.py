@@ -56,7 +56,8 @@ class JsonlFormat(Format):
                     left -= len(line)
                     yield line
         else:
-            f, offset, number = STREAMS.take(file, segment.start)
+            stream = STREAMS.take(file, segment.start)
+            f, offset, number = stream.f, stream.offset, stream.lines
             kept = False
             try:
                 with reading_errors(file.name, file.compression):
@@ -69,7 +70,8 @@ class JsonlFormat(Format):
                         offset += len(line)
                         yield (line, number) if segment.piece else line
                 if segment.piece and segment.end != STREAM_END:  # the next piece starts here
-                    kept = STREAMS.keep(file, f, segment.end, offset, number)
+                    STREAMS.keep(stream, segment.end, offset, number)
+                    kept = True
             finally:
                 if not kept:
                     f.close()
