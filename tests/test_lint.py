@@ -16,3 +16,13 @@ def test_ruff(args):
         [sys.executable, "-m", "ruff", *args], cwd=REPO, capture_output=True, text=True
     )
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_ci_runs_exactly_the_readmes_test_command():
+    """.ci/run ends with the README's test command, word for word (slow tests included)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    command = next(line.strip() for line in readme.splitlines()
+                   if line.strip().startswith("pip install '.[test]'"))  # fmt: skip
+    assert "--runslow" in command
+    ci = [line for line in (REPO / ".ci" / "run").read_text().splitlines() if line.strip()]
+    assert ci[-1] == command
