@@ -296,10 +296,11 @@ class _ZstdReader(io.RawIOBase):
 
     ZSTD_IN = 1024
     FILL_BYTES = 1 << 18
+    WRITE_SIZE = 1 << 15  # zstandard's output step within a call (its default: 128 KiB)
 
     def __init__(self, raw: IO[bytes], zstandard) -> None:
         self.raw, self.zstd = raw, zstandard.ZstdDecompressor()
-        self.obj = self.zstd.decompressobj(write_size=1 << 15)
+        self.obj = self.zstd.decompressobj(write_size=self.WRITE_SIZE)
         self.started = False  # the current frame has had input
         self.out, self.pos = memoryview(b""), 0
         self.input, self.at = b"", 0  # compressed bytes read, and how many went in
@@ -340,7 +341,7 @@ class _ZstdReader(io.RawIOBase):
     def _step(self) -> bytes:
         """Decompress the next ZSTD_IN bytes of input (at most ~32 MB out)."""
         if self.obj.eof:  # the previous frame is complete: the next one starts here
-            self.obj, self.started = self.zstd.decompressobj(write_size=1 << 15), False
+            self.obj, self.started = self.zstd.decompressobj(write_size=self.WRITE_SIZE), False
         chunk = memoryview(self.input)[self.at : self.at + self.ZSTD_IN]  # no copy
         self.at += len(chunk)
         out = self.obj.decompress(chunk)

@@ -52,7 +52,7 @@ for _module in pkgutil.walk_packages(corpusprep.__path__, "corpusprep."):
 
 
 # the text streams a process gets for files or pipes, as this interpreter made its own
-_STREAMS = {fd: (stream.encoding, stream.errors) for fd, stream in
+_STDIO = {fd: (stream.encoding, stream.errors) for fd, stream in
             ((0, sys.stdin), (1, sys.stdout), (2, sys.stderr))}  # fmt: skip
 
 
@@ -72,7 +72,7 @@ def _child(request: dict) -> None:
     # block-buffered stdout, line-buffered stderr, the encodings this interpreter chose
     sys.stdin, sys.stdout, sys.stderr = (
         io.TextIOWrapper(io.FileIO(fd, "r" if fd == 0 else "w", closefd=False),
-                         encoding=_STREAMS[fd][0], errors=_STREAMS[fd][1],
+                         encoding=_STDIO[fd][0], errors=_STDIO[fd][1],
                          line_buffering=fd == 2)
         for fd in (0, 1, 2)
     )  # fmt: skip

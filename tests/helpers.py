@@ -28,9 +28,14 @@ def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), full_env.get("PYTHONPATH")]))
     command = [*(wrap or []), sys.executable, "-m", "corpusprep", *args]
     if wrap:
-        return subprocess.run(command, cwd=cwd, env=full_env, capture_output=True, text=True,
-                              timeout=timeout)  # fmt: skip
+        return _fresh(command, cwd, full_env, timeout)
     return run_forked(list(args), cwd, full_env, timeout)
+
+
+def _fresh(command: list[str], cwd: Path, env: dict, timeout: float):
+    """The command in a fresh interpreter, as a user's shell starts it."""
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
 
 
 def run_forked(args: list[str], cwd: Path, env: dict, timeout: float = 300,
@@ -43,8 +48,7 @@ def run_forked(args: list[str], cwd: Path, env: dict, timeout: float = 300,
     command = [sys.executable, "-m", module, *args]
     paths = env.get("PYTHONPATH", "").split(os.pathsep)
     if any(p and not os.path.isabs(p) for p in paths):
-        return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=timeout)  # fmt: skip
+        return _fresh(command, cwd, env, timeout)
     key = tuple(sorted((k, v) for k, v in env.items()
                        if k.startswith(("PYTHON", "LC_")) or k in ("LANG", "HOME")))  # fmt: skip
     with _servers_lock:
