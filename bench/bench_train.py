@@ -13,13 +13,19 @@ against GPT-2's on the same text.
    ceiling;
 5. prints, from the manifests of the last runs: training MB/s of sample (corpusprep and
    rustbpe alone), encoding MB/s with the trained vocabulary and with GPT-2's, and each
-   whole-process time.
+   whole-process time;
+6. tokenizer=sentencepiece: trains a model of the same size on a bounded sample
+   (--sp-train-chars), then encodes the corpus with it, against the peer's method (one
+   process, sentencepiece's encode of train and val text, as nanoGPT's prepare.py with
+   llama2.c's tokenizer: the same files, checked) and sentencepiece's in-process ceiling
+   on 1 MiB pieces with as many workers.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -31,13 +37,28 @@ from common import (
     MB,
     REPO,
     clean_up,
+    measure_ceiling,
     open_workdir,
     prepare_corpus,
     print_table,
+    report_ceiling,
     run_all,
 )
 
 COMPARED = ("train.bin", "val.bin")
+# the peer's method with sentencepiece: read the text, encode each side in one call
+SP_ONE_CALL = """
+import os, sys
+import numpy as np, sentencepiece as spm
+corpus, model, out = sys.argv[1:4]
+text = open(corpus, encoding="utf-8").read()
+n = int(len(text) * 0.9)
+sp = spm.SentencePieceProcessor(model_file=model)
+os.makedirs(out, exist_ok=True)
+train, val = [sp.bos_id(), *sp.encode(text[:n])], sp.encode(text[n:])
+np.array(train, dtype=np.uint16).tofile(os.path.join(out, "train.bin"))
+np.array(val, dtype=np.uint16).tofile(os.path.join(out, "val.bin"))
+"""
 TRAINER_ALONE = """
 import json, sys, time
 sys.path.insert(0, {repo!r})
@@ -64,6 +85,9 @@ def parse(argv: Optional[list[str]]) -> argparse.Namespace:
     parser.add_argument("--workdir", type=Path, help="where the corpus and outputs go")
     parser.add_argument("--keep", action="store_true", help="keep the corpus and the outputs")
     parser.add_argument("--corpus", choices=CORPORA, default="uneven")
+    parser.add_argument("--sp-train-chars", type=int, default=5_000_000,
+                        help="tokenizer.train_chars of the sentencepiece model")  # fmt: skip
+    parser.add_argument("--no-sp", action="store_true", help="leave sentencepiece out")
     args = parser.parse_args(argv)
     if args.mb < 1 or args.repeat < 1 or args.vocab < 257:
         parser.error("--mb and --repeat must be at least 1, --vocab at least 257")
@@ -132,8 +156,49 @@ def main(argv: Optional[list[str]] = None) -> int:
     ratio = manifests["gpt2-tiktoken"]["seconds"]["encode"] / manifests["bpe-tiktoken"][
         "seconds"]["encode"]  # fmt: skip
     print(f"trained vocabulary against GPT-2's, encode phase, tiktoken both: {ratio:.2f}x")
+    if not args.no_sp and not _sentencepiece(args, corpus, size, workdir, outs):
+        return 1
     clean_up(workdir, temporary, args.keep, outs)
     return 0
+
+
+def _sentencepiece(args, corpus: Path, size: int, workdir: Path, outs: dict[str, Path]) -> bool:
+    print("\ntokenizer=sentencepiece")
+    outs["sp-train"] = workdir / "out-sp-train"
+    shutil.rmtree(outs["sp-train"], ignore_errors=True)
+    done = subprocess.run(_command(corpus, outs["sp-train"], "tokenizer=sentencepiece",
+                                   f"tokenizer.vocab_size={args.vocab}",
+                                   f"tokenizer.train_chars={args.sp_train_chars}"),
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    if done.returncode != 0:
+        print(f"sentencepiece training: FAILED: {done.stderr.strip()[-300:]}")
+        return False
+    trained = json.loads((outs["sp-train"] / "manifest.json").read_text())["tokenizer"]
+    model = workdir / "sp.model"
+    shutil.copyfile(outs["sp-train"] / "tokenizer.model", model)
+    chars, seconds = trained["sample_chars"], trained["train_seconds"]
+    print(f"training sample: {chars:,} characters, {seconds:.2f} s, "
+          f"{chars / MB / seconds:.2f} MB/s of sample")  # fmt: skip
+    commands = {}
+    for name in ("sp-one-call", "sp"):
+        outs[name] = workdir / f"out-{name}"
+    commands["sp-one-call"] = [sys.executable, "-c", SP_ONE_CALL, str(corpus), str(model),
+                               str(outs["sp-one-call"])]  # fmt: skip
+    commands["sp"] = _command(corpus, outs["sp"], "tokenizer=sentencepiece",
+                              f"tokenizer.model={model}")  # fmt: skip
+    runs = run_all(commands, {n: outs[n] for n in commands}, workdir, args.repeat, COMPARED)
+    if runs is None:
+        return False
+    best = print_table(size, runs)
+    manifest = json.loads((outs["sp"] / "manifest.json").read_text())
+    workers = manifest["executor"]["workers"]
+    print(f"corpusprep: {manifest['shards']['count']} shards, {workers} workers, "
+          f"cuts: {manifest['tokenizer']['cuts']}")  # fmt: skip
+    ratio = best["sp-one-call"] / best["sp"]
+    print(f"sentencepiece, corpusprep against one encode call (the peer's method): {ratio:.2f}x")
+    ceiling = measure_ceiling(f"sentencepiece={model}", workers, [corpus], False, args.repeat)
+    report_ceiling("sentencepiece, one text", best["sp"], ceiling)
+    return True
 
 
 if __name__ == "__main__":

@@ -66,7 +66,8 @@ def estimate(cfg: DictConfig) -> dict[str, Any]:
             one = _one_per_file(segment.file)
             for part in get_format(segment.file.format).parts(segment):
                 seen.add(one, part.starts)
-                tokens += sum(len(ids) for ids in tokenizer.encode_pieces(part.pieces))
+                encode = tokenizer.encode_pieces if part.starts else tokenizer.encode_continued
+                tokens += sum(len(ids) for ids in encode(part.pieces))
                 tokens += eot != "none" and part.starts
             seen.covered(one, segment)
     seconds = time.perf_counter() - start

@@ -257,9 +257,12 @@ class _AsText:
 
     def encode_pieces(self, pieces: Iterator[str]) -> Iterator[str]:
         # what the ids of each encoded text decode to before it (SentencePiece's dummy
-        # prefix space: a tokenizer that adds one encodes its texts whole)
+        # prefix space; not after a cut inside a text: encode_continued)
         prefix = getattr(self.tokenizer, "decoded_prefix", "")
         return iter([prefix, *pieces]) if prefix else iter(pieces)
+
+    def encode_continued(self, pieces: Iterator[str]) -> Iterator[str]:
+        return iter(pieces)
 
 
 class _Differs(Exception):

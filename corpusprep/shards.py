@@ -291,6 +291,10 @@ def _encode_part(task, part, doc, key, position, writers, starts, keys, eot) -> 
     """One document (or the piece of it in this shard): prepend/append the end-of-text
     token, note where it starts, and encode it on its side(s)."""
     pending_eot = None  # the side where the document may end (eot=append)
+    tokenizer = task.rules.tokenizer
+    # the part begins at a cut inside its text, unless that is where val's text begins
+    val_begins = task.rules.split_by == "position" and position[0] == task.rules.split_char
+    continues = not part.starts and not val_begins
     sides = _sides(task, part, doc, key, position, keys)
     for i, (side, group) in enumerate(groupby(sides, key=itemgetter(0))):
         out = writers[side]
@@ -299,8 +303,9 @@ def _encode_part(task, part, doc, key, position, writers, starts, keys, eot) -> 
             starts[side].append(out.tokens)
             if task.rules.eot == "prepend":
                 out.write(eot)
-            out.write(task.rules.tokenizer.document_specials()[0])  # its own BOS, if any (hf)
-        for ids in task.rules.tokenizer.encode_pieces(text for _, text in group):
+            out.write(tokenizer.document_specials()[0])  # its own BOS, if any (hf)
+        encode = tokenizer.encode_continued if i == 0 and continues else tokenizer.encode_pieces
+        for ids in encode(text for _, text in group):
             out.write(ids)
     if part.ends and pending_eot is not None:
         writers[pending_eot].write(task.rules.tokenizer.document_specials()[1])

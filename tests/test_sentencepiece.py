@@ -63,6 +63,9 @@ def test_the_same_files_and_sentencepieces_own_ids(made, shakespeare):
     assert sp.decode(val) == text[n:]  # lossless
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["vocab_size"] == 1024 and manifest["tokenizer"]["kind"] == "sentencepiece"
+    # "two" encoded the one text in many shards, cut after newlines (the sample unchanged)
+    two = json.loads((made["two"] / "manifest.json").read_text())
+    assert two["shards"]["count"] > 10 and two["tokenizer"]["cuts"].startswith("after a newline")
     assert manifest["checksums"]["tokenizer.model"] == manifest["tokenizer"]["sha256"]
     # token_bytes: "▁" is a space, so val counts one more byte: the dummy prefix
     sizes = np.load(out / "token_bytes.npy")
@@ -115,6 +118,50 @@ def test_documents_get_bos_and_sentencepieces_ids(made, tmp_path):
     assert again.returncode == 0, again.stderr
     copy.unlink()
     assert corpusprep.load(tmp_path / "out2").tokenizer.vocab_size == 1024
+
+
+@pytest.mark.parametrize("collapse", [False, True], ids=["llama2-flags", "collapsing-spaces"])
+def test_a_given_model_cut_into_shards(tmp_path, shakespeare, collapse):
+    """A given model (Llama 2's normalizer flags; or one that collapses runs of spaces) on
+    one text cut into shards, val beginning right at a shard's start: each side is
+    sentencepiece's ids for its text alone (nanoGPT's split), whatever shards and workers."""
+    import io
+
+    from corpusprep.tokenizers.sentencepiece import TRAINING
+
+    text = shakespeare.read_text(encoding="utf-8")[:300_000]
+    lines = [line for line in text.split("\n") if line]
+    written = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=written,
+                                   **{**TRAINING, "remove_extra_whitespaces": collapse,
+                                      "vocab_size": 500, "num_threads": 1})  # fmt: skip
+    (tmp_path / "llama.model").write_bytes(written.getvalue())
+    # 110 ASCII lines of 64 bytes: shard_bytes=640 cuts after every 11th, split=0.5 at the 55th
+    line = "Line {:03d}:  with   runs  of spaces,\ttabs and {}"
+    text = "".join(line.format(i, "x" * (i % 7)).ljust(63, ".") + "\n" for i in range(110))
+    (tmp_path / "t.txt").write_text(text)
+    outs = {}
+    for name, extra in {"cut": ["shard_bytes=640", "executor.workers=2"],
+                        "whole": ["executor.workers=1"]}.items():  # fmt: skip
+        done = run_cli("source=file", "source.path=t.txt", "tokenizer=sentencepiece",
+                       "tokenizer.model=llama.model", "split=0.5", *extra, f"out_dir={name}",
+                       "quiet=true", cwd=tmp_path)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        outs[name] = tmp_path / name
+    assert json.loads((outs["cut"] / "manifest.json").read_text())["shards"]["count"] == 10
+    same_files(outs["cut"], outs["whole"], ("train.bin", "val.bin"))
+    sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "llama.model"))
+    n = len(text) // 2
+    assert n == 55 * 64
+    train = np.fromfile(outs["cut"] / "train.bin", dtype=np.uint16).tolist()
+    val = np.fromfile(outs["cut"] / "val.bin", dtype=np.uint16).tolist()
+    assert train == [sp.bos_id(), *sp.encode(text[:n])]
+    assert val == sp.encode(text[n:])
+    if not collapse:  # lossless: decoding the ids gives the text back
+        verified = subprocess.run([sys.executable, "-m", "corpusprep.inspect", "cut",
+                                   "--verify"], capture_output=True, text=True,
+                                  cwd=tmp_path)  # fmt: skip
+        assert verified.returncode == 0, verified.stderr + verified.stdout
 
 
 @pytest.mark.parametrize(

@@ -151,6 +151,13 @@ class Tokenizer(ABC):
         for piece in pieces:
             yield self.encode(piece)
 
+    def encode_continued(self, pieces: Iterable[str]) -> Iterator[np.ndarray]:
+        """encode_pieces for a text's pieces from a cut inside it (cut_at) on, as the
+        second shard of a long text gets them: the ids the whole text has there. The same
+        as encode_pieces but for a tokenizer that marks where each text begins
+        (sentencepiece's dummy prefix)."""
+        return self.encode_pieces(pieces)
+
     def tokens_for(self, chars: int) -> Optional[int]:
         """The exact number of tokens for a text of `chars` characters, if it follows from
         the length alone (char: one per character), else None. Lets shards write in place."""

@@ -75,6 +75,10 @@ class ReusedTokenizer(Tokenizer):
         with self._covering():
             yield from self.inner.encode_pieces(pieces)
 
+    def encode_continued(self, pieces: Iterable[str]) -> Iterator[np.ndarray]:
+        with self._covering():
+            yield from self.inner.encode_continued(pieces)
+
     @contextmanager
     def _covering(self) -> Iterator[None]:
         """A char vocabulary without some character of this corpus: one line saying so."""

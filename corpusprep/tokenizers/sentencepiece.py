@@ -1,10 +1,30 @@
 """SentencePiece (tokenizer=sentencepiece): a `.model` file (Llama 2 / Mistral v1 style,
 byte fallback), or one trained on the corpus as llama2.c's `train_vocab` does.
 
-pip install 'corpusprep[sentencepiece]'. The ids are sentencepiece's own: every document
-is encoded whole by `SentencePieceProcessor.encode` (a text cut anywhere would get a
-second dummy-prefix "▁"), with `<s>` before it as llama2.c's pretokenize does
-(`tokenizer.add_bos`). Documents run in parallel; one long text is a single call.
+pip install 'corpusprep[sentencepiece]'. The ids are sentencepiece's own
+`SentencePieceProcessor.encode` of each text, with `<s>` before each document as
+llama2.c's pretokenize does (`tokenizer.add_bos`).
+
+A long text is cut where tokenizer=bpe cuts it (tiktoken.CUT_AT: right after a "\n"
+between a printable ASCII character and a letter or digit), so shards end where the
+training sample's units do. The text after a cut is encoded with a "\n" before it, whose
+ids (and the dummy prefix's) are then taken off: that gives the ids the whole text has
+there when (cut_rule checks it on the model; tests/test_sentencepiece.py on adversarial
+texts)
+
+* the model is a BPE whose normalizer is the identity (no character map) and which puts
+  its "▁" before a text, not after it: normalizing is then local (with
+  remove_extra_whitespaces, only spaces collapse or go, and a "\n" is not a space);
+* no piece holds a "\n" with anything else: BPE only makes pieces, so no merge crosses a
+  "\n", and each side of it merges as it does alone (in the order of the scores, then of
+  positions, the same within a side);
+* "▁" and "\n" are known (a piece, or bytes: byte fallback), so no run of unknown
+  characters merges across the cut.
+
+Training on lines (as sentencepiece's text input is read) makes no piece with a "\n",
+and byte fallback knows every character: a model trained here is cut. A given model that
+fails a check encodes each text in one call (correct, but one core per text; the
+manifest's tokenizer.cuts says why).
 
 Training (no `tokenizer.model`): llama2.c's settings (BPE, character_coverage 1.0,
 split_digits, allow_whitespace_only_pieces, byte_fallback, identity normalisation), but
@@ -29,6 +49,12 @@ import numpy as np
 from corpusprep.errors import UserError
 from corpusprep.sample import Sample, SampleRule, sample_rule
 from corpusprep.tokenizers import NOWHERE, TRAINED, Tokenizer, read_kept, sample_stoi
+from corpusprep.tokenizers.tiktoken import CUT_AT, blocks_at_cuts, last_cut
+
+MIN_SEGMENT = 1 << 16  # characters gathered before cutting
+# characters per encode call, about: sentencepiece's BPE slows down on long calls (2.5 MB/s
+# at 16K characters, 1.3 at 1M, 1.0 at 4M, on one core here)
+SEGMENT = 1 << 14
 
 FILE = "tokenizer.model"
 MISSING = "tokenizer=sentencepiece needs sentencepiece: pip install 'corpusprep[sentencepiece]'"
@@ -42,8 +68,10 @@ _cache: dict[str, Any] = {}  # one processor per process and model
 
 
 class SentencePieceTokenizer(Tokenizer):
-    cut_at = NOWHERE  # documents are encoded whole
     keeps_files = True
+    # before training: what a model trained with TRAINING allows (fit() checks it)
+    cut_at: Optional[bytes] = CUT_AT
+    cuts = "after a newline between ASCII text and a letter or digit"
 
     def __init__(
         self,
@@ -78,11 +106,14 @@ class SentencePieceTokenizer(Tokenizer):
         self.model = model
         self.sha256 = hashlib.sha256(model).hexdigest()
         try:
-            self._sp()
+            sp = self._sp()
         except RuntimeError as e:  # not a model file
             self.model = None
             raise UserError(f"tokenizer.model={self.given or FILE}: not a SentencePiece model "
                             f"({str(e).splitlines()[0][:120]})") from None  # fmt: skip
+        pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+        self.cut_at, self.cuts = cut_rule(model_spec(model), pieces,
+                                          sp.unk_id() in sp.encode("\n"))  # fmt: skip
 
     def _sp(self):
         if self.model is None:
@@ -131,7 +162,10 @@ class SentencePieceTokenizer(Tokenizer):
             raise UserError(f"tokenizer=sentencepiece: training failed: "
                             f"{str(e).splitlines()[0][:200]}; try another "
                             "tokenizer.vocab_size") from None  # fmt: skip
+        planned = self.cut_at  # the plan cut the corpus before the model existed
         self._set(written.getvalue())
+        if self.cut_at != planned:
+            raise RuntimeError(f"the trained model is not cut as planned: {self.cuts}")
         self.trained = {"trainer": "sentencepiece", "trainer_version": _version(),
                         "sample_chars": sum(map(len, lines)), "sample_units": len(lines),
                         "train_seconds": round(time.perf_counter() - started, 3)}  # fmt: skip
@@ -150,7 +184,42 @@ class SentencePieceTokenizer(Tokenizer):
         return np.array(self._sp().encode(text), dtype=np.uint32)
 
     def encode_pieces(self, pieces: Iterable[str]) -> Iterator[np.ndarray]:
-        yield self.encode("".join(pieces))  # whole: a cut would add a dummy prefix
+        return self._segments(pieces, continued=False)
+
+    def encode_continued(self, pieces: Iterable[str]) -> Iterator[np.ndarray]:
+        return self._segments(pieces, continued=True)
+
+    def _segments(self, pieces: Iterable[str], continued: bool) -> Iterator[np.ndarray]:
+        """The text's ids, in segments of about SEGMENT characters cut at CUT_AT."""
+        if not self.cut_at:
+            yield self.encode("".join(pieces))  # no proven cut: the text is encoded whole
+            return
+        buf = ""
+        for piece in pieces:
+            buf += piece
+            if len(buf) >= MIN_SEGMENT:
+                cut = last_cut(buf)
+                if cut:
+                    for block in blocks_at_cuts(buf[:cut], SEGMENT):
+                        yield self._encode(block, continued)
+                        continued = True
+                    buf = buf[cut:]
+        if buf or not continued:
+            for block in blocks_at_cuts(buf, SEGMENT):
+                yield self._encode(block, continued)
+                continued = True
+
+    def _encode(self, text: str, continued: bool) -> np.ndarray:
+        """The ids of `text`; `continued`: the ids it has after a "\n" in a longer text
+        (without the dummy prefix): those of "\n" + text, less those of "\n" alone."""
+        if not continued:
+            return self.encode(text)
+        sp = self._sp()
+        head = sp.encode("\n")
+        ids = sp.encode("\n" + text)
+        if ids[: len(head)] != head:
+            raise RuntimeError("sentencepiece: a newline merged with the text after it")
+        return np.array(ids[len(head) :], dtype=np.uint32)
 
     def document_specials(self) -> tuple[np.ndarray, np.ndarray]:
         bos = self._sp().bos_id()
@@ -221,7 +290,7 @@ class SentencePieceTokenizer(Tokenizer):
         if self.model is not None:
             sp = self._sp()
             out.update(file=FILE, sha256=self.sha256, bos_id=sp.bos_id(), eos_id=sp.eos_id(),
-                       unk_id=sp.unk_id(), **self.trained)  # fmt: skip
+                       unk_id=sp.unk_id(), cuts=self.cuts, **self.trained)  # fmt: skip
             if self.given:  # rebuilt from out_dir's copy: the path need not exist then
                 out.update(model=self.given, external=["model"])
         return out
@@ -245,3 +314,83 @@ def _library():
 
 def _version() -> str:
     return getattr(_library(), "__version__", "unknown")
+
+
+# --- what the model file says ---------------------------------------------------------
+# The few fields of sentencepiece's ModelProto (sentencepiece_model.proto) the cut rule
+# needs, read from the wire format: protobuf is not a dependency. Field numbers and the
+# proto2 defaults, as the .proto gives them.
+_SPECS = {2: ("trainer", {3: "model_type", 24: "treat_whitespace_as_suffix"}),
+          3: ("normalizer", {2: "precompiled_charsmap", 6: "normalization_rule_tsv"})}  # fmt: skip
+_DEFAULTS = {"model_type": 1, "treat_whitespace_as_suffix": 0, "precompiled_charsmap": b"",
+             "normalization_rule_tsv": b""}  # fmt: skip
+BPE = 2  # TrainerSpec.ModelType
+
+
+def model_spec(model: bytes) -> dict[str, Any]:
+    """The trainer and normalizer fields cut_rule reads ("malformed" where the wire format
+    is not one: then nothing is proven, and the model is never cut)."""
+    spec = dict(_DEFAULTS)
+    try:
+        for field, value in _fields(model):
+            if field in _SPECS and isinstance(value, bytes):
+                names = _SPECS[field][1]
+                for inner, v in _fields(value):
+                    if inner in names:
+                        spec[names[inner]] = v
+    except (IndexError, ValueError):
+        return {"malformed": True, **_DEFAULTS}
+    return spec
+
+
+def _fields(data: bytes) -> Iterator[tuple[int, Any]]:
+    """(field number, value) of a protobuf message: an int (varint, fixed) or bytes."""
+    pos = 0
+    while pos < len(data):
+        key, pos = _varint(data, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(data, pos)
+        elif wire == 2:
+            size, pos = _varint(data, pos)
+            if pos + size > len(data):
+                raise ValueError("cut short")
+            value, pos = data[pos : pos + size], pos + size
+        elif wire in (1, 5):
+            width = 8 if wire == 1 else 4
+            value, pos = int.from_bytes(data[pos : pos + width], "little"), pos + width
+        else:
+            raise ValueError(f"wire type {wire}")
+        yield field, value
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]  # IndexError when cut short
+        value |= (byte & 0x7F) << shift
+        pos += 1
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
+
+
+def cut_rule(spec: dict[str, Any], pieces: list[str], unknown_newline: bool) -> tuple[bytes, str]:
+    """(cut_at, why) for a model: CUT_AT where the module docstring's argument holds.
+    `unknown_newline`: "\n" (or the "▁" before it) encodes as the unknown piece."""
+    if spec.get("malformed"):
+        return NOWHERE, "never cut: its model file could not be read"
+    if spec["model_type"] != BPE:
+        return NOWHERE, "never cut: not a BPE model"
+    if spec["precompiled_charsmap"] or spec["normalization_rule_tsv"]:
+        return NOWHERE, "never cut: its normalizer rewrites characters"
+    if spec["treat_whitespace_as_suffix"]:
+        return NOWHERE, "never cut: it puts its \u2581 after a text"
+    if unknown_newline:
+        return NOWHERE, "never cut: a newline is unknown to it"
+    for piece in pieces:
+        if "\n" in piece and piece != "\n":
+            return NOWHERE, f"never cut: its piece {piece!r} holds a newline"
+    return CUT_AT, "after a newline between ASCII text and a letter or digit"
