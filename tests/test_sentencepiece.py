@@ -73,6 +73,17 @@ def test_the_same_files_and_sentencepieces_own_ids(made, shakespeare):
     assert sizes[sp.bos_id()] == 0 and sizes[sp.unk_id()] == 0
 
 
+def test_reuse_cuts_as_the_model_itself(made, tmp_path):
+    """tokenizer=reuse of a sentencepiece folder encodes a text cut into shards exactly as
+    the run that made it (reuse passes the pieces after a cut on as they are)."""
+    done = run_cli("dataset=shakespeare_char", "tokenizer=reuse", f"tokenizer.dir={made['one']}",
+                   "shard_bytes=100000", "executor.workers=2", "out_dir=again", "quiet=true",
+                   cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "again" / "manifest.json").read_text())["shards"]["count"] > 5
+    same_files(made["one"], tmp_path / "again", ("train.bin", "val.bin", "tokenizer.model"))
+
+
 def test_the_folder_verifies_and_loads(made):
     import corpusprep
 

@@ -126,7 +126,7 @@ def test_pieces_of_a_long_text_give_sentencepieces_ids(models, name, tmp_path, m
         pieces = [text[a:b] for a, b in zip([0, *bounds], [*bounds, len(text)])]
         segments = list(tok.encode_pieces(pieces))
         assert np.concatenate(segments).tolist() == sp.encode(text)
-        assert len(segments) > 1 or not CUT.search(text)
+        assert len(segments) > 1 or "\n" not in text[:-1]
         # from a cut on: the ids the whole text has there
         cuts = [m.end() for m in CUT.finditer(text)]
         if cuts:
@@ -144,6 +144,20 @@ def test_models_the_argument_does_not_cover_are_never_cut(models, name, tmp_path
     sp = spm.SentencePieceProcessor(model_proto=models[name])
     text = "First line\nSecond line\nThird\n" * 5
     assert np.concatenate(list(tok.encode_pieces([text[:7], text[7:]]))).tolist() == sp.encode(text)
+
+
+@pytest.mark.parametrize("name", list(CUTTABLE))
+def test_inside_a_piece_any_newline_is_a_cut(models, name, tmp_path):
+    """Within a shard, calls end after any "\n" (not only where the plan cuts)."""
+    tok = tokenizer_of(models[name], tmp_path)
+    sp = spm.SentencePieceProcessor(model_proto=models[name])
+    rng = random.Random(name + "anywhere")
+    for _ in range(600):
+        text = adversarial(rng, rng.randint(1, 50))
+        cuts = [i + 1 for i, c in enumerate(text) if c == "\n"]
+        if cuts:
+            chosen = sorted(rng.sample(cuts, rng.randint(1, len(cuts))))
+            assert cut_and_encode(tok, text, chosen) == sp.encode(text), (text, chosen)
 
 
 def test_the_checks_matter(models, tmp_path):

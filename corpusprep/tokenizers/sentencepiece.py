@@ -49,9 +49,9 @@ import numpy as np
 from corpusprep.errors import UserError
 from corpusprep.sample import Sample, SampleRule, sample_rule
 from corpusprep.tokenizers import NOWHERE, TRAINED, Tokenizer, read_kept, sample_stoi
-from corpusprep.tokenizers.tiktoken import CUT_AT, blocks_at_cuts, last_cut
+from corpusprep.tokenizers.tiktoken import CUT_AT
 
-MIN_SEGMENT = 1 << 16  # characters gathered before cutting
+MIN_SEGMENT = 1 << 16  # characters gathered before cutting them into calls
 # characters per encode call, about: sentencepiece's BPE slows down on long calls (2.5 MB/s
 # at 16K characters, 1.3 at 1M, 1.0 at 4M, on one core here)
 SEGMENT = 1 << 14
@@ -190,7 +190,9 @@ class SentencePieceTokenizer(Tokenizer):
         return self._segments(pieces, continued=True)
 
     def _segments(self, pieces: Iterable[str], continued: bool) -> Iterator[np.ndarray]:
-        """The text's ids, in segments of about SEGMENT characters cut at CUT_AT."""
+        """The text's ids, in calls of about SEGMENT characters, each ending after a "\n"
+        (any "\n": the argument above needs only that; the plan's cuts, CUT_AT, are the
+        training sample's too)."""
         if not self.cut_at:
             yield self.encode("".join(pieces))  # no proven cut: the text is encoded whole
             return
@@ -198,14 +200,12 @@ class SentencePieceTokenizer(Tokenizer):
         for piece in pieces:
             buf += piece
             if len(buf) >= MIN_SEGMENT:
-                cut = last_cut(buf)
-                if cut:
-                    for block in blocks_at_cuts(buf[:cut], SEGMENT):
-                        yield self._encode(block, continued)
-                        continued = True
-                    buf = buf[cut:]
-        if buf or not continued:
-            for block in blocks_at_cuts(buf, SEGMENT):
+                *blocks, buf = _blocks(buf, SEGMENT)
+                for block in blocks:
+                    yield self._encode(block, continued)
+                    continued = True
+        for block in _blocks(buf, SEGMENT):
+            if block or not continued:
                 yield self._encode(block, continued)
                 continued = True
 
@@ -314,6 +314,22 @@ def _library():
 
 def _version() -> str:
     return getattr(_library(), "__version__", "unknown")
+
+
+def _blocks(text: str, size: int) -> list[str]:
+    """`text` cut right after newlines into blocks of about `size` characters; the last
+    one is what follows the last cut (empty if the text ends with a newline)."""
+    blocks, start = [], 0
+    while len(text) - start > size:
+        cut = text.rfind("\n", start, start + size) + 1
+        if cut <= start:  # none in this window: the first one after it
+            cut = text.find("\n", start + size) + 1
+            if cut <= 0:
+                break
+        blocks.append(text[start:cut])
+        start = cut
+    blocks.append(text[start:])
+    return blocks
 
 
 # --- what the model file says ---------------------------------------------------------
