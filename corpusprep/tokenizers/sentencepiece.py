@@ -5,12 +5,13 @@ pip install 'corpusprep[sentencepiece]'. The ids are sentencepiece's own
 `SentencePieceProcessor.encode` of each text, with `<s>` before each document as
 llama2.c's pretokenize does (`tokenizer.add_bos`).
 
-A long text is cut where tokenizer=bpe cuts it (tiktoken.CUT_AT: right after a "\n"
-between a printable ASCII character and a letter or digit), so shards end where the
-training sample's units do. The text after a cut is encoded with a "\n" before it, whose
-ids (and the dummy prefix's) are then taken off: that gives the ids the whole text has
-there when (cut_rule checks it on the model; tests/test_sentencepiece.py on adversarial
-texts)
+A long text is cut into shards where tokenizer=bpe cuts it (tiktoken.CUT_AT: right after
+a "\n" between a printable ASCII character and a letter or digit), so shards end where
+the training sample's units do; within a shard, each call into sentencepiece ends after
+any "\n", about SEGMENT characters long. The text after a cut is encoded with a "\n"
+before it, whose ids (with the dummy prefix's) are then taken off. That gives the ids the
+whole text has there, after any "\n", when (cut_rule checks it on each model;
+tests/test_sentencepiece_cuts.py on adversarial texts, for each kind of model):
 
 * the model is a BPE whose normalizer is the identity (no character map) and which puts
   its "▁" before a text, not after it: normalizing is then local (with
