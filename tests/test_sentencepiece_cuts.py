@@ -184,6 +184,22 @@ def test_model_spec_reads_what_protobuf_reads(models):
         )
 
 
+def test_a_field_sent_again_with_another_wire_type_is_malformed(models, tmp_path):
+    """protobuf keeps a field of the wrong wire type aside (sentencepiece still uses the
+    real value): read as a value, it would prove a model that is not cut-safe."""
+    suffix = models["suffix"]
+    crafted = {
+        "suffix as length-delimited": suffix + bytes([0x12, 0x03, 0xC2, 0x01, 0x00]),
+        "charsmap as varint": models["nfkc"] + bytes([0x1A, 0x02, 0x10, 0x00]),
+        "model_type as fixed32": models["unigram"] + bytes([0x12, 0x05, 0x1D, 2, 0, 0, 0]),
+        "normalizer as varint": models["ours"] + bytes([0x18, 0x00]),
+    }
+    for name, model in crafted.items():
+        spm.SentencePieceProcessor(model_proto=model)  # sentencepiece loads it
+        assert model_spec(model).get("malformed"), name
+        assert tokenizer_of(model, tmp_path).cut_at == NOWHERE, name
+
+
 def test_a_malformed_model_is_never_cut(models):
     model = models["ours"]
     for cut in (1, 7, len(model) // 2, len(model) - 1):

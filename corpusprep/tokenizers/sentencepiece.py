@@ -139,7 +139,9 @@ class SentencePieceTokenizer(Tokenizer):
     def identity(self) -> dict[str, Any]:
         if self.needs_fit:
             return {"trainer": "sentencepiece", "version": _version()}
-        return {"kind": "sentencepiece", "sha256": self.sha256, "add_bos": self.add_bos}
+        # the version too: the ids are its encoder's (the cut rule rests on its BPE)
+        return {"kind": "sentencepiece", "sha256": self.sha256, "add_bos": self.add_bos,
+                "version": _version()}  # fmt: skip
 
     def fit(self, charset: str, eot: bool = False, sample: Optional[Sample] = None) -> None:
         spm = _library()
@@ -337,8 +339,11 @@ def _blocks(text: str, size: int) -> list[str]:
 # The few fields of sentencepiece's ModelProto (sentencepiece_model.proto) the cut rule
 # needs, read from the wire format: protobuf is not a dependency. Field numbers and the
 # proto2 defaults, as the .proto gives them.
-_SPECS = {2: ("trainer", {3: "model_type", 24: "treat_whitespace_as_suffix"}),
-          3: ("normalizer", {2: "precompiled_charsmap", 6: "normalization_rule_tsv"})}  # fmt: skip
+# field number -> (name, wire type: 0 varint, 2 length-delimited)
+_SPECS = {
+    2: {3: ("model_type", 0), 24: ("treat_whitespace_as_suffix", 0)},  # trainer_spec
+    3: {2: ("precompiled_charsmap", 2), 6: ("normalization_rule_tsv", 2)},
+}  # normalizer
 _DEFAULTS = {"model_type": 1, "treat_whitespace_as_suffix": 0, "precompiled_charsmap": b"",
              "normalization_rule_tsv": b""}  # fmt: skip
 BPE = 2  # TrainerSpec.ModelType
@@ -346,22 +351,28 @@ BPE = 2  # TrainerSpec.ModelType
 
 def model_spec(model: bytes) -> dict[str, Any]:
     """The trainer and normalizer fields cut_rule reads ("malformed" where the wire format
-    is not one: then nothing is proven, and the model is never cut)."""
+    is not one, or a field comes with another wire type than its own, which protobuf would
+    keep aside: then nothing is proven, and the model is never cut)."""
     spec = dict(_DEFAULTS)
     try:
-        for field, value in _fields(model):
-            if field in _SPECS and isinstance(value, bytes):
-                names = _SPECS[field][1]
-                for inner, v in _fields(value):
-                    if inner in names:
-                        spec[names[inner]] = v
+        for field, wire, value in _fields(model):
+            if field in _SPECS:
+                if wire != 2:
+                    raise ValueError(f"field {field} of wire type {wire}")
+                for inner, inner_wire, v in _fields(value):
+                    name, expected = _SPECS[field].get(inner, (None, inner_wire))
+                    if inner_wire != expected:
+                        raise ValueError(f"{name} of wire type {inner_wire}")
+                    if name is not None:
+                        spec[name] = v
     except (IndexError, ValueError):
         return {"malformed": True, **_DEFAULTS}
     return spec
 
 
-def _fields(data: bytes) -> Iterator[tuple[int, Any]]:
-    """(field number, value) of a protobuf message: an int (varint, fixed) or bytes."""
+def _fields(data: bytes) -> Iterator[tuple[int, int, Any]]:
+    """(field number, wire type, value) of a protobuf message: an int (varint, fixed) or
+    bytes (length-delimited)."""
     pos = 0
     while pos < len(data):
         key, pos = _varint(data, pos)
@@ -375,10 +386,12 @@ def _fields(data: bytes) -> Iterator[tuple[int, Any]]:
             value, pos = data[pos : pos + size], pos + size
         elif wire in (1, 5):
             width = 8 if wire == 1 else 4
+            if pos + width > len(data):
+                raise ValueError("cut short")
             value, pos = int.from_bytes(data[pos : pos + width], "little"), pos + width
         else:
             raise ValueError(f"wire type {wire}")
-        yield field, value
+        yield field, wire, value
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -398,7 +411,7 @@ def cut_rule(spec: dict[str, Any], pieces: list[str], unknown_newline: bool) -> 
     """(cut_at, why) for a model: CUT_AT where the module docstring's argument holds.
     `unknown_newline`: "\n" (or the "▁" before it) encodes as the unknown piece."""
     if spec.get("malformed"):
-        return NOWHERE, "never cut: its model file could not be read"
+        return NOWHERE, "never cut: its model file's fields could not be read"
     if spec["model_type"] != BPE:
         return NOWHERE, "never cut: not a BPE model"
     if spec["precompiled_charsmap"] or spec["normalization_rule_tsv"]:
