@@ -212,7 +212,7 @@ def _replay(ds: PreparedDataset, files: list, keys: dict[str, bytes], writers: d
     the text in place of its ids: the decoded ids must give back exactly that."""
     from corpusprep.formats import get_format
     from corpusprep.prepare import plan
-    from corpusprep.shards import EncodeTask, Rules, _encode_part
+    from corpusprep.shards import EncodeTask, Rules, encode_part
     from corpusprep.split import val_document_count, val_documents
 
     m = ds.manifest
@@ -242,7 +242,7 @@ def _replay(ds: PreparedDataset, files: list, keys: dict[str, bytes], writers: d
                 doc += part.starts
                 for w in writers.values():
                     w.file, w.doc = segment.file.name, None if w.starts is None else doc
-                _encode_part(task, part, doc, keys.get(segment.file.name), position, writers,
+                encode_part(task, part, doc, keys.get(segment.file.name), position, writers,
                              writers, seen, eot_ids)  # fmt: skip
 
 

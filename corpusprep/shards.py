@@ -224,7 +224,7 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
                 doc += part.starts
                 skipped += part.skipped
                 part = replace(part, pieces=_counted(part.pieces, chars))
-                _encode_part(task, part, doc, key, position, writers, starts, keys, eot)
+                encode_part(task, part, doc, key, position, writers, starts, keys, eot)
     finally:
         for w in writers.values():
             w.close()
@@ -287,7 +287,7 @@ def finished(task: EncodeTask, itemsize: int) -> Optional[EncodeResult]:
         return None
 
 
-def _encode_part(task, part, doc, key, position, writers, starts, keys, eot) -> None:
+def encode_part(task, part, doc, key, position, writers, starts, keys, eot) -> None:
     """One document (or the piece of it in this shard): prepend/append the end-of-text
     token, note where it starts, and encode it on its side(s)."""
     pending_eot = None  # the side where the document may end (eot=append)

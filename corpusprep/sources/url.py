@@ -97,6 +97,8 @@ class UrlSource(Source):
         """Where this URL's file lives in the cache: a hash of the URL plus its file name."""
         name = unquote(Path(urlsplit(self.url).path).name) or "download"
         name = re.sub(r"[^A-Za-z0-9._-]", "_", name)[-100:]
+        # the whole URL, credentials too: another user's token may fetch other content, which
+        # must not be served from this one's copy
         key = hashlib.sha256(self.url.encode()).hexdigest()[:16]
         return self.cache_dir / f"{key}-{name}"
 
