@@ -31,37 +31,39 @@ _encode = None  # the worker's encoder, set before forking
 
 
 def _pieces_of_text(text: str, size: int = PIECE) -> list[list[str]]:
-    pieces, start = [], 0
-    while start < len(text):
-        end = text.rfind("\n", start, start + size) + 1 if len(text) - start > size else 0
-        end = end if end > start else min(start + size, len(text))
-        pieces.append([text[start:end]])
-        start = end
-    # batches of about PIECE characters, so that handing them out costs the same
-    batches, batch, held = [], [], 0
-    for [piece] in pieces:
-        batch.append(piece)
-        held += len(piece)
-        if held >= PIECE:
-            batches.append(batch)
-            batch, held = [], 0
-    return batches + ([batch] if batch else [])
+    def pieces():
+        start = 0
+        while start < len(text):
+            end = text.rfind("\n", start, start + size) + 1 if len(text) - start > size else 0
+            end = end if end > start else min(start + size, len(text))
+            yield text[start:end]
+            start = end
+
+    return _batched(pieces())
 
 
 def _pieces_of_documents(paths: list[str]) -> list[list[str]]:
     import zstandard
 
+    def texts():
+        for path in paths:
+            with open(path, "rb") as raw:
+                for line in io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw)):
+                    if line.strip():
+                        yield json.loads(line)["text"]
+
+    return _batched(texts())
+
+
+def _batched(texts) -> list[list[str]]:
+    """Texts in batches of about PIECE characters: a batch is what a worker takes at once."""
     batches, batch, size = [], [], 0
-    for path in paths:
-        with open(path, "rb") as raw:
-            for line in io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw)):
-                if line.strip():
-                    text = json.loads(line)["text"]
-                    batch.append(text)
-                    size += len(text)
-                    if size >= PIECE:
-                        batches.append(batch)
-                        batch, size = [], 0
+    for text in texts:
+        batch.append(text)
+        size += len(text)
+        if size >= PIECE:
+            batches.append(batch)
+            batch, size = [], 0
     return batches + ([batch] if batch else [])
 
 
