@@ -308,7 +308,7 @@ def encode_part(task, part, doc, key, position, writers, starts, keys, eot) -> N
         for ids in encode(text for _, text in group):
             out.write(ids)
     if part.ends and pending_eot is not None:
-        writers[pending_eot].write(task.rules.tokenizer.document_specials()[1])
+        writers[pending_eot].write(tokenizer.document_specials()[1])
         if task.rules.eot == "append":
             writers[pending_eot].write(eot)
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import replace
@@ -50,7 +51,7 @@ import numpy as np
 from corpusprep.errors import UserError
 from corpusprep.sample import Sample, SampleRule, sample_rule
 from corpusprep.tokenizers import NOWHERE, TRAINED, Tokenizer, read_kept, sample_stoi
-from corpusprep.tokenizers.tiktoken import CUT_AT
+from corpusprep.tokenizers.tiktoken import CUT_AT, blocks_at_cuts
 
 MIN_SEGMENT = 1 << 16  # characters gathered before cutting them into calls
 # characters per encode call, about: sentencepiece's BPE slows down on long calls (2.5 MB/s
@@ -65,7 +66,7 @@ TRAINING = dict(model_type="bpe", self_test_sample_size=0, character_coverage=1.
                 unk_surface=r" \342\201\207 ", normalization_rule_name="identity",
                 remove_extra_whitespaces=False, max_sentence_length=1 << 16,
                 minloglevel=2)  # fmt: skip
-_cache: dict[str, Any] = {}  # one processor per process and model
+_cache: dict[Any, Any] = {}  # per process and model: its processor, its tables
 
 
 class SentencePieceTokenizer(Tokenizer):
@@ -217,12 +218,18 @@ class SentencePieceTokenizer(Tokenizer):
         (without the dummy prefix): those of "\n" + text, less those of "\n" alone."""
         if not continued:
             return self.encode(text)
-        sp = self._sp()
-        head = sp.encode("\n")
+        sp, head = self._sp(), self._newline()
         ids = sp.encode("\n" + text)
         if ids[: len(head)] != head:
             raise RuntimeError("sentencepiece: a newline merged with the text after it")
         return np.array(ids[len(head) :], dtype=np.uint32)
+
+    def _newline(self) -> list[int]:
+        """The ids of "\n" alone (with the dummy prefix's), once per process and model."""
+        head = _cache.get(("newline", self.sha256))
+        if head is None:
+            head = _cache[("newline", self.sha256)] = self._sp().encode("\n")
+        return head
 
     def document_specials(self) -> tuple[np.ndarray, np.ndarray]:
         bos = self._sp().bos_id()
@@ -319,20 +326,13 @@ def _version() -> str:
     return getattr(_library(), "__version__", "unknown")
 
 
+_NEWLINE = re.compile("\n")
+
+
 def _blocks(text: str, size: int) -> list[str]:
-    """`text` cut right after newlines into blocks of about `size` characters; the last
-    one is what follows the last cut (empty if the text ends with a newline)."""
-    blocks, start = [], 0
-    while len(text) - start > size:
-        cut = text.rfind("\n", start, start + size) + 1
-        if cut <= start:  # none in this window: the first one after it
-            cut = text.find("\n", start + size) + 1
-            if cut <= 0:
-                break
-        blocks.append(text[start:cut])
-        start = cut
-    blocks.append(text[start:])
-    return blocks
+    """`text` cut right after newlines (any) into blocks of about `size` characters; the
+    last one is what follows the last cut (empty if the text ends with a newline)."""
+    return blocks_at_cuts(text, size, lambda window: window.rfind("\n") + 1, _NEWLINE)
 
 
 # --- what the model file says ---------------------------------------------------------
@@ -342,8 +342,8 @@ def _blocks(text: str, size: int) -> list[str]:
 # field number -> (name, wire type: 0 varint, 2 length-delimited)
 _SPECS = {
     2: {3: ("model_type", 0), 24: ("treat_whitespace_as_suffix", 0)},  # trainer_spec
-    3: {2: ("precompiled_charsmap", 2), 6: ("normalization_rule_tsv", 2)},
-}  # normalizer
+    3: {2: ("precompiled_charsmap", 2), 6: ("normalization_rule_tsv", 2)},  # normalizer_spec
+}
 _DEFAULTS = {"model_type": 1, "treat_whitespace_as_suffix": 0, "precompiled_charsmap": b"",
              "normalization_rule_tsv": b""}  # fmt: skip
 BPE = 2  # TrainerSpec.ModelType

@@ -402,13 +402,28 @@ def _has_long_run(raw: np.ndarray) -> bool:
     return False
 
 
-def blocks_at_cuts(text: str, size: int) -> list[str]:
-    """`text` in blocks of about `size` characters, cut only where CUT_AT allows."""
+def last_cut(text: str) -> int:
+    """The position right after the last "\\n" of `text` where CUT_AT allows a cut, or 0."""
+    end = len(text) - 1  # the "\n" needs a next character
+    while True:
+        i = text.rfind("\n", 1, end)
+        if i < 1:
+            return 0
+        if text[i - 1] in _PREV_OK and text[i + 1] in _NEXT_OK:
+            return i + 1
+        end = i
+
+
+def blocks_at_cuts(text: str, size: int, last: Callable[[str], int] = last_cut,
+                   rule: re.Pattern = CUT_AT_TEXT) -> list[str]:  # fmt: skip
+    """`text` in blocks of about `size` characters, cut only where CUT_AT allows (or
+    another rule: `last` finds the last cut in a window, 0 if none; `rule` matches end at
+    cuts). The last block is what follows the last cut."""
     blocks, start = [], 0
     while len(text) - start > size:
-        cut = last_cut(text[start : start + size])
+        cut = last(text[start : start + size])
         if not cut:  # none in this window: the first one after it
-            m = CUT_AT_TEXT.search(text, start + size)
+            m = rule.search(text, start + size)
             if m is None:
                 break
             cut = m.end() - start
@@ -421,18 +436,6 @@ def blocks_at_cuts(text: str, size: int) -> list[str]:
 def _rip(fast: Any, text: str) -> np.ndarray:
     # a list of ints: array.array reads it 3x faster than np.array
     return np.frombuffer(array(_U32, fast.encode_ordinary(text)), dtype=np.uint32)
-
-
-def last_cut(text: str) -> int:
-    """The position right after the last "\\n" of `text` where CUT_AT allows a cut, or 0."""
-    end = len(text) - 1  # the "\n" needs a next character
-    while True:
-        i = text.rfind("\n", 1, end)
-        if i < 1:
-            return 0
-        if text[i - 1] in _PREV_OK and text[i + 1] in _NEXT_OK:
-            return i + 1
-        end = i
 
 
 RIPTOKEN_MISSING = "tokenizer.backend=riptoken needs riptoken: pip install 'corpusprep[fast]'"
