@@ -1,3 +1,3 @@
-from corpusprep.app import main
+from corpusprep.app import cli
 
-main()
+cli()

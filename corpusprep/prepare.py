@@ -25,8 +25,9 @@ import os
 import platform
 import re
 import sys
+import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from functools import partial
@@ -353,25 +354,29 @@ def encode(run: Run) -> None:
             done = {t.shard.index: r for t in tasks if (r := finished(t, run.itemsize))}
         for stale in () if done else work.glob("*.done"):
             stale.unlink()
-    # the last pieces of compressed files first (their size is a guess, so often the
-    # longest): none is left to run alone at the end while the other workers idle; the
-    # rest in plan order (the bar advances as they finish); results merge in plan order
-    todo = sorted((t for t in tasks if t.shard.index not in done), key=_runs_long,
-                  reverse=True)  # fmt: skip
+    todo = _taking_order([t for t in tasks if t.shard.index not in done])
     if done:
         print(f"corpusprep: resuming: {len(done)} of {len(tasks)} shards were done by an "
               "earlier run (same input sha256)", file=sys.stderr)  # fmt: skip
     with disk_errors(run.out.label, _space_needed(run)):
         fresh = run.executor.map(encode_shard, todo)
-        if not run.hashes:
-            run.hashes = _hashes(run.files)  # here, while the workers encode and wait on disk
-        if work:  # what the shards' markers were made from, for a resume
-            _record_inputs(work, run.hashes)
+        known = dict(run.hashes)
+
+        def hash_inputs() -> dict[str, bytes]:
+            hashes = known or _hashes(run.files)
+            if work:  # what the shards' markers were made from, for a resume
+                _record_inputs(work, hashes)
+            return hashes
+
+        # the input's sha256 while the workers encode, not before they start
+        hashing = Meanwhile(hash_inputs)
         # read to the end: the bar closes drawn full, even for one shard
         try:
-            fresh = list(_progress(fresh, [t.shard for t in todo], "encode", run.settings.quiet))
+            fresh = list(_progress(hashing.once_started(fresh), [t.shard for t in todo],
+                                   "encode", run.settings.quiet))  # fmt: skip
         finally:
             STREAMS.close()
+        run.hashes = hashing.result()
         done.update(zip((t.shard.index for t in todo), fresh))
         run.results = [done[t.shard.index] for t in tasks]
         _check_unchanged(run.before)
@@ -628,6 +633,23 @@ def _encode_tasks(run: Run) -> tuple[list[EncodeTask], list[PartFile]]:
     return tasks, parts
 
 
+def _taking_order(tasks: list[EncodeTask]) -> list[EncodeTask]:
+    """The order workers take the shards in (results still merge in plan order). The
+    last pieces of compressed files first: their size is a guess, so they are often the
+    longest, and none is left to run alone at the end while the other workers idle. Then
+    the files' pieces in turn (the first piece of each, then the second...), the other
+    shards in plan order: a worker that finishes a piece mostly takes the next one of the
+    same file and reads on, instead of decompressing all that comes before it."""
+    seen: dict[str, int] = {}
+    turn = {}
+    for task in tasks:
+        piece = next((s for s in task.shard.segments if s.piece), None)
+        if piece is not None:
+            turn[task.shard.index] = seen.get(piece.file.name, 0)
+            seen[piece.file.name] = turn[task.shard.index] + 1
+    return sorted(tasks, key=lambda t: (not _runs_long(t), turn.get(t.shard.index, 0)))
+
+
 def _runs_long(task: EncodeTask) -> bool:
     """A compressed file's last piece: its end is the file's, wherever the size guess (or
     a size that only its first frame or last member records) put its start."""
@@ -791,6 +813,41 @@ def _progress(results: Iterable, shards: list[Shard], what: str, quiet: bool) ->
             bar.note(rates)
             bar.update(shard.nbytes)
             yield result
+
+
+class Meanwhile:
+    """A job of the driver's run in a thread while the workers run, instead of before
+    them (file reads and hashlib release the GIL). It starts once the first result is in:
+    the pool has forked its workers by then."""
+
+    def __init__(self, job: Callable[[], Any]) -> None:
+        self._job, self._thread = job, None
+        self._outcome: list[Any] = []
+
+    def once_started(self, results: Iterable[Any]) -> Iterator[Any]:
+        for result in results:
+            yield result
+            self._start()
+        self._start()
+
+    def result(self) -> Any:
+        self._start()  # no result came (nothing to run): the job runs now
+        self._thread.join()
+        value, error = self._outcome
+        if error is not None:
+            raise error
+        return value
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._outcome[:] = [self._job(), None]
+        except BaseException as e:  # raised where the result is asked for
+            self._outcome[:] = [None, e]
 
 
 class _Clock:

@@ -1,0 +1,237 @@
+"""What every run pays around the encoder (issue 13): the process's end without Python's
+teardown, the input's sha256 while the workers encode, a compressed file's size guessed
+from its start, and the order workers take a file's pieces in."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import lzma
+import os
+import random
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import zstandard
+from helpers import run_cli
+
+from corpusprep.compression import GUESSED_RATIO, SAMPLE_TEXT, text_size
+from corpusprep.formats import MAX_PIECES, STREAM_END, InputFile, compressed_pieces
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+# --- the end of the process -------------------------------------------------------------
+
+
+def _entry(tmp_path: Path, body: str, *args: str) -> subprocess.CompletedProcess:
+    """A fresh interpreter that runs `body` (given corpusprep.app as `app`), as the
+    console script runs cli()."""
+    code = f"import atexit, sys\nimport corpusprep.app as app\n{body}\n"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # a pipe: buffered
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                          text=True, cwd=tmp_path, env=env, timeout=120)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("raised", "code", "stderr"),
+    [("None", 0, ""), ("3", 3, ""), ("'a message'", 1, "a message"), ("True", 1, "")],
+)
+def test_cli_exits_with_the_code_python_would(tmp_path: Path, raised: str, code: int,
+                                              stderr: str):  # fmt: skip
+    body = (f"app.main = lambda: sys.exit({raised})\n"
+            "atexit.register(lambda: print('atexit ran', flush=True))\n"
+            "print('buffered', end='')\napp.cli()")  # fmt: skip
+    r = _entry(tmp_path, body)
+    assert r.returncode == code
+    assert r.stdout == "bufferedatexit ran\n"  # unflushed output kept; atexit handlers run
+    assert r.stderr.strip() == stderr
+
+
+def test_cli_waits_for_threads_that_are_not_daemons(tmp_path: Path):
+    body = ("import threading, time\n"
+            "def late():\n    time.sleep(0.3)\n    print('thread done', flush=True)\n"
+            "app.main = lambda: threading.Thread(target=late).start()\napp.cli()")  # fmt: skip
+    r = _entry(tmp_path, body)
+    assert (r.returncode, r.stdout) == (0, "thread done\n")
+
+
+def test_a_bug_still_ends_with_its_traceback(tmp_path: Path):
+    bug = "def bug():\n    raise ZeroDivisionError('boom')\n"
+    r = _entry(tmp_path, f"{bug}app.main = bug\napp.cli()")
+    assert r.returncode == 1 and "ZeroDivisionError: boom" in r.stderr
+
+
+def test_the_command_line_ends_as_before(tmp_path: Path):
+    """Through `python -m corpusprep`: the summary reaches a pipe whole, errors keep
+    their exit code, and a skipped re-run still says so."""
+    text = SHARED / "tinyshakespeare" / "input.txt"
+    env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(SHARED / "tiktoken")}
+    command = [sys.executable, "-m", "corpusprep", "source=file", f"source.path={text}",
+               "out_dir=out"]  # fmt: skip
+    first = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("corpusprep: input -> out") and "chars/token" in first.stdout
+    again = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert again.returncode == 0 and "is up to date" in again.stdout
+    wrong = subprocess.run([*command[:3], "splt=0.8"], capture_output=True, text=True,
+                           cwd=tmp_path, env=env)  # fmt: skip
+    assert wrong.returncode == 1 and wrong.stderr.startswith("corpusprep: error: splt:")
+
+
+# --- the input's sha256 while the workers encode ---------------------------------------
+
+
+def test_meanwhile_runs_its_job_once_the_first_result_is_in():
+    from corpusprep.prepare import Meanwhile
+
+    started = []
+    job = Meanwhile(lambda: started.append(threading.current_thread()) or "hashed")
+    results = job.once_started(iter([1, 2, 3]))
+    assert next(results) == 1 and not started  # not before the first result is handed on
+    assert list(results) == [2, 3]
+    assert job.result() == "hashed" and started[0] is not threading.main_thread()
+    assert Meanwhile(lambda: "no results").result() == "no results"
+
+
+def test_meanwhile_raises_its_jobs_error_where_the_result_is_asked():
+    from corpusprep.errors import UserError
+    from corpusprep.prepare import Meanwhile
+
+    def fails():
+        raise UserError("input.txt: gone")
+
+    job = Meanwhile(fails)
+    assert list(job.once_started(iter([1]))) == [1]
+    with pytest.raises(UserError, match="gone"):
+        job.result()
+
+
+def test_the_input_sha256_and_a_resume_record_come_from_the_thread(tmp_path: Path):
+    """One text (its hash is not needed before encoding): the manifest's sha256 is still
+    the file's (a resume after a kill: tests/test_safety.py)."""
+    import hashlib
+
+    text = (SHARED / "tinyshakespeare" / "input.txt").read_bytes()
+    (tmp_path / "in.txt").write_bytes(text * 3)
+    r = run_cli("source=file", "source.path=in.txt", "tokenizer=tiktoken", "shard_bytes=100000",
+                "executor.workers=2", "out_dir=out", "quiet=true", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["source"]["sha256"] == hashlib.sha256(text * 3).hexdigest()
+    assert manifest["shards"]["count"] > 2
+
+
+# --- a compressed file's size, from its start -------------------------------------------
+
+
+def _text(n: int) -> bytes:
+    """n bytes or a little more of JSON lines of words in random order (compresses ~3x)."""
+    rng = random.Random(n)
+    words = ["".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(2, 9)))
+             for _ in range(5000)]  # fmt: skip
+    lines, size = [], 0
+    while size < n:
+        line = json.dumps({"text": " ".join(rng.choices(words, k=60))}).encode() + b"\n"
+        lines.append(line)
+        size += len(line)
+    return b"".join(lines)
+
+
+COMPRESS = {"zstd": zstandard.compress, "gzip": gzip.compress, "bz2": bz2.compress,
+            "xz": lambda d: lzma.compress(d, preset=0)}  # fmt: skip
+
+
+def _streamed_zstd(data: bytes) -> bytes:
+    stream = zstandard.ZstdCompressor().compressobj()  # no content size in the header
+    return stream.compress(data) + stream.flush()
+
+
+@pytest.mark.parametrize("compression", ["zstd", "gzip", "bz2", "xz"])
+def test_a_big_files_size_is_guessed_from_its_start(tmp_path: Path, compression: str):
+    data = _text(12 * SAMPLE_TEXT)
+    packed = _streamed_zstd(data) if compression == "zstd" else COMPRESS[compression](data)
+    packed = packed + (b"" if compression != "gzip" else gzip.compress(b"x"))  # gzip: 2 members
+    path = tmp_path / f"a.{compression}"
+    path.write_bytes(packed)
+    size = path.stat().st_size
+    guess = text_size(path, compression, None, size)
+    assert abs(guess - len(data)) < 0.02 * len(data), (guess, len(data))
+    assert abs(size * GUESSED_RATIO - len(data)) > 0.1 * len(data)  # the fixed ratio: off
+
+
+def test_a_short_text_in_a_file_counted_as_big_is_its_size(tmp_path: Path):
+    """A file that compresses very well reads to its end within the sample: exact."""
+    data = b"a" * (SAMPLE_TEXT - 10)
+    path = tmp_path / "a.zst"
+    path.write_bytes(_streamed_zstd(data))
+    from corpusprep.compression import _size_from_its_start
+
+    assert _size_from_its_start(path, "zstd", path.stat().st_size) == len(data)
+
+
+def test_a_damaged_or_small_file_keeps_the_fixed_guess(tmp_path: Path):
+    big = tmp_path / "big.zst"
+    big.write_bytes(b"not zstd at all" * (SAMPLE_TEXT // 4))
+    assert text_size(big, "zstd", None, big.stat().st_size) == big.stat().st_size * GUESSED_RATIO
+    small = tmp_path / "small.zst"
+    small.write_bytes(_streamed_zstd(_text(100_000)))
+    assert text_size(small, "zstd", None, small.stat().st_size) == (
+        small.stat().st_size * GUESSED_RATIO
+    )  # packed with others: not worth a read
+
+
+# --- a file's pieces and the order workers take them in ---------------------------------
+
+
+class _File:
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def whole(self) -> tuple[int, int, int]:
+        return 0, STREAM_END, self.size
+
+
+def test_pieces_shrink_along_the_file_and_cover_it():
+    size = 10**8
+    pieces = compressed_pieces(_File(size), size // 20)
+    assert len(pieces) == MAX_PIECES
+    assert [p[0] for p in pieces[1:]] == [p[1] for p in pieces[:-1]]  # contiguous
+    assert pieces[0][0] == 0 and pieces[-1][1] == STREAM_END
+    sizes = [p[2] for p in pieces[:-1]]
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] == pytest.approx(3 * sizes[-1], 0.01)
+    assert sum(p[2] for p in pieces) == size
+    assert compressed_pieces(_File(100), 10**6) == [(0, STREAM_END, 100)]
+
+
+def test_workers_take_the_last_pieces_then_each_files_pieces_in_turn(tmp_path: Path):
+    """A plan of two compressed files in pieces and a plain file: the last pieces first,
+    then piece 0 of each file, piece 1 of each...; the plain file's shards with the first
+    pieces, in plan order."""
+    from corpusprep.prepare import _taking_order
+    from corpusprep.shards import EncodeTask
+
+    paths = []
+    for name in ("a.jsonl.zst", "b.jsonl.zst"):
+        (tmp_path / name).write_bytes(_streamed_zstd(_text(2_000_000)))
+        paths.append(tmp_path / name)
+    files = [InputFile(str(p), "jsonl", "zstd", p.stat().st_size) for p in paths]
+    from corpusprep.formats import Segment
+    from corpusprep.shards import Shard
+
+    shards = []
+    for file in files:
+        for start, end, nbytes in compressed_pieces(file, 10**6):
+            shards.append(Shard(len(shards), (Segment(file, start, end, nbytes, None),)))
+    plain = InputFile(str(tmp_path / "c.jsonl"), "jsonl", "none", 10)
+    shards.append(Shard(len(shards), (Segment(plain, 0, 10, 10, None),)))
+    tasks = [EncodeTask(s, None) for s in shards]
+    order = [t.shard.index for t in _taking_order(tasks)]
+    n = len(shards) // 2  # pieces per file
+    assert order[:2] == [n - 1, 2 * n - 1]  # the last pieces
+    turns = [(i, n + i) for i in range(n - 1)]
+    assert order[2:] == [0, n, 2 * n] + [k for pair in turns[1:] for k in pair]
