@@ -23,11 +23,13 @@ import io
 import json
 import os
 import platform
+import queue
 import re
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from functools import partial
@@ -368,15 +370,21 @@ def encode(run: Run) -> None:
                 _record_inputs(work, hashes)
             return hashes
 
-        # the input's sha256 while the workers encode, not before they start
+        # the input's sha256 while the workers encode, not before they start; and the
+        # outputs' where the shards write them in place
         hashing = Meanwhile(hash_inputs)
+        written = DigestWhileWriting(todo, run.itemsize) if work is None else None
+        fresh = hashing.once_started(fresh)
+        if written is not None:
+            fresh = written.following(fresh, todo)
         # read to the end: the bar closes drawn full, even for one shard
         try:
-            fresh = list(_progress(hashing.once_started(fresh), [t.shard for t in todo],
-                                   "encode", run.settings.quiet))  # fmt: skip
+            fresh = list(_progress(fresh, [t.shard for t in todo], "encode", run.settings.quiet))
         finally:
             STREAMS.close()
         run.hashes = hashing.result()
+        for path, digest in written.digests().items() if written is not None else ():
+            run.out.known_sha256(path, digest)
         done.update(zip((t.shard.index for t in todo), fresh))
         run.results = [done[t.shard.index] for t in tasks]
         _check_unchanged(run.before)
@@ -848,6 +856,75 @@ class Meanwhile:
             self._outcome[:] = [self._job(), None]
         except BaseException as e:  # raised where the result is asked for
             self._outcome[:] = [None, e]
+
+
+class DigestWhileWriting:
+    """The sha256 of the files that shards write in place (one text split by position),
+    taken in a thread while the workers encode: whatever lies before the first unfinished
+    shard of a file is final. The commit then does not read them again."""
+
+    STEP = 1 << 22  # bytes read at a time
+
+    def __init__(self, tasks: list[EncodeTask], itemsize: int) -> None:
+        self._starts: dict[Path, list[tuple[int, int]]] = {}  # (shard, first byte), in order
+        for task in sorted(tasks, key=lambda t: t.shard.index):
+            for target in (task.train, task.val):
+                if target is not None:
+                    self._starts.setdefault(Path(target.path), []).append(
+                        (task.shard.index, target.position * itemsize)
+                    )
+        self._sizes = {path: path.stat().st_size for path in self._starts}
+        self._ready = dict.fromkeys(self._starts, 0)
+        self._finished: set[int] = set()
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._digests: dict[Path, str] = {}
+
+    def following(self, results: Iterable[Any], tasks: list[EncodeTask]) -> Iterator[Any]:
+        """The results (of `tasks`, in that order), passed through as each file's hashing
+        moves on. The thread starts with the first result: the workers have forked by then."""
+        try:
+            for task, result in zip(tasks, results):
+                self._finished.add(task.shard.index)
+                for path, starts in self._starts.items():
+                    ready = next((b for i, b in starts if i not in self._finished),
+                                 self._sizes[path])  # fmt: skip
+                    if ready > self._ready[path]:
+                        self._ready[path] = ready
+                        self._queue.put((path, ready))
+                if self._thread.ident is None:
+                    self._thread.start()
+                yield result
+        finally:
+            self._queue.put(None)  # the thread ends once it has hashed what is ready
+
+    def digests(self) -> dict[Path, str]:
+        """The files hashed to their end (all, unless a shard is missing or a read failed:
+        the commit then reads them itself)."""
+        if self._thread.ident is not None:
+            self._thread.join()
+        return self._digests
+
+    def _run(self) -> None:
+        hashes: dict[Path, Any] = {}
+        done: dict[Path, int] = {}
+        try:
+            with ExitStack() as files:
+                opened = {}
+                while (item := self._queue.get()) is not None:
+                    path, end = item
+                    if path not in opened:
+                        # unbuffered: a buffer would read ahead into what is not written yet
+                        opened[path] = files.enter_context(open(path, "rb", buffering=0))
+                        hashes[path], done[path] = hashlib.sha256(), 0
+                    while done[path] < end and (
+                        chunk := opened[path].read(min(self.STEP, end - done[path]))
+                    ):
+                        hashes[path].update(chunk)
+                        done[path] += len(chunk)
+        except OSError:
+            return  # the commit reads the files itself, and reports
+        self._digests = {p: h.hexdigest() for p, h in hashes.items() if done[p] == self._sizes[p]}
 
 
 class _Clock:

@@ -110,6 +110,7 @@ class OutputWriter:
         self._temps: dict[str, Path] = {}  # final name -> temporary path, in commit order
         self._scratch: list[Path] = []  # dropped temporary files: deleted on commit or abort
         self._obsolete: list[str] = []  # files of the previous run this one does not make
+        self._digests: dict[Path, tuple[str, tuple]] = {}  # sha256 taken as it was written
         self._work: Optional[Path] = None
         self._made_dirs: list[Path] = []
         self._lock: Optional[int] = None
@@ -258,6 +259,17 @@ class OutputWriter:
             with contextlib.suppress(OSError):
                 (self.out_dir / WORK).rmdir()
 
+    def known_sha256(self, path: Path, digest: str) -> None:
+        """The sha256 of a temporary file, taken while it was written (prepare's
+        DigestWhileWriting): the seal uses it if the file is unchanged since."""
+        self._digests[path] = (digest, _identity(path))
+
+    def _sha256(self, path: Path) -> str:
+        known = self._digests.get(path)
+        if known is not None and known[1] == _identity(path):
+            return known[0]
+        return file_sha256(path)
+
     def _seal(self) -> tuple[dict[str, int], dict[str, str]]:
         """fsync every temporary file and take its size and sha256 (threads: hashlib and
         fsync release the GIL, so the files are read in parallel)."""
@@ -266,7 +278,7 @@ class OutputWriter:
         # a file's fsync (the disk) and its sha256 (a core, from the page cache) at once
         with ThreadPoolExecutor(min(8, max(2 * len(names), 1))) as pool:
             synced = [pool.submit(_fsync_file, path) for path in paths]
-            digests = list(pool.map(file_sha256, paths))
+            digests = list(pool.map(self._sha256, paths))
             for done in synced:
                 done.result()
         return ({n: p.stat().st_size for n, p in zip(names, paths)},
@@ -384,6 +396,12 @@ def _read_holder(fd: int) -> str:
         return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown pid"
     except OSError:
         return "unknown pid"
+
+
+def _identity(path: Path) -> tuple:
+    """What changes when a file is written to or replaced."""
+    st = path.stat()
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _fsync_file(path: Path) -> None:

@@ -235,3 +235,47 @@ def test_workers_take_the_last_pieces_then_each_files_pieces_in_turn(tmp_path: P
     assert order[:2] == [n - 1, 2 * n - 1]  # the last pieces
     turns = [(i, n + i) for i in range(n - 1)]
     assert order[2:] == [0, n, 2 * n] + [k for pair in turns[1:] for k in pair]
+
+
+# --- the outputs' sha256 while the shards write them in place ---------------------------
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_in_place_outputs_are_hashed_while_written(tmp_path: Path, monkeypatch, workers):
+    """char on one text: the shards write into train.bin/val.bin; their sha256 comes from
+    the thread that followed the shards, and equals the file's. A file changed after it
+    was hashed (here: the digest recorded for a wrong identity) is read again."""
+    import hashlib
+
+    from helpers import compose
+
+    import corpusprep.writer as writer
+    from corpusprep.prepare import prepare
+
+    text = (SHARED / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")
+    (tmp_path / "in.txt").write_text(text * 2, encoding="utf-8")
+    read_again = []
+    real = writer.file_sha256
+    monkeypatch.setattr(writer, "file_sha256", lambda p: read_again.append(p.name) or real(p))
+    out = tmp_path / "out"
+    manifest = prepare(compose("source=file", f"source.path={tmp_path / 'in.txt'}",
+                               "shard_bytes=100000", f"executor.workers={workers}",
+                               f"out_dir={out}", "quiet=true"))  # fmt: skip
+    assert manifest["shards"]["count"] > 10
+    for name in ("train.bin", "val.bin"):
+        assert manifest["checksums"][name] == hashlib.sha256((out / name).read_bytes()).hexdigest()
+    assert not any(".train.bin" in n or ".val.bin" in n for n in read_again), read_again
+    assert any("meta.pkl" in n for n in read_again)  # the others are hashed by the seal
+
+    read_again.clear()
+
+    def as_if_changed_since(self, path, digest):  # a wrong digest, for another identity
+        self._digests[path] = ("0" * 64, ("another", "file"))
+
+    monkeypatch.setattr(writer.OutputWriter, "known_sha256", as_if_changed_since)
+    manifest = prepare(compose("source=file", f"source.path={tmp_path / 'in.txt'}",
+                               "shard_bytes=100000", f"out_dir={out}", "force=true",
+                               "quiet=true"))  # fmt: skip
+    assert manifest["checksums"]["train.bin"] == hashlib.sha256(
+        (out / "train.bin").read_bytes()).hexdigest()  # fmt: skip
+    assert any(".train.bin" in n for n in read_again)
