@@ -642,20 +642,11 @@ def _encode_tasks(run: Run) -> tuple[list[EncodeTask], list[PartFile]]:
 
 
 def _taking_order(tasks: list[EncodeTask]) -> list[EncodeTask]:
-    """The order workers take the shards in (results still merge in plan order). The
-    last pieces of compressed files first: their size is a guess, so they are often the
-    longest, and none is left to run alone at the end while the other workers idle. Then
-    the files' pieces in turn (the first piece of each, then the second...), the other
-    shards in plan order: a worker that finishes a piece mostly takes the next one of the
-    same file and reads on, instead of decompressing all that comes before it."""
-    seen: dict[str, int] = {}
-    turn = {}
-    for task in tasks:
-        piece = next((s for s in task.shard.segments if s.piece), None)
-        if piece is not None:
-            turn[task.shard.index] = seen.get(piece.file.name, 0)
-            seen[piece.file.name] = turn[task.shard.index] + 1
-    return sorted(tasks, key=lambda t: (not _runs_long(t), turn.get(t.shard.index, 0)))
+    """The order workers take the shards in (results still merge in plan order): the last
+    pieces of compressed files first (their size is a guess, so often the longest): none
+    is left to run alone at the end while the other workers idle; the rest in plan order
+    (the bar advances as they finish)."""
+    return sorted(tasks, key=_runs_long, reverse=True)
 
 
 def _runs_long(task: EncodeTask) -> bool:

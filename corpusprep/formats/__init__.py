@@ -176,16 +176,10 @@ def compressed_pieces(file: InputFile, shard_bytes: int) -> list[tuple[int, int,
     count = min(MAX_PIECES, -(-size // max(shard_bytes, 1)))
     if count <= 1:
         return [(start, end, size)]
-    # The pieces shrink along the file, from 3 to 1 (the last, which runs to the end of
-    # the text, weighs 2): workers take each file's pieces in turn (prepare._taking_order),
-    # so the last ones taken are small and the workers finish together.
-    weights = [3 - 2 * i / max(count - 2, 1) for i in range(count - 1)] + [2]
-    total = sum(weights)
-    cuts = [0]
-    for weight in weights[:-1]:
-        cuts.append(cuts[-1] + max(1, round(size * weight / total)))
+    step = -(-size // count)
+    cuts = [i * step for i in range(count)]
     return [(a, b, b - a) for a, b in zip(cuts, cuts[1:])] + [(cuts[-1], STREAM_END,
-                                                              max(size - cuts[-1], 1))]  # fmt: skip
+                                                              size - cuts[-1])]  # fmt: skip
 
 
 FORMATS = {"text": "corpusprep.formats.text", "jsonl": "corpusprep.formats.jsonl",
