@@ -466,6 +466,8 @@ def measure(run: Run) -> None:
     used = np.zeros(len(sizes), dtype=bool)
     val_bytes = 0
     known = run.tokenizer.ids_used()  # char: every id (its characters came from the corpus)
+    if known is None:  # else what the shards wrote, if each said: only val is read
+        known = _ids_seen(run.results, len(sizes))
     chunk = np.empty(COUNT_CHUNK, dtype=run.dtype)  # read into, not mapped: memory stays flat
     for side in SIDES:
         path = run.out.path_of(f"{side}.bin")
@@ -483,6 +485,17 @@ def measure(run: Run) -> None:
                  "bytes_per_token": round(val_bytes / max(run.merged.tokens["val"], 1), 4),
                  "vocab_used": int(used.sum()) if known is None else known}  # fmt: skip
     run.clock.lap("measure")
+
+
+def _ids_seen(results: list[EncodeResult], vocab: int) -> Optional[int]:
+    """How many of the vocabulary's ids the shards wrote, from each shard's flags (None if
+    a shard has none: one resumed from an earlier run)."""
+    if not results or any(r.ids_seen is None for r in results):
+        return None
+    flags = np.zeros(max(len(r.ids_seen) for r in results), dtype=np.uint8)
+    for r in results:
+        flags[: len(r.ids_seen)] |= r.ids_seen
+    return int(np.unpackbits(flags)[:vocab].sum())
 
 
 def export(run: Run) -> None:

@@ -138,6 +138,9 @@ class EncodeResult:
     # 64-bit keys of the documents on each side, to count exact duplicates across sides
     train_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
     val_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.uint64))
+    # which ids the shard wrote (np.packbits of one flag per id), for the manifest's
+    # vocab_used; None where unknown (a shard resumed from an earlier run)
+    ids_seen: Optional[np.ndarray] = None
 
     @property
     def docs(self) -> int:
@@ -152,13 +155,33 @@ WRITE_BYTES = 1 << 22  # small arrays of ids are held until this many bytes, the
 HOLD_BYTES = 1 << 16  # an array this big is written at once
 
 
+class _Seen:
+    """Which ids a shard wrote: a flag per id up to the tokenizer's max_id (an id beyond
+    it, a plugin's bug, leaves the answer unknown rather than failing the shard)."""
+
+    def __init__(self, max_id: int) -> None:
+        self.flags: Optional[np.ndarray] = np.zeros(max_id + 1, dtype=bool)
+
+    def add(self, ids: np.ndarray) -> None:
+        if self.flags is not None:
+            try:
+                self.flags[ids] = True
+            except IndexError:
+                self.flags = None
+
+    def packed(self) -> Optional[np.ndarray]:
+        return None if self.flags is None else np.packbits(self.flags)
+
+
 class _Writer:
     """Writes ids into a file from a token position on (a preallocated file shared by
     shards, each at its own place, or a part file of its own). Small arrays (an
     end-of-text token, a short document) are gathered and written a few MB at a time."""
 
-    def __init__(self, target: Target, dtype: np.dtype, max_id: Optional[int] = None) -> None:
+    def __init__(self, target: Target, dtype: np.dtype, max_id: Optional[int] = None,
+                 seen: Optional[_Seen] = None) -> None:  # fmt: skip
         mode = "wb" if target.fresh else "r+b"
+        self.seen = seen  # which ids were written (shared by the sides)
         self.file = open(target.path, mode, buffering=0)  # noqa: SIM115 - closed in close()
         self.start = target.position * dtype.itemsize
         self.file.seek(self.start)
@@ -194,6 +217,8 @@ class _Writer:
             self._write(held)
 
     def _write(self, ids: np.ndarray) -> None:
+        if self.seen is not None:
+            self.seen.add(ids)
         data = memoryview(np.ascontiguousarray(ids)).cast("B")
         while data:
             data = data[self.file.write(data) :]
@@ -210,7 +235,9 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
     dtype = np.dtype(task.rules.dtype)
     targets = {"train": task.train, "val": task.val}
     max_id = getattr(task.rules.tokenizer, "max_id", None)
-    writers = {side: _Writer(t, dtype, max_id) for side, t in targets.items() if t is not None}
+    seen = None if max_id is None else _Seen(max_id)
+    writers = {side: _Writer(t, dtype, max_id, seen) for side, t in targets.items()
+               if t is not None}  # fmt: skip
     starts: dict[str, list[int]] = {"train": [], "val": []}
     keys: dict[str, list[int]] = {"train": [], "val": []}
     eot = None if task.rules.eot_id is None else np.array([task.rules.eot_id], dtype=np.uint32)
@@ -228,7 +255,8 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
     finally:
         for w in writers.values():
             w.close()
-    result = EncodeResult(chars=chars[0], skipped=skipped)
+    result = EncodeResult(chars=chars[0], skipped=skipped,
+                          ids_seen=None if seen is None else seen.packed())  # fmt: skip
     for side in SIDES:
         if side in writers:
             setattr(result, f"{side}_tokens", writers[side].tokens)

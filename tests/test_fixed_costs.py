@@ -267,3 +267,50 @@ def test_in_place_outputs_are_hashed_while_written(tmp_path: Path, monkeypatch, 
     assert manifest["checksums"]["train.bin"] == hashlib.sha256(
         (out / "train.bin").read_bytes()).hexdigest()  # fmt: skip
     assert any(".train.bin" in n for n in read_again)
+
+
+# --- vocab_used from the shards' own flags ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        ("tokenizer=tiktoken", "split_by=document", "eot=append"),
+        ("tokenizer=tiktoken", "split_by=hash"),
+        ("tokenizer=tiktoken", "split_by=document", "order=shuffle"),
+        ("tokenizer=tiktoken", "split_by=head", "val_size=300"),
+        ("tokenizer=byte", "split_by=document"),
+        ("tokenizer=tiktoken", "tokenizer.encoding=cl100k_base", "split_by=document"),
+    ],
+)
+def test_vocab_used_is_what_the_outputs_hold(tmp_path: Path, tiktoken_cache, settings):
+    """The shards say which ids they wrote; the manifest's vocab_used (the driver reads
+    only val.bin now) is still the number of distinct ids in train.bin and val.bin."""
+    import numpy as np
+
+    rows = [json.dumps({"text": f"document {i}: " + "naïve 日本 words " * (i % 17)})
+            for i in range(400)]  # fmt: skip
+    (tmp_path / "a.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    r = run_cli("source=file", "source.path=a.jsonl", *settings, "shard_bytes=4000",
+                "executor.workers=2", "out_dir=out", "quiet=true", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "out"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["shards"]["count"] > 4
+    dtype = np.dtype(manifest["dtype"])
+    ids = np.concatenate([np.fromfile(out / f"{s}.bin", dtype=dtype) for s in ("train", "val")])
+    assert manifest["vocab_used"] == len(np.unique(ids))
+
+
+def test_without_every_shards_flags_the_ids_are_counted():
+    import numpy as np
+
+    from corpusprep.prepare import _ids_seen
+    from corpusprep.shards import EncodeResult, _Seen
+
+    seen = _Seen(9)
+    seen.add(np.array([1, 3, 9]))
+    assert _ids_seen([EncodeResult(ids_seen=seen.packed())], 10) == 3
+    assert _ids_seen([EncodeResult(ids_seen=seen.packed()), EncodeResult()], 10) is None
+    seen.add(np.array([10]))  # beyond max_id: a plugin's bug leaves it unknown
+    assert seen.packed() is None
