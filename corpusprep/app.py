@@ -110,8 +110,10 @@ def exit_now(code: int) -> NoReturn:
     """What the interpreter does at exit, in its order, and then nothing more: wait for
     threads that are not daemons, run the atexit handlers, flush the streams."""
     shutdown = getattr(threading, "_shutdown", None)  # Python's own first step at exit
-    if shutdown is None:
-        sys.exit(code)  # another Python: the usual exit
+    # another Python, or a profiler or debugger that writes its report after main returns
+    # (python -m cProfile -m corpusprep ...): the usual exit
+    if shutdown is None or sys.getprofile() is not None or sys.gettrace() is not None:
+        sys.exit(code)
     shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):

@@ -60,6 +60,17 @@ def test_cli_waits_for_threads_that_are_not_daemons(tmp_path: Path):
     assert (r.returncode, r.stdout) == (0, "thread done\n")
 
 
+def test_a_profiler_still_writes_its_report(tmp_path: Path):
+    """python -m cProfile -o FILE -m corpusprep ...: the profile is written after main
+    returns, so a profiled run ends the usual way."""
+    text = SHARED / "tinyshakespeare" / "input.txt"
+    r = subprocess.run([sys.executable, "-m", "cProfile", "-o", "run.prof", "-m", "corpusprep",
+                        "source=file", f"source.path={text}", "out_dir=out", "quiet=true"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "run.prof").stat().st_size > 0
+
+
 def test_a_bug_still_ends_with_its_traceback(tmp_path: Path):
     bug = "def bug():\n    raise ZeroDivisionError('boom')\n"
     r = _entry(tmp_path, f"{bug}app.main = bug\napp.cli()")
