@@ -253,10 +253,12 @@ class Run:
     timed: bool = True  # False: the memory run, sampled, whose time does not count
 
 
-# Every method runs with bytecode cached, as on a user's machine: an environment that sets
-# PYTHONDONTWRITEBYTECODE (a sandbox, a container) otherwise compiles every module of an
-# editable install on every run (0.07 s of corpusprep's start-up here).
-USER_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+def user_env() -> dict[str, str]:
+    """This process's environment as it is now (a script may have set variables, such
+    as HF_DATASETS_CACHE), with bytecode cached as on a user's machine: an environment
+    that sets PYTHONDONTWRITEBYTECODE (a sandbox, a container) otherwise compiles every
+    module of an editable install on every run (0.07 s of corpusprep's start-up here)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
 def run_measured(cmd: list[str], cwd: Path, log: Path, sample: bool = True) -> Run:
@@ -265,7 +267,7 @@ def run_measured(cmd: list[str], cwd: Path, log: Path, sample: bool = True) -> R
     process's memory-map lock, so timed runs are not sampled (see run_all)."""
     with open(log, "wb") as out:
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=USER_ENV)
+        proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=user_env())
         sampler = TreeRssSampler(proc.pid)
         if sample:
             sampler.start()
