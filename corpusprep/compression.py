@@ -249,37 +249,80 @@ def text_size(path: Path, compression: str, member: Optional[str], size: int) ->
 
 
 SAMPLE_TEXT = 1 << 20  # text decompressed from a big file's start to guess its whole size
-SAMPLE_STEP = 1 << 10  # compressed bytes per step: the count is this exact, memory bounded
+SAMPLE_STEP = 1 << 10  # compressed bytes per step: the count is this exact
+SAMPLE_OUT = 1 << 16  # the most text one step may give: memory stays bounded for a bomb
+SAMPLE_INPUT = 1 << 24  # the most compressed bytes read for a sample (stored blocks, comments)
 
 
 def _size_from_its_start(path: Path, compression: str, size: int) -> int:
     """A compressed file's text size, guessed from the compressed size of its first
     SAMPLE_TEXT bytes of text (a guess sets only where its pieces start: the balance);
-    its exact size when its text is shorter. Under 1% of decompressing a big file."""
+    its exact size when its text is shorter. Under 1% of decompressing a big file; not
+    for bz2, which decompresses too slowly for a sample to pay (a fixed guess)."""
+    if compression not in ("zstd", "gzip", "xz"):
+        return size * GUESSED_RATIO
     try:
-        stream = _decompressor(compression)
-        text = used = 0
         with open(path, "rb") as f:
-            while text < SAMPLE_TEXT and not stream.eof and (chunk := f.read(SAMPLE_STEP)):
-                used += len(chunk)
-                text += len(stream.decompress(chunk))
-            if stream.eof:  # the first frame (member) ends here: the file too, or not
-                used -= len(stream.unused_data)
-                if not stream.unused_data and not f.read(1):
-                    return max(text, 1)
+            sample = _sample_zstd if compression == "zstd" else _sample_stdlib
+            text, used, ended = sample(f, compression)
     except Exception:  # a damaged file: reading it reports that, in one line
         return size * GUESSED_RATIO
+    if ended:
+        return max(text, 1)
     return max(size, size * text // max(used, 1))
 
 
-def _decompressor(compression: str):
-    if compression == "zstd":
-        import zstandard
+def _sample_zstd(f: IO[bytes], compression: str) -> tuple[int, int, bool]:
+    """(text bytes, compressed bytes they took, whether that is the whole file)."""
+    import zstandard
 
-        return zstandard.ZstdDecompressor().decompressobj()
-    if compression == "gzip":
-        return zlib.decompressobj(wbits=31)
-    return {"bz2": bz2.BZ2Decompressor, "xz": lzma.LZMADecompressor}[compression]()
+    counted = _Counted(f)
+    reader = zstandard.ZstdDecompressor().stream_reader(
+        counted, read_size=SAMPLE_STEP, read_across_frames=True
+    )
+    text = 0
+    while text < SAMPLE_TEXT and counted.read_bytes < SAMPLE_INPUT:
+        out = reader.read(SAMPLE_OUT)
+        if not out:
+            return text, counted.read_bytes, True
+        text += len(out)
+    return text, counted.read_bytes, False
+
+
+def _sample_stdlib(f: IO[bytes], compression: str) -> tuple[int, int, bool]:
+    """As _sample_zstd, for gzip (its first member) and xz, each step's output bounded."""
+    gzip_ = compression == "gzip"
+    stream = zlib.decompressobj(wbits=31) if gzip_ else lzma.LZMADecompressor()
+    text = used = 0
+    data = b""
+    while text < SAMPLE_TEXT and used < SAMPLE_INPUT and not stream.eof:
+        if not data and (gzip_ or stream.needs_input):
+            data = f.read(SAMPLE_STEP)
+            if not data:
+                break
+            used += len(data)
+        text += len(stream.decompress(data, SAMPLE_OUT))
+        data = stream.unconsumed_tail if gzip_ else b""
+    if stream.eof:  # the first member ends here: the file too, or not
+        used -= len(stream.unused_data) + len(data)
+        if not stream.unused_data and not data and not f.read(1):
+            return text, used, True
+    return text, used, False
+
+
+class _Counted(io.RawIOBase):
+    """A binary file that counts the bytes read from it."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw, self.read_bytes = raw, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        n = self.raw.readinto(b)
+        self.read_bytes += n or 0
+        return n
 
 
 @functools.lru_cache(maxsize=4)

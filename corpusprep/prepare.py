@@ -361,18 +361,14 @@ def encode(run: Run) -> None:
         print(f"corpusprep: resuming: {len(done)} of {len(tasks)} shards were done by an "
               "earlier run (same input sha256)", file=sys.stderr)  # fmt: skip
     with disk_errors(run.out.label, _space_needed(run)):
-        fresh = run.executor.map(encode_shard, todo)
+        if work:  # what the shards' markers are made from, for a resume: before any is
+            run.hashes = run.hashes or _hashes(run.files)
+            _record_inputs(work, run.hashes)
         known = dict(run.hashes)
-
-        def hash_inputs() -> dict[str, bytes]:
-            hashes = known or _hashes(run.files)
-            if work:  # what the shards' markers were made from, for a resume
-                _record_inputs(work, hashes)
-            return hashes
-
-        # the input's sha256 while the workers encode, not before they start; and the
-        # outputs' where the shards write them in place
-        hashing = Meanwhile(hash_inputs)
+        fresh = run.executor.map(encode_shard, todo)
+        # shards that write in place (no resume): the input's sha256 while the workers
+        # encode, not before they start, and the outputs' as they are written
+        hashing = Meanwhile(lambda: known or _hashes(run.files))
         written = DigestWhileWriting(todo, run.itemsize) if work is None else None
         fresh = hashing.once_started(fresh)
         if written is not None:
@@ -879,6 +875,7 @@ class DigestWhileWriting:
                     )
         self._sizes = {path: path.stat().st_size for path in self._starts}
         self._ready = dict.fromkeys(self._starts, 0)
+        self._first_unfinished = dict.fromkeys(self._starts, 0)  # index into its starts
         self._finished: set[int] = set()
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -891,8 +888,11 @@ class DigestWhileWriting:
             for task, result in zip(tasks, results):
                 self._finished.add(task.shard.index)
                 for path, starts in self._starts.items():
-                    ready = next((b for i, b in starts if i not in self._finished),
-                                 self._sizes[path])  # fmt: skip
+                    k = self._first_unfinished[path]
+                    while k < len(starts) and starts[k][0] in self._finished:
+                        k += 1
+                    self._first_unfinished[path] = k
+                    ready = starts[k][1] if k < len(starts) else self._sizes[path]
                     if ready > self._ready[path]:
                         self._ready[path] = ready
                         self._queue.put((path, ready))

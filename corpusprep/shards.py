@@ -159,8 +159,12 @@ class _Seen:
     """Which ids a shard wrote: a flag per id up to the tokenizer's max_id (an id beyond
     it, a plugin's bug, leaves the answer unknown rather than failing the shard)."""
 
+    flags: Optional[np.ndarray]
+
+    MOST_IDS = 1 << 24  # a vocabulary larger than this (a plugin's) is counted instead
+
     def __init__(self, max_id: int) -> None:
-        self.flags: Optional[np.ndarray] = np.zeros(max_id + 1, dtype=bool)
+        self.flags = np.zeros(max_id + 1, dtype=bool) if max_id < self.MOST_IDS else None
 
     def add(self, ids: np.ndarray) -> None:
         if self.flags is not None:

@@ -13,6 +13,7 @@ import random
 import subprocess
 import sys
 import threading
+import zlib
 from pathlib import Path
 
 import pytest
@@ -122,7 +123,7 @@ def test_meanwhile_raises_its_jobs_error_where_the_result_is_asked():
         job.result()
 
 
-def test_the_input_sha256_and_a_resume_record_come_from_the_thread(tmp_path: Path):
+def test_the_input_sha256_is_the_files_when_hashed_in_a_thread(tmp_path: Path):
     """One text (its hash is not needed before encoding): the manifest's sha256 is still
     the file's (a resume after a kill: tests/test_safety.py)."""
     import hashlib
@@ -162,7 +163,7 @@ def _streamed_zstd(data: bytes) -> bytes:
     return stream.compress(data) + stream.flush()
 
 
-@pytest.mark.parametrize("compression", ["zstd", "gzip", "bz2", "xz"])
+@pytest.mark.parametrize("compression", ["zstd", "gzip", "xz"])
 def test_a_big_files_size_is_guessed_from_its_start(tmp_path: Path, compression: str):
     data = _text(12 * SAMPLE_TEXT)
     packed = _streamed_zstd(data) if compression == "zstd" else COMPRESS[compression](data)
@@ -173,6 +174,45 @@ def test_a_big_files_size_is_guessed_from_its_start(tmp_path: Path, compression:
     guess = text_size(path, compression, None, size)
     assert abs(guess - len(data)) < 0.02 * len(data), (guess, len(data))
     assert abs(size * GUESSED_RATIO - len(data)) > 0.1 * len(data)  # the fixed ratio: off
+
+
+def test_bz2_keeps_the_fixed_guess(tmp_path: Path):
+    """bz2 decompresses too slowly for a sample to pay for itself."""
+    path = tmp_path / "a.bz2"
+    path.write_bytes(bz2.compress(_text(12 * SAMPLE_TEXT)))
+    size = path.stat().st_size
+    assert text_size(path, "bz2", None, size) == size * GUESSED_RATIO
+
+
+@pytest.mark.parametrize("compression", ["zstd", "gzip", "xz"])
+def test_a_compression_bomb_is_sampled_in_bounded_memory(tmp_path: Path, compression: str):
+    """1 GB of zeros in a few hundred KB, padded to count as big: the sample's memory
+    stays bounded (each step gives at most SAMPLE_OUT bytes), in a fresh process."""
+    path = tmp_path / f"bomb.{compression}"
+    zeros = bytes(1 << 20)
+    with open(path, "wb") as f:
+        if compression == "zstd":
+            stream = zstandard.ZstdCompressor().compressobj()
+            push, end = stream.compress, stream.flush
+        elif compression == "gzip":
+            stream = zlib.compressobj(9, zlib.DEFLATED, 31)
+            push, end = stream.compress, stream.flush
+        else:
+            stream = lzma.LZMACompressor()
+            push, end = stream.compress, stream.flush
+        for _ in range(1024):
+            f.write(push(zeros))
+        f.write(end())
+        f.write(os.urandom(2 * SAMPLE_TEXT))  # big enough to be sampled
+    code = ("import resource\nfrom pathlib import Path\n"
+            "from corpusprep.compression import text_size\n"
+            "peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "before = peak()\n"
+            f"p = Path({str(path)!r}); text_size(p, {compression!r}, None, p.stat().st_size)\n"
+            "print((peak() - before) // 1024)")  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) < 50, f"the sample grew the process by {r.stdout.strip()} MB"
 
 
 def test_a_short_text_in_a_file_counted_as_big_is_its_size(tmp_path: Path):
@@ -325,3 +365,34 @@ def test_without_every_shards_flags_the_ids_are_counted():
     assert _ids_seen([EncodeResult(ids_seen=seen.packed()), EncodeResult()], 10) is None
     seen.add(np.array([10]))  # beyond max_id: a plugin's bug leaves it unknown
     assert seen.packed() is None
+
+
+def test_a_run_that_fails_early_can_still_be_resumed(tmp_path: Path, monkeypatch, capsys):
+    """The record of the input the shards' markers come from is written before any shard
+    runs: a run whose first shard fails for good still leaves the others resumable."""
+    from helpers import compose
+
+    import corpusprep.prepare as prepare_module
+    from corpusprep.prepare import prepare
+
+    rows = [json.dumps({"text": f"document {i}: " + "words " * 50}) for i in range(3000)]
+    (tmp_path / "a.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    real = prepare_module.encode_shard
+
+    def first_fails(task):
+        if task.shard.index == 0:
+            raise RuntimeError("a disk that fails on shard 0")
+        return real(task)
+
+    settings = ("source=file", f"source.path={tmp_path / 'a.jsonl'}", "tokenizer=tiktoken",
+                "shard_bytes=20000", "executor.workers=1", f"out_dir={tmp_path / 'out'}",
+                "quiet=true")  # fmt: skip
+    monkeypatch.setattr(prepare_module, "encode_shard", first_fails)
+    with pytest.raises(RuntimeError, match="shard 0 failed"):
+        prepare(compose(*settings))
+    assert list((tmp_path / "out").glob(".corpusprep-work/*/inputs.json"))
+    monkeypatch.setattr(prepare_module, "encode_shard", real)
+    capsys.readouterr()
+    manifest = prepare(compose(*settings))
+    assert "resuming: " in capsys.readouterr().err
+    assert manifest["documents"]["total"] == 3000
