@@ -123,7 +123,7 @@ def test_meanwhile_raises_its_jobs_error_where_the_result_is_asked():
         job.result()
 
 
-def test_the_input_sha256_is_the_files_when_hashed_in_a_thread(tmp_path: Path):
+def test_the_input_sha256_is_the_files_when_hashed_in_a_thread(tmp_path: Path, tiktoken_cache):
     """One text (its hash is not needed before encoding): the manifest's sha256 is still
     the file's (a resume after a kill: tests/test_safety.py)."""
     import hashlib
@@ -367,7 +367,9 @@ def test_without_every_shards_flags_the_ids_are_counted():
     assert seen.packed() is None
 
 
-def test_a_run_that_fails_early_can_still_be_resumed(tmp_path: Path, monkeypatch, capsys):
+def test_a_run_that_fails_early_can_still_be_resumed(
+    tmp_path: Path, monkeypatch, capsys, tiktoken_cache
+):
     """The record of the input the shards' markers come from is written before any shard
     runs: a run whose first shard fails for good still leaves the others resumable."""
     from helpers import compose
