@@ -263,8 +263,9 @@ def _size_from_its_start(path: Path, compression: str, size: int) -> int:
         return size * GUESSED_RATIO
     try:
         with open(path, "rb") as f:
-            sample = _sample_zstd if compression == "zstd" else _sample_stdlib
-            text, used, ended = sample(f, compression)
+            text, used, ended = (
+                _sample_zstd(f) if compression == "zstd" else _sample_stdlib(f, compression)
+            )
     except Exception:  # a damaged file: reading it reports that, in one line
         return size * GUESSED_RATIO
     if ended:
@@ -272,7 +273,7 @@ def _size_from_its_start(path: Path, compression: str, size: int) -> int:
     return max(size, size * text // max(used, 1))
 
 
-def _sample_zstd(f: IO[bytes], compression: str) -> tuple[int, int, bool]:
+def _sample_zstd(f: IO[bytes]) -> tuple[int, int, bool]:
     """(text bytes, compressed bytes they took, whether that is the whole file)."""
     import zstandard
 

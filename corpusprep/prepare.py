@@ -364,23 +364,22 @@ def encode(run: Run) -> None:
         if work:  # what the shards' markers are made from, for a resume: before any is
             run.hashes = run.hashes or _hashes(run.files)
             _record_inputs(work, run.hashes)
-        known = dict(run.hashes)
         fresh = run.executor.map(encode_shard, todo)
-        # shards that write in place (no resume): the input's sha256 while the workers
-        # encode, not before they start, and the outputs' as they are written
-        hashing = Meanwhile(lambda: known or _hashes(run.files))
-        written = DigestWhileWriting(todo, run.itemsize) if work is None else None
-        fresh = hashing.once_started(fresh)
-        if written is not None:
-            fresh = written.following(fresh, todo)
+        hashing = written = None
+        if work is None:  # shards write in place (no resume): the input's sha256 while the
+            # workers encode, not before they start, and the outputs' as they are written
+            hashing = Meanwhile(lambda: run.hashes or _hashes(run.files))
+            written = DigestWhileWriting(todo, run.itemsize)
+            fresh = written.following(hashing.once_started(fresh), todo)
         # read to the end: the bar closes drawn full, even for one shard
         try:
             fresh = list(_progress(fresh, [t.shard for t in todo], "encode", run.settings.quiet))
         finally:
             STREAMS.close()
-        run.hashes = hashing.result()
-        for path, digest in written.digests().items() if written is not None else ():
-            run.out.known_sha256(path, digest)
+        if hashing is not None:
+            run.hashes = hashing.result()
+            for path, digest in written.digests().items():
+                run.out.known_sha256(path, digest)
         done.update(zip((t.shard.index for t in todo), fresh))
         run.results = [done[t.shard.index] for t in tasks]
         _check_unchanged(run.before)
@@ -488,9 +487,7 @@ def _ids_seen(results: list[EncodeResult], vocab: int) -> Optional[int]:
     a shard has none: one resumed from an earlier run)."""
     if not results or any(r.ids_seen is None for r in results):
         return None
-    flags = np.zeros(max(len(r.ids_seen) for r in results), dtype=np.uint8)
-    for r in results:
-        flags[: len(r.ids_seen)] |= r.ids_seen
+    flags = np.bitwise_or.reduce([r.ids_seen for r in results])  # one tokenizer: one length
     return int(np.unpackbits(flags)[:vocab].sum())
 
 
@@ -874,7 +871,6 @@ class DigestWhileWriting:
                         (task.shard.index, target.position * itemsize)
                     )
         self._sizes = {path: path.stat().st_size for path in self._starts}
-        self._ready = dict.fromkeys(self._starts, 0)
         self._first_unfinished = dict.fromkeys(self._starts, 0)  # index into its starts
         self._finished: set[int] = set()
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
@@ -888,14 +884,13 @@ class DigestWhileWriting:
             for task, result in zip(tasks, results):
                 self._finished.add(task.shard.index)
                 for path, starts in self._starts.items():
-                    k = self._first_unfinished[path]
+                    k = was = self._first_unfinished[path]
                     while k < len(starts) and starts[k][0] in self._finished:
                         k += 1
-                    self._first_unfinished[path] = k
-                    ready = starts[k][1] if k < len(starts) else self._sizes[path]
-                    if ready > self._ready[path]:
-                        self._ready[path] = ready
-                        self._queue.put((path, ready))
+                    if k > was:  # all before shard k's first byte is final
+                        self._first_unfinished[path] = k
+                        self._queue.put((path, starts[k][1] if k < len(starts) else
+                                         self._sizes[path]))  # fmt: skip
                 if self._thread.ident is None:
                     self._thread.start()
                 yield result
