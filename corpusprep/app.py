@@ -114,7 +114,10 @@ def exit_now(code: int) -> NoReturn:
     # (python -m cProfile -m corpusprep ...): the usual exit
     if shutdown is None or sys.getprofile() is not None or sys.gettrace() is not None:
         sys.exit(code)
-    shutdown()
+    # Python reports an error here and exits as it would have; so does this. (3.11's
+    # process pool may write at exit to the wake-up pipe of a pool already aborted.)
+    with contextlib.suppress(Exception):
+        shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe (`| head`) or stream

@@ -61,6 +61,21 @@ def test_cli_waits_for_threads_that_are_not_daemons(tmp_path: Path):
     assert (r.returncode, r.stdout) == (0, "thread done\n")
 
 
+def test_an_error_in_threadings_exit_hooks_keeps_the_code(tmp_path: Path):
+    """Python 3.11's process pool can fail at exit writing to an aborted pool's wake-up
+    pipe (a full disk aborts the pool): the run still ends with its own code and its one
+    line, and the atexit handlers still run."""
+    body = ("import threading\n"
+            "def bad():\n    raise OSError(9, 'Bad file descriptor')\n"
+            "def run():\n    threading._register_atexit(bad)\n"
+            "    print('corpusprep: error: disk full', file=sys.stderr)\n    sys.exit(1)\n"
+            "atexit.register(lambda: print('atexit ran', flush=True))\n"
+            "app.main = run\napp.cli()")  # fmt: skip
+    r = _entry(tmp_path, body)
+    assert (r.returncode, r.stderr, r.stdout) == (1, "corpusprep: error: disk full\n",
+                                                  "atexit ran\n")  # fmt: skip
+
+
 def test_a_profiler_still_writes_its_report(tmp_path: Path):
     """python -m cProfile -o FILE -m corpusprep ...: the profile is written after main
     returns, so a profiled run ends the usual way."""
