@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from corpusprep._paths import config_path
-from corpusprep.config import drop_leftovers
+from corpusprep.config import drop_leftovers, use_fast_yaml
 from corpusprep.errors import UserError
 from corpusprep.overrides import available_options, check_overrides, guard_key_overrides
 from corpusprep.redact import redact_text
@@ -85,6 +85,7 @@ def main() -> None:
     guard_key_overrides()
     _guard_hydra_targets()
     _skip_mode_probe(sys.argv[1:])
+    use_fast_yaml()
     _run()
 
 

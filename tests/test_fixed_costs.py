@@ -413,3 +413,70 @@ def test_a_run_that_fails_early_can_still_be_resumed(
     manifest = prepare(compose(*settings))
     assert "resuming: " in capsys.readouterr().err
     assert manifest["documents"]["total"] == 3000
+
+
+# --- config files parsed in C -------------------------------------------------------------
+
+TRICKY_YAML = """\
+floats: [1e3, 1.5e-3, 1_000.5, .inf, -.Inf, .nan, 6.8523015e+5]
+ints: [1_000, 0x1f, 0o17, -3]
+words: [yes, no, on, off, null, ~, true, "1e3"]
+stamp: 2001-12-14t21:59:43.10-05:00
+date: 2002-12-14
+path: !!python/object/apply:pathlib.Path [/tmp, x]
+nested: {a: {b: [1, {c: d}]}}
+text: |
+  two
+  lines
+interp: ${oc.env:HOME,null}
+"""
+
+
+@pytest.mark.parametrize("case", ["shipped", "tricky"])
+def test_the_c_loader_reads_what_omegaconfs_own_loader_reads(case: str):
+    import yaml
+
+    from corpusprep._paths import config_dirs
+    from corpusprep.config import yaml_loader
+
+    assert yaml_loader().__mro__[1] is yaml.CSafeLoader  # libyaml is in PyYAML's wheels
+    if case == "shipped":
+        texts = [f.read_text("utf-8") for root in config_dirs() for f in root.rglob("*.yaml")]
+        assert len(texts) > 20
+    else:
+        texts = [TRICKY_YAML]
+    from omegaconf import _utils
+
+    for text in texts:
+        expected = yaml.load(text, Loader=_utils.get_yaml_loader())  # OmegaConf's own
+        assert yaml.load(text, Loader=yaml_loader()) == expected
+    if case == "tricky":  # the parts of OmegaConf's rules a plain SafeLoader would miss
+        data = yaml.load(TRICKY_YAML, Loader=yaml_loader())
+        assert data["floats"][0] == 1000.0 and isinstance(data["floats"][0], float)
+        assert data["stamp"] == "2001-12-14t21:59:43.10-05:00"  # no timestamps: text
+        assert data["path"] == Path("/tmp/x")
+
+
+def test_the_c_loader_still_refuses_a_duplicate_key():
+    import yaml
+
+    from corpusprep.config import yaml_loader
+
+    with pytest.raises(yaml.constructor.ConstructorError, match="duplicate key name"):
+        yaml.load("name: a\nother: 1\nname: b\n", Loader=yaml_loader())
+
+
+def test_hydra_composes_with_the_c_loader(tmp_path: Path):
+    """Through the real CLI, up to the run: Hydra composed the config with the C loader."""
+    (tmp_path / "t.txt").write_text("hello world\n" * 200)
+    body = ("import yaml\nfrom omegaconf import _utils\n"
+            "import corpusprep.prepare as P\n"
+            "def probe(cfg, overrides=None):\n"
+            "    print('loader', _utils.get_yaml_loader().__mro__[1].__name__, cfg.split)\n"
+            "    return {}\n"
+            "P.prepare = probe\n"
+            "sys.argv = ['corpusprep', 'source=file', 'source.path=t.txt', 'split=0.8',"
+            " 'out_dir=out', 'quiet=true']\napp.cli()")  # fmt: skip
+    r = _entry(tmp_path, body)
+    assert r.returncode == 0, r.stderr
+    assert "loader CSafeLoader 0.8" in r.stdout

@@ -137,6 +137,26 @@ def test_a_config_dir_target_outside_corpusprep_is_refused(tmp_path: Path):
 
 
 @pytest.mark.parametrize("multirun", [False, True])
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [("name: [broken\n", "expected ',' or ']'"), ("name: a\nname: b\n", "duplicate key name")],
+)
+def test_a_preset_that_is_not_valid_yaml_is_one_line(tmp_path: Path, multirun: bool,
+                                                      content: str, problem: str):  # fmt: skip
+    """A --config-dir file Hydra cannot parse: the file, the place and the fix, in one
+    line (Hydra itself prints a traceback through its own code)."""
+    (tmp_path / "t.txt").write_text(TEXT)
+    (tmp_path / "conf" / "dataset").mkdir(parents=True)
+    (tmp_path / "conf" / "dataset" / "bad.yaml").write_text(content)
+    r = run_cli("--config-dir", str(tmp_path / "conf"), *(["-m"] if multirun else []),
+                "dataset=bad", "source=file", "source.path=t.txt", "out_dir=out",
+                cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(r, str(tmp_path / "conf" / "dataset" / "bad.yaml"), "not valid YAML",
+                          "line 2", problem, "fix the file")  # fmt: skip
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("multirun", [False, True])
 @pytest.mark.parametrize("key", ["callbacks.evil", "callbacks.sweep.evil"])  # nested too
 def test_a_preset_cannot_make_hydra_run_code(tmp_path: Path, multirun: bool, key: str):
     """Hydra itself builds hydra.callbacks (and nested targets of its plugins) before
