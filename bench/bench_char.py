@@ -68,8 +68,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"corpusprep's own phases (last run): {corpusprep_phases(outs['corpusprep'])}")
     workers = json.loads((outs["corpusprep"] / "manifest.json").read_text())["executor"]["workers"]
     label = f"char {args.mb} MB"
-    report_ratio(f"{label}, corpusprep/nanoGPT", ratio, TARGET_RATIO)
     ceiling = measure_ceiling("char", workers, [corpus], False, args.repeat)
+    report_ratio(f"{label}, corpusprep/nanoGPT", ratio, TARGET_RATIO, (best["nanoGPT"], ceiling))
     report_ceiling(label, best["corpusprep"], ceiling)
     report_memory(label, runs["corpusprep"], TARGET_MEMORY)
     print_memory_notes()

@@ -226,14 +226,15 @@ def report_targets(best: dict[str, float], corpusprep: list[Run], mb: int, outs:
     label = f"documents {mb} MB"
     manifest = json.loads((outs["corpusprep"] / "manifest.json").read_text())
     backend, workers = manifest["tokenizer"]["backend"], manifest["executor"]["workers"]
-    report_ratio(f"{label}, tiktoken, corpusprep/llm.c", best["llm.c"] / best["cp-tiktoken"], 1.2)
+    ceilings = {encoder: measure_ceiling(encoder, workers, paths, True, repeat)
+                for encoder in dict.fromkeys(["tiktoken", backend])}  # fmt: skip
+    report_ratio(f"{label}, tiktoken, corpusprep/llm.c", best["llm.c"] / best["cp-tiktoken"],
+                 1.2, (best["llm.c"], ceilings["tiktoken"]))  # fmt: skip
     if backend != "tiktoken":
         report_ratio(f"{label}, {backend}, corpusprep/llm.c", best["llm.c"] / best["corpusprep"],
-                     2.0)  # fmt: skip
-    ceilings = {"cp-tiktoken": "tiktoken", "corpusprep": backend}
-    for name, encoder in ceilings.items():
-        ceiling = measure_ceiling(encoder, workers, paths, True, repeat)
-        report_ceiling(f"{label}, {encoder}", best[name], ceiling)
+                     2.0, (best["llm.c"], ceilings[backend]))  # fmt: skip
+    for name, encoder in {"cp-tiktoken": "tiktoken", "corpusprep": backend}.items():
+        report_ceiling(f"{label}, {encoder}", best[name], ceilings[encoder])
     peers = [name for name in best if name != "corpusprep"]
     slowest = max(best["corpusprep"] / best[p] for p in peers) if peers else 0.0
     print(f"target: faster than every peer ({', '.join(peers)}): "

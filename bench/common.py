@@ -525,8 +525,23 @@ def report_ceiling(label: str, corpusprep_seconds: float, ceiling_seconds: float
           f"process): {fraction:.0%}, {verdict(fraction >= target)}")  # fmt: skip
 
 
-def report_ratio(label: str, ratio: float, target: float) -> None:
-    print(f"target: {label}: >= {target:g}x: {ratio:.2f}x, {verdict(ratio >= target)}")
+def report_ratio(label: str, ratio: float, target: float,
+                 reach: Optional[tuple[float, float]] = None) -> None:  # fmt: skip
+    """A throughput target. reach: (the peer's seconds, the encoder's ceiling in seconds):
+    then the line also says how long the target leaves corpusprep, against what the
+    encoder alone takes on the same input (a target under it cannot be met by anything
+    around the encoder)."""
+    note = ""
+    if reach is not None:
+        allowed, ceiling = reach[0] / target, reach[1]
+        if allowed < ceiling:
+            note = (f" (needs {allowed:.2f} s: under the {ceiling:.2f} s the encoder alone "
+                    "takes, so out of reach around this encoder)")  # fmt: skip
+        else:
+            left = allowed - ceiling
+            note = (f" (needs {allowed:.2f} s: the encoder alone takes {ceiling:.2f} s, "
+                    f"leaving {left:.2f} s for start-up, reading and writing)")  # fmt: skip
+    print(f"target: {label}: >= {target:g}x: {ratio:.2f}x, {verdict(ratio >= target)}{note}")
 
 
 def report_memory(label: str, runs: Sequence[Run], limit: int) -> None:
