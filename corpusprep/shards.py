@@ -254,7 +254,10 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
             for part in get_format(segment.file.format).parts(segment):
                 doc += part.starts
                 skipped += part.skipped
-                part = replace(part, pieces=_counted(part.pieces, chars))
+                if part.whole is not None:  # one piece (pieces == [whole]): counted now
+                    chars[0] += len(part.whole)
+                else:  # counted as its pieces are read
+                    part = replace(part, pieces=_counted(part.pieces, chars))
                 encode_part(task, part, doc, key, position, writers, starts, keys, eot)
     finally:
         for w in writers.values():

@@ -10,6 +10,7 @@ import gzip
 import json
 import lzma
 import os
+import random
 import time
 import warnings
 import zipfile
@@ -61,6 +62,58 @@ def test_zstd_reads_every_frame(tmp_path: Path):
     (tmp_path / "cut.txt.zst").write_bytes(data[:-3])
     result = _run(tmp_path, "source=file", "source.path=cut.txt.zst", "force=true")
     assert_one_line_error(result, "cut.txt.zst", "truncated")
+
+
+def _zstd_frames() -> tuple[list[bytes], list[bytes]]:
+    """Frames of every kind a zstd stream may hold, and the text of each: compressed,
+    RLE and raw blocks, with and without a checksum and a recorded size, a skippable
+    frame, a streamed frame (no size in its header)."""
+    zstandard = pytest.importorskip("zstandard")
+    rng = random.Random(1)
+    words = [b"alpha ", b"beta ", b"gamma\n"]
+    prose = b"".join(rng.choice(words) if rng.random() < 0.9 else rng.randbytes(20)
+                     for _ in range(3000))  # fmt: skip
+    stream = zstandard.ZstdCompressor().compressobj()
+    texts = [prose, b"", b"x" * 300_000, rng.randbytes(5000), prose[:20_000]]
+    frames = [
+        zstandard.ZstdCompressor(level=3, write_checksum=True).compress(texts[0]),
+        b"\x50\x2a\x4d\x18" + (7).to_bytes(4, "little") + b"skipped",
+        zstandard.ZstdCompressor(level=1, write_content_size=False).compress(texts[2]),
+        zstandard.ZstdCompressor(level=19).compress(texts[3]),
+        stream.compress(texts[4]) + stream.flush(),
+    ]
+    return frames, texts
+
+
+def test_zstd_a_cut_anywhere_is_noticed(tmp_path: Path):
+    """Cut after every byte of a stream of such frames (around each frame's end, and every
+    few bytes in between): the whole text of the frames before the cut where it falls
+    between frames, an EOFError anywhere else (an empty file too)."""
+    from corpusprep.compression import _zstd_open
+
+    frames, texts = _zstd_frames()
+    data = b"".join(frames)
+    ends = [sum(map(len, frames[: i + 1])) for i in range(len(frames))]
+    cuts = set(range(0, len(data), 7)) | {e + d for e in [0, *ends] for d in (-2, -1, 0, 1)}
+    path = tmp_path / "c.zst"
+    for cut in sorted(c for c in cuts if 0 <= c <= len(data)):
+        path.write_bytes(data[:cut])
+        if cut in ends:
+            with _zstd_open(path) as f:
+                assert f.read() == b"".join(texts[: ends.index(cut) + 1]), cut
+        else:
+            with pytest.raises(EOFError), _zstd_open(path) as f:
+                f.read()
+
+
+def test_zstd_corrupt_data_inside_a_whole_file_is_corrupt(tmp_path: Path):
+    frames, _ = _zstd_frames()
+    data = bytearray(frames[0])
+    data[len(data) // 2 : len(data) // 2 + 8] = b"\xff" * 8  # inside a block, headers intact
+    (tmp_path / "bad.txt.zst").write_bytes(bytes(data))
+    result = _run(tmp_path, "source=file", "source.path=bad.txt.zst")
+    assert_one_line_error(result, "bad.txt.zst", "zstd")
+    assert not (tmp_path / "out").exists()
 
 
 # --- 2. zip archives ------------------------------------------------------------------------

@@ -95,7 +95,7 @@ class Part:
     pieces: Iterable[str]
     starts: bool = True  # the document begins here
     ends: bool = True  # ... and ends here
-    whole: Optional[str] = None  # the full text, when the document is small and in one piece
+    whole: Optional[str] = None  # the full text, when in one piece (pieces is then [whole])
     skipped: bool = False  # an invalid document left out (source.skip_invalid): no text
 
 
