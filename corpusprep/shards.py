@@ -239,7 +239,10 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
     dtype = np.dtype(task.rules.dtype)
     targets = {"train": task.train, "val": task.val}
     max_id = getattr(task.rules.tokenizer, "max_id", None)
-    seen = None if max_id is None else _Seen(max_id)
+    # which ids were written, unless the tokenizer knows it uses all of them (char): a
+    # flag per id written costs char a third of its encoding
+    counted = max_id is not None and task.rules.tokenizer.ids_used() is None
+    seen = _Seen(max_id) if counted else None
     writers = {side: _Writer(t, dtype, max_id, seen) for side, t in targets.items()
                if t is not None}  # fmt: skip
     starts: dict[str, list[int]] = {"train": [], "val": []}
