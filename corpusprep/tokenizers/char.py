@@ -8,6 +8,7 @@ UTF-32 otherwise) and a lookup table indexed by code point gives the ids.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Iterable, Iterator
 from typing import Any, Optional
@@ -57,13 +58,8 @@ class CharTokenizer(Tokenizer):
         return self.chars
 
     def _table(self) -> np.ndarray:
-        # lut[code point] = id; code points not in the vocabulary map to vocab_size (invalid)
-        if self._lut is None:
-            chars = self._fitted()
-            codes = np.array([ord(c) for c in chars], dtype=np.int64)
-            dtype = np.uint16 if len(chars) < 65535 else np.uint32
-            self._lut = np.full(max(int(codes.max(initial=0)) + 1, 128), len(chars), dtype=dtype)
-            self._lut[codes] = np.arange(len(chars), dtype=dtype)
+        if self._lut is None:  # this process's tables for these characters
+            self._lut, self._pairs = _tables("".join(self._fitted()))
         return self._lut
 
     @property
@@ -105,17 +101,7 @@ class CharTokenizer(Tokenizer):
             yield ids
 
     def _pair_table(self) -> Optional[np.ndarray]:
-        """pairs[two ASCII bytes read as one uint16] = their two uint16 ids, as one uint32."""
-        lut = self._table()
-        if lut.dtype != np.uint16:
-            return None
-        if self._pairs is None:
-            i = np.arange(1 << 16, dtype=np.uint32)
-            first, second = (i & 0xFF, i >> 8) if sys.byteorder == "little" else (i >> 8, i & 0xFF)
-            lo, hi = lut[np.minimum(first, 127)], lut[np.minimum(second, 127)]
-            if sys.byteorder != "little":
-                lo, hi = hi, lo
-            self._pairs = lo.astype(np.uint32) | (hi.astype(np.uint32) << 16)
+        self._table()
         return self._pairs
 
     def _unknown(self, text: str) -> str:
@@ -154,5 +140,36 @@ class CharTokenizer(Tokenizer):
     def restore(self, description: dict[str, Any], folder: Any = None) -> None:
         self.fit(description["chars"], eot="separator" in description)
 
+    # Each shard's task carries the tokenizer to its worker: the characters go as one string
+    # (a list of thousands of 1-character strings pickles several times bigger and slower),
+    # and the tables are built once per process (_tables), not once per task.
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_lut": None, "_pairs": None}  # rebuilt in each worker
+        chars = None if self.chars is None else "".join(self.chars)
+        return {**self.__dict__, "chars": chars, "_lut": None, "_pairs": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.chars is not None:
+            self.chars = list(self.chars)
+
+
+@functools.lru_cache(maxsize=2)
+def _tables(chars: str) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    """lut[code point] = id (code points not in the vocabulary map to len(chars), invalid),
+    and pairs[two ASCII bytes read as one uint16] = their two uint16 ids as one uint32
+    (None when the ids need uint32)."""
+    codes = np.array([ord(c) for c in chars], dtype=np.int64)
+    dtype = np.uint16 if len(chars) < 65535 else np.uint32
+    lut = np.full(max(int(codes.max(initial=0)) + 1, 128), len(chars), dtype=dtype)
+    lut[codes] = np.arange(len(chars), dtype=dtype)
+    lut.setflags(write=False)  # shared by every tokenizer of these characters
+    if dtype != np.uint16:
+        return lut, None
+    i = np.arange(1 << 16, dtype=np.uint32)
+    first, second = (i & 0xFF, i >> 8) if sys.byteorder == "little" else (i >> 8, i & 0xFF)
+    lo, hi = lut[np.minimum(first, 127)], lut[np.minimum(second, 127)]
+    if sys.byteorder != "little":
+        lo, hi = hi, lo
+    pairs = lo.astype(np.uint32) | (hi.astype(np.uint32) << 16)
+    pairs.setflags(write=False)
+    return lut, pairs
