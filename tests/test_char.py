@@ -18,6 +18,7 @@ TEXTS = {
     "non_ascii": "Größe, naïve café; Ελληνικά; русский; 日本語のテキスト。\n" * 40,
     "emoji": "ok 😀👍🏽 family 👨‍👩‍👧 flags 🇫🇷\nmore 🎉\n" * 30,
     "crlf": "line one\r\nline two\r\n\r\nlone cr\rend\r\n" * 40,
+    "crlf_non_ascii": "café\r\nnaïve\rend 日本\r\n\r\nlast\r" * 40,  # scanned as bytes
     "bom": "\ufeffstarts with a byte-order mark\nand goes on\n" * 20,
     "one_line": "no newline at all, just one long line of text " * 200,
     "mixed": "tabs\tand\x0bvertical\x0cform feeds\u2028line sep\u00a0nbsp\n" * 30,

@@ -116,8 +116,9 @@ class Census:
         self.chars += len(text)
         self._collect(text.encode("utf-8"))
 
-    def add_ascii(self, raw: bytes, chars: int) -> None:
-        """Raw ASCII bytes already checked, holding `chars` characters (after newlines)."""
+    def add_raw(self, raw: bytes, chars: int) -> None:
+        """Raw bytes already checked as UTF-8, holding `chars` characters (after newlines):
+        collected from the bytes themselves, not a decoded text encoded again."""
         self.chars += chars
         if b"\r" in raw:
             self.seen.add("\n")

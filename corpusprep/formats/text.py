@@ -105,9 +105,9 @@ class TextFormat(Format):
             for offset, raw in pieces:
                 if raw.isascii():  # valid UTF-8 already: count without decoding
                     crlf = raw.count(b"\r\n") if b"\r" in raw else 0  # "\r\n" is one character
-                    census.add_ascii(raw, len(raw) - crlf)
-                else:
-                    census.add_text(decode(raw, file.name, offset))  # checks the UTF-8
+                    census.add_raw(raw, len(raw) - crlf)
+                else:  # decoding checks the UTF-8 and counts the characters
+                    census.add_raw(raw, len(decode(raw, file.name, offset)))
         except InvalidText:
             if file.skip_invalid and segment.whole_file:  # as parts(): left out
                 return Census(skipped=1)
