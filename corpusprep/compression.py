@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Optional
+from typing import IO, TYPE_CHECKING, Any, Optional
 
 from corpusprep.errors import UserError
 
@@ -363,94 +363,169 @@ def _zstd_open(path: Path) -> IO[bytes]:
         ) from None
     raw = open(path, "rb")  # noqa: SIM115 - closed with the reader
     try:
-        stat = os.fstat(raw.fileno())
-        whole = _frames_whole(str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino)
-        reader = zstandard.ZstdDecompressor().stream_reader(
-            raw, read_size=ZSTD_READ, read_across_frames=True, closefd=True
-        )
+        whole = _frames_whole(raw.fileno())  # the file opened, not its name again
+        if whole is None:
+            reader: io.RawIOBase = _ZstdStepReader(raw, zstandard)
+        else:
+            counted = _Counted(raw)
+            stream = zstandard.ZstdDecompressor().stream_reader(
+                counted, read_size=ZSTD_READ, read_across_frames=True, closefd=True
+            )
+            reader = _ZstdReader(stream, counted, whole)
     except BaseException:
         raw.close()
         raise
-    # the reader has read()/readinto() but no readline(): buffered like any binary file
-    return io.BufferedReader(_ZstdReader(reader, whole), 1 << 16)
+    # the readers have read()/readinto() but no readline(): buffered like any binary file
+    return io.BufferedReader(reader, 1 << 16)
 
 
 ZSTD_READ = 1 << 16  # compressed bytes zstandard reads at a time
 ZSTD_MAGIC = 0xFD2FB528
 SKIPPABLE = range(0x184D2A50, 0x184D2A60)  # skippable frames' magic numbers
+BYTES_PER_BLOCK = 2048  # blocks smaller than this on average: not walked (see _frames_whole)
 
 
-@functools.lru_cache(maxsize=64)
-def _frames_whole(path: str, size: int, mtime_ns: int, ino: int) -> bool:
-    """Whether the file ends where a zstd frame ends, from the frames' headers and their
-    blocks' 3-byte headers alone (RFC 8878): a few reads per 128 KiB of text, where
-    zstandard's reader would give a short text at a cut without a word. False for an
-    empty file or one that ends inside a frame; True also where the bytes stop being zstd
-    frames (zstd itself reports those as corrupt). Once per file and process (a worker
-    opens each of its pieces)."""
-    with open(path, "rb", buffering=0) as f:
+def _frames_whole(fd: int) -> Optional[int]:
+    """The file's size if it ends where a zstd frame ends, -1 if it ends inside one (or is
+    empty), from the frames' headers and their blocks' 3-byte headers alone (RFC 8878),
+    where zstandard's reader would give a short text at a cut without a word. A few reads
+    per 128 KiB of text (about 1 ms per 10 MB); None, to be read by _ZstdStepReader, when
+    the blocks are tiny (a walk in Python would cost more than decompressing) or a frame
+    is not one this walk knows (zstd then reports it, or reads a legacy frame)."""
+    if not hasattr(os, "pread"):  # Windows: the exact reader
+        return None
+    size = os.fstat(fd).st_size
 
-        def at(offset: int, n: int) -> bytes:  # one system call where there is pread
-            if hasattr(os, "pread"):
-                return os.pread(f.fileno(), n, offset)
-            f.seek(offset)
-            return f.read(n)
+    def at(offset: int, n: int) -> bytes:
+        return os.pread(fd, n, offset)  # the file's position stays where zstd reads
 
-        pos = 0
-        while pos < size:
-            head = at(pos, 5)
-            if len(head) < 4:
-                return False
-            magic = int.from_bytes(head[:4], "little")
-            if magic in SKIPPABLE:
-                length = at(pos + 4, 4)
-                if len(length) < 4:
-                    return False
-                pos += 8 + int.from_bytes(length, "little")
-                continue
-            if magic != ZSTD_MAGIC:
-                return True
-            if len(head) < 5:
-                return False
-            flags = head[4]  # the frame header descriptor
-            single = flags >> 5 & 1
-            pos += 5 + (not single) + (0, 1, 2, 4)[flags & 3] + (single, 2, 4, 8)[flags >> 6]
-            last = 0
-            while not last:
-                block = at(pos, 3)
-                if len(block) < 3:
-                    return False
-                header = int.from_bytes(block, "little")
-                last, kind, block_size = header & 1, header >> 1 & 3, header >> 3
-                if kind == 3:  # reserved: corrupt, which zstd reports
-                    return True
-                pos += 3 + (1 if kind == 1 else block_size)  # an RLE block: one byte
-            pos += 4 * (flags >> 2 & 1)  # the content checksum
-        return 0 < pos == size
+    pos = blocks = 0
+    while pos < size:
+        head = at(pos, 5)
+        if len(head) < 4:
+            return -1
+        magic = int.from_bytes(head[:4], "little")
+        if magic in SKIPPABLE:
+            length = at(pos + 4, 4)
+            if len(length) < 4:
+                return -1
+            pos += 8 + int.from_bytes(length, "little")
+            continue
+        if magic != ZSTD_MAGIC or len(head) < 5:
+            return None if magic != ZSTD_MAGIC else -1
+        flags = head[4]  # the frame header descriptor
+        single = flags >> 5 & 1
+        pos += 5 + (not single) + (0, 1, 2, 4)[flags & 3] + (single, 2, 4, 8)[flags >> 6]
+        last = 0
+        while not last:
+            block = at(pos, 3)
+            if len(block) < 3:
+                return -1
+            header = int.from_bytes(block, "little")
+            last, kind, block_size = header & 1, header >> 1 & 3, header >> 3
+            blocks += 1
+            if kind == 3 or block_size > 1 << 17:  # reserved, or larger than a block may be
+                return None  # corrupt: zstd itself says so
+            if blocks > 64 + pos // BYTES_PER_BLOCK:  # tiny blocks
+                return None
+            pos += 3 + (1 if kind == 1 else block_size)  # an RLE block: one byte
+        pos += 4 * (flags >> 2 & 1)  # the content checksum
+    return size if 0 < pos == size else -1
 
 
 class _ZstdReader(io.RawIOBase):
     """zstandard's stream reader (every frame; each call's output bounded by the buffer it
-    fills, so a bomb takes no memory), and an EOFError where the text ends because the
-    file ends inside a frame (_frames_whole)."""
+    fills, so a bomb takes no memory), and an EOFError where the text ends short: the
+    file ended inside a frame, or zstd read other bytes than those walked (the file grew
+    or shrank while it was read)."""
 
-    def __init__(self, reader, whole: bool) -> None:
-        self.reader, self.whole = reader, whole
+    def __init__(self, stream: Any, counted: _Counted, whole: int) -> None:
+        self.stream, self.counted, self.whole = stream, counted, whole
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        n = self.stream.readinto(b)
+        if not n and len(b) and self.counted.read_bytes != self.whole:
+            raise EOFError("the stream ends inside a zstd frame")
+        return n
+
+    def close(self) -> None:
+        self.stream.close()
+        super().close()
+
+
+class _ZstdStepReader(io.RawIOBase):
+    """Every frame of a zstd stream, and an EOFError when the stream ends inside a frame,
+    decided from the bytes it decompresses: for files whose headers _frames_whole cannot
+    walk cheaply (tiny blocks, frames it does not know).
+
+    zstandard's own reader returns a short text at a cut without a word. Here each frame
+    goes through its own decompressobj, which says when the frame is complete (eof); the
+    compressed bytes go in ZSTD_IN bytes at a time, so one call decompresses to at most
+    about ZSTD_IN * 32 KiB (zstd's largest ratio: a 4-byte block repeating one byte 128 KiB
+    times) and memory stays bounded even for a bomb (32 MB). Calls are gathered until
+    FILL_BYTES come out (text, ~4x, gives ~4 KB a call): the Python around each call, not
+    zstd, was the cost (3x zstd's own time for 4 KB steps)."""
+
+    ZSTD_IN = 1024
+    FILL_BYTES = 1 << 18
+    WRITE_SIZE = 1 << 15  # zstandard's output step within a call (its default: 128 KiB)
+
+    def __init__(self, raw: IO[bytes], zstandard) -> None:
+        self.raw, self.zstd = raw, zstandard.ZstdDecompressor()
+        self.obj = self.zstd.decompressobj(write_size=self.WRITE_SIZE)
+        self.started = False  # the current frame has had input
+        self.out, self.pos = memoryview(b""), 0
+        self.input, self.at = b"", 0  # compressed bytes read, and how many went in
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, b) -> int:
-        try:
-            n = self.reader.readinto(b)
-        except Exception as e:  # zstandard's ZstdError: where the file is cut, that is why
-            if not self.whole and type(e).__name__ == "ZstdError":
-                raise EOFError("the stream ends inside a zstd frame") from None
-            raise
-        if not n and len(b) and not self.whole:
-            raise EOFError("the stream ends inside a zstd frame")
+        while self.pos == len(self.out):
+            if not self._fill():
+                return 0
+        n = min(len(b), len(self.out) - self.pos)
+        b[:n] = self.out[self.pos : self.pos + n]
+        self.pos += n
         return n
 
+    def _fill(self) -> bool:
+        """Decompress the next FILL_BYTES or so; False at the end of the stream."""
+        chunks, size = [], 0
+        while size < self.FILL_BYTES and self._more():
+            chunk = self._step()
+            chunks.append(chunk)
+            size += len(chunk)
+        self.out, self.pos = memoryview(b"".join(chunks)), 0
+        return bool(chunks)
+
+    def _more(self) -> bool:
+        """Whether input is left (read more when it runs out); at the end of the stream,
+        an EOFError if it ended inside a frame."""
+        if self.at == len(self.input):
+            self.input, self.at = self.raw.read(1 << 16), 0
+            if not self.input:
+                if self.started or not self.raw.tell():
+                    raise EOFError("the stream ends inside a zstd frame")
+                return False
+        return True
+
+    def _step(self) -> bytes:
+        """Decompress the next ZSTD_IN bytes of input (at most ~32 MB out)."""
+        if self.obj.eof:  # the previous frame is complete: the next one starts here
+            self.obj, self.started = self.zstd.decompressobj(write_size=self.WRITE_SIZE), False
+        chunk = memoryview(self.input)[self.at : self.at + self.ZSTD_IN]  # no copy
+        self.at += len(chunk)
+        out = self.obj.decompress(chunk)
+        self.started = True
+        if self.obj.eof:  # the frame ended inside the chunk: the rest starts the next one
+            self.input, self.at = bytes(self.obj.unused_data) + self.input[self.at :], 0
+            self.started = False
+        return out
+
     def close(self) -> None:
-        self.reader.close()
+        self.raw.close()
         super().close()

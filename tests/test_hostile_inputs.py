@@ -106,6 +106,75 @@ def test_zstd_a_cut_anywhere_is_noticed(tmp_path: Path):
                 f.read()
 
 
+def _tiny_blocks(runs: int) -> tuple[bytes, bytes]:
+    """A zstd frame made of RLE blocks of a few bytes each (as a writer that flushes every
+    record makes, or a hostile one): too many blocks to walk their headers in Python."""
+    frame = bytearray(b"\x28\xb5\x2f\xfd\x00\x00")  # no size, no checksum; 1 KiB window
+    text = bytearray()
+    for i in range(runs):
+        byte, n = (b"a", 9) if i % 2 == 0 else (b"\n", 1)
+        last = int(i == runs - 1)
+        frame += (last | 1 << 1 | n << 3).to_bytes(3, "little") + byte  # an RLE block
+        text += byte * n
+    return bytes(frame), bytes(text)
+
+
+def test_zstd_with_tiny_blocks_is_read_exactly_without_walking_them(tmp_path: Path):
+    from corpusprep.compression import _frames_whole, _zstd_open
+
+    data, text = _tiny_blocks(20_000)
+    path = tmp_path / "tiny.txt.zst"
+    path.write_bytes(data)
+    with open(path, "rb") as f:
+        assert _frames_whole(f.fileno()) is None  # given up after ~100 blocks: the step reader
+    with _zstd_open(path) as f:
+        assert f.read() == text
+    path.write_bytes(data[:-2])
+    with pytest.raises(EOFError), _zstd_open(path) as f:
+        f.read()
+
+
+@pytest.mark.parametrize("change", ["grows", "shrinks"])
+def test_zstd_a_file_that_changes_while_read_is_not_read_short(tmp_path: Path, change: str):
+    """Whole when opened, then half a frame appended (a writer still at it) or cut: the
+    verdict of the headers is held to the bytes zstd then reads."""
+    from corpusprep.compression import _zstd_open
+
+    frames, texts = _zstd_frames()
+    path = tmp_path / "log.txt.zst"
+    path.write_bytes(frames[0] + frames[3])
+    with _zstd_open(path) as f:
+        if change == "grows":
+            with open(path, "ab") as w:
+                w.write(frames[2][: len(frames[2]) // 2])
+        else:
+            os.truncate(path, len(frames[0]) + len(frames[3]) // 2)
+        with pytest.raises(EOFError):
+            f.read()
+
+
+def test_zstd_a_file_cut_in_place_with_its_time_put_back_is_noticed(tmp_path: Path):
+    """Same inode, size and mtime (cp -p, rsync -t --inplace): nothing is remembered
+    about a file between two opens."""
+    from corpusprep.compression import _zstd_open
+
+    frames, texts = _zstd_frames()
+    path = tmp_path / "same.txt.zst"
+    path.write_bytes(frames[3] * 2)
+    stat = path.stat()
+    with _zstd_open(path) as f:
+        assert f.read() == texts[3] * 2
+    # the same length: the second frame now a skippable one that claims more than is left
+    n = len(frames[3])
+    cut = b"\x50\x2a\x4d\x18" + (n + 100).to_bytes(4, "little") + bytes(n - 8)
+    with open(path, "r+b") as f:
+        f.write(frames[3] + cut)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert path.stat().st_size == stat.st_size
+    with pytest.raises(EOFError), _zstd_open(path) as f:
+        f.read()
+
+
 def test_zstd_corrupt_data_inside_a_whole_file_is_corrupt(tmp_path: Path):
     frames, _ = _zstd_frames()
     data = bytearray(frames[0])
