@@ -156,6 +156,36 @@ def test_riptoken_backend_on_long_pre_tokens(encoding, tiktoken_cache):
     assert not may_hold_long_piece(lines)  # ordinary text stays on riptoken
 
 
+def _longest_unmarked_run(raw: bytes) -> int:
+    """The definition, byte by byte: the longest run without " " or "\n", or without a
+    printable ASCII byte other than "/"."""
+    longest = 0
+    for marks in (b" \n", bytes(b for b in range(33, 127) if b != 47)):
+        run = 0
+        for b in raw:
+            run = 0 if b in marks else run + 1
+            longest = max(longest, run)
+    return longest
+
+
+def test_may_hold_long_piece_is_exactly_a_run_longer_than_the_bound():
+    from corpusprep.tokenizers.tiktoken import LONG_RUN_BYTES, may_hold_long_piece
+
+    rng = random.Random(7)
+    alphabet = ["a", " ", "\n", "/", "\t", "é", "日", ".", "\r", "x" * 40, " " * 30, "/" * 25]
+    for i in range(300):
+        size = 70_000 if i % 50 == 0 else rng.choice([10, 200, 300, 600, 3000])  # 2 windows
+        text = "".join(rng.choice(alphabet) for _ in range(size // 4))
+        if rng.random() < 0.3:  # a run right around the bound, somewhere
+            run = rng.choice(["a", "/", "日", " ", "\t"]) * rng.randint(
+                LONG_RUN_BYTES // 3, LONG_RUN_BYTES + 3
+            )
+            at = rng.randint(0, len(text))
+            text = text[:at] + run + text[at:]
+        expected = _longest_unmarked_run(text.encode("utf-8")) > LONG_RUN_BYTES
+        assert may_hold_long_piece(text) == expected
+
+
 def test_riptoken_refuses_unproven_encodings(tiktoken_cache):
     from corpusprep.errors import UserError
 

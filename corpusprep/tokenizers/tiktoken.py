@@ -383,8 +383,9 @@ def may_hold_long_piece(text: str) -> bool:
     step = half * 512
     whole = raw.size // half * half
     for start in range(0, whole, step):
-        marks = _marks(raw[start : min(start + step, whole)])
-        if not all(m.reshape(-1, half).any(axis=1).all() for m in marks):
+        # both kinds of mark at once, as bits (a few numpy calls: documents are short)
+        kinds = _MARK_BITS[raw[start : min(start + step, whole)]].reshape(-1, half)
+        if not (np.bitwise_or.reduce(kinds, axis=1) == 3).all():
             return _has_long_run(raw)
     return False
 
@@ -392,6 +393,10 @@ def may_hold_long_piece(text: str) -> bool:
 def _marks(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Bytes that end a run: " " and "\n" (whitespace); printable ASCII but "/" (not)."""
     return (raw == 32) | (raw == 10), ((raw - np.uint8(33)) < 94) & (raw != 47)
+
+
+_WHITE, _OTHER = _marks(np.arange(256, dtype=np.uint8))
+_MARK_BITS = _WHITE.astype(np.uint8) | _OTHER.astype(np.uint8) << 1  # byte -> its marks' bits
 
 
 def _has_long_run(raw: np.ndarray) -> bool:
