@@ -1,6 +1,7 @@
 """Benchmark corpusprep on a corpus of documents against llm.c's and nanoGPT's methods.
 
     python bench/bench_corpus.py [--mb 200] [--repeat 1] [--workdir DIR] [--keep]
+                                 [--doc-bytes N]
 
 1. builds a corpus of about --mb megabytes (10**6 bytes) of JSON Lines, one document per
    standard-library .py file ({"text": ...}), repeated, in 8 zstd files
@@ -24,6 +25,7 @@ holds them; the children inherit this process's environment.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import importlib.util
 import json
@@ -68,24 +70,39 @@ CHUNK_TOKENS = 1 << 20  # the check reads the outputs this many tokens at a time
 # --- the corpus ------------------------------------------------------------------------------
 
 
-def json_lines(target: int, kind: str) -> Iterator[bytes]:
+def json_lines(target: int, kind: str, doc_bytes: int = 0) -> Iterator[bytes]:
     """One JSON line per document of the corpus (common.corpus_documents), repeated until
     `target` bytes: whole documents, so the last line crosses it. The text is the file's
-    own (no newline translation: two files hold "\\r"), non-ASCII kept as UTF-8."""
+    own (no newline translation: two files hold "\\r"), non-ASCII kept as UTF-8.
+    doc_bytes: each file cut into documents of about that many characters, at line ends
+    (web corpora: FineWeb's documents average about 3 KB)."""
     files = corpus_documents(kind)
     written = 0
     while True:
         for item in files:
-            text = read_document(item).decode("utf-8")
-            line = json.dumps({"text": text}, ensure_ascii=False).encode("utf-8") + b"\n"
-            yield line
-            written += len(line)
-            if written >= target:
-                return
+            for text in _cut(read_document(item).decode("utf-8"), doc_bytes):
+                line = json.dumps({"text": text}, ensure_ascii=False).encode("utf-8") + b"\n"
+                yield line
+                written += len(line)
+                if written >= target:
+                    return
 
 
-def ensure_corpus(workdir: Path, mb: int, kind: str = "uneven",
-                  files: int = FILES) -> tuple[list[Path], dict, bool]:  # fmt: skip
+def _cut(text: str, size: int) -> Iterator[str]:
+    """`text` in pieces of at least `size` characters, each ending at a line end (the last
+    one takes what is left, under 2 * size unless no line ends); all of it for size 0."""
+    start = 0
+    while size and len(text) - start > 2 * size:
+        end = text.find("\n", start + size) + 1
+        if not end:
+            break
+        yield text[start:end]
+        start = end
+    yield text[start:]
+
+
+def ensure_corpus(workdir: Path, mb: int, kind: str = "uneven", files: int = FILES,
+                  doc_bytes: int = 0) -> tuple[list[Path], dict, bool]:  # fmt: skip
     """Write the corpus files unless the record says they are there, of the right size.
     One document at a time through a streaming compressor: this process stays small (its
     peak RSS is the floor of the children's ru_maxrss, see common.run_measured)."""
@@ -94,7 +111,7 @@ def ensure_corpus(workdir: Path, mb: int, kind: str = "uneven",
     record_path = workdir / CORPUS_RECORD
     paths = [workdir / f"corpus_{i:04d}.jsonl.zst" for i in range(files)]
     wanted = {"mb": mb, "files": files, "zstd_level": ZSTD_LEVEL, "python": sys.version,
-              "corpus": kind}  # fmt: skip
+              "corpus": kind, "doc_bytes": doc_bytes}  # fmt: skip
     try:
         record = json.loads(record_path.read_text(encoding="utf-8"))
         sizes = record["sizes"]
@@ -109,7 +126,7 @@ def ensure_corpus(workdir: Path, mb: int, kind: str = "uneven",
         old.unlink()
     target = mb * MB
     docs = size = 0
-    lines = json_lines(target, kind)
+    lines = json_lines(target, kind, doc_bytes)
     line: Optional[bytes] = next(lines)
     compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
     for i, path in enumerate(paths):
@@ -249,10 +266,15 @@ def report_targets(best: dict[str, float], corpusprep: list[Run], mb: int, outs:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    args = parse_args(__doc__.split("\n\n")[0], default_mb=200, argv=argv)
+    def doc_bytes(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--doc-bytes", type=int, default=0, metavar="N",
+                            help="cut each file into documents of about N characters at line "
+                            "ends (0, the default: a whole file per document)")  # fmt: skip
+
+    args = parse_args(__doc__.split("\n\n")[0], default_mb=200, argv=argv, more=doc_bytes)
     workdir, temporary = open_workdir(args.workdir)
     t = time.perf_counter()
-    paths, corpus, reused = ensure_corpus(workdir, args.mb, args.corpus)
+    paths, corpus, reused = ensure_corpus(workdir, args.mb, args.corpus, doc_bytes=args.doc_bytes)
     how = "reused" if reused else f"built in {time.perf_counter() - t:.1f} s"
     size = corpus["json_bytes"]
     have_datasets = importlib.util.find_spec("datasets") is not None

@@ -18,7 +18,7 @@ import sysconfig
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -376,9 +376,13 @@ def print_memory_notes() -> None:
 
 
 def parse_args(
-    description: str, default_mb: int, argv: Optional[list[str]] = None
-) -> argparse.Namespace:
+    description: str, default_mb: int, argv: Optional[list[str]] = None,
+    more: Optional[Callable[[argparse.ArgumentParser], None]] = None,
+) -> argparse.Namespace:  # fmt: skip
+    """The options every script takes; `more` adds a script's own."""
     parser = argparse.ArgumentParser(description=description)
+    if more is not None:
+        more(parser)
     parser.add_argument(
         "--mb", type=int, default=default_mb, help="corpus size in MB (10**6 bytes)"
     )
