@@ -333,6 +333,8 @@ def use_fast_yaml() -> None:
 def _shipped_interpolations(group: str) -> set[tuple[str, str]]:
     """(key, raw value) of every interpolation in the group's config files that corpusprep
     and its installed plugins ship (not a --config-dir's, which may shadow them)."""
+    import yaml  # the values as OmegaConf reads them (yaml_loader), parsed in C
+
     from corpusprep._paths import config_dirs
 
     pairs = set()
@@ -342,8 +344,6 @@ def _shipped_interpolations(group: str) -> set[tuple[str, str]]:
             continue
         for file in folder.iterdir():
             if file.name.endswith(".yaml"):
-                import yaml  # the values as OmegaConf reads them, parsed in C
-
                 data = yaml.load(file.read_text("utf-8"), Loader=yaml_loader())
                 if isinstance(data, dict):
                     pairs |= {(k, v) for k, v in _strings(data) if "${" in v}

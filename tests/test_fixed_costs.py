@@ -447,6 +447,7 @@ def test_the_c_loader_reads_what_omegaconfs_own_loader_reads(case: str):
         texts = [TRICKY_YAML]
     from omegaconf import _utils
 
+    assert _utils.get_yaml_loader() is not yaml_loader()  # OmegaConf's own, not patched here
     for text in texts:
         expected = yaml.load(text, Loader=_utils.get_yaml_loader())  # OmegaConf's own
         assert yaml.load(text, Loader=yaml_loader()) == expected
