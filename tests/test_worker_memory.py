@@ -60,3 +60,52 @@ def test_without_the_trim_the_memory_stays(monkeypatch):
     with LocalExecutor(workers=1) as executor:
         held = list(executor.map(_fragmenting_task, list(range(3))))
     assert held[1] - held[0] > 40 * MB, [h // MB for h in held]
+
+
+_inherited: list[list[int]] = []  # the driver's objects that forked workers inherit
+
+
+def _private_dirty() -> int:
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Private_Dirty:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no Private_Dirty")
+
+
+def _collect_task(_: int) -> tuple[int, int]:
+    """A full collection in the worker: (its frozen objects, the pages it copied meanwhile)."""
+    import gc
+
+    before = _private_dirty()
+    gc.collect()
+    return gc.get_freeze_count(), _private_dirty() - before
+
+
+def _pages_a_workers_collection_copies() -> tuple[int, int]:
+    _inherited[:] = [[i] for i in range(300_000)]  # ~30 MB of objects the collector walks
+    try:
+        with LocalExecutor(workers=2, start_method="fork") as executor:
+            (frozen, copied), _ = executor.map(_collect_task, [0, 1])
+    finally:
+        _inherited.clear()
+    return frozen, copied
+
+
+def test_a_workers_collections_leave_the_drivers_pages_shared():
+    """The driver freezes its objects before forking: a worker's collections never walk
+    them, so never write to (copy) the pages it shares with the driver."""
+    import gc
+
+    frozen, copied = _pages_a_workers_collection_copies()
+    assert frozen >= 300_000 and copied < 4 * MB, (frozen, copied // MB)
+    assert gc.get_freeze_count() == 0  # once the pool is closed, all collectable again
+
+
+def test_without_the_freeze_a_workers_collection_copies_them(monkeypatch):
+    """The check above can fail: unfrozen, one collection copies most of those pages."""
+    import gc
+
+    monkeypatch.setattr(gc, "freeze", lambda: None)
+    frozen, copied = _pages_a_workers_collection_copies()
+    assert frozen == 0 and copied > 12 * MB, (frozen, copied // MB)
