@@ -370,41 +370,24 @@ FALLBACK_BLOCK = 1 << 16  # text with such a run is looked at again in blocks th
 def may_hold_long_piece(text: str) -> bool:
     """Whether `text` may hold a pre-token of RIPTOKEN_LONG_PIECE bytes or more: it has a
     run of more than LONG_RUN_BYTES bytes without ASCII whitespace, or without other ASCII.
-    About 1 GB/s: such a run holds a whole aligned block of half its length with no mark,
-    which a reshape finds; only then are the runs measured exactly. Marks that surely end
-    a run: " " and "\n" (whitespace), printable ASCII but "/" (not: o200k's punctuation
-    pre-token ends in any mix of "\r", "\n" and "/"); fewer marks than the classes hold
-    only make the test stricter. In windows that stay in cache (fresh 1 MB arrays
-    cost more in page faults than the comparisons)."""
-    raw = np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
-    if raw.size <= LONG_RUN_BYTES:
+    Marks that surely end a run: " " and "\n" (whitespace), printable ASCII but "/" (not:
+    o200k's punctuation pre-token ends in any mix of "\r", "\n" and "/"); fewer marks than
+    the classes hold only make the test stricter. Each kind's marks become 1 and every other
+    byte 0 (bytes.translate), and a run is LONG_RUN_BYTES + 1 zeros in a row (a substring
+    search): two C passes per kind, with no per-call cost worth the name on short documents."""
+    raw = text.encode("utf-8")
+    if len(raw) <= LONG_RUN_BYTES:
         return False
-    half = LONG_RUN_BYTES // 2
-    step = half * 512
-    whole = raw.size // half * half
-    for start in range(0, whole, step):
-        # both kinds of mark at once, as bits (a few numpy calls: documents are short)
-        kinds = _MARK_BITS[raw[start : min(start + step, whole)]].reshape(-1, half)
-        if not (np.bitwise_or.reduce(kinds, axis=1) == 3).all():
-            return _has_long_run(raw)
-    return False
+    return _UNMARKED_RUN in raw.translate(_WHITE) or _UNMARKED_RUN in raw.translate(_OTHER)
 
 
-def _marks(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Bytes that end a run: " " and "\n" (whitespace); printable ASCII but "/" (not)."""
-    return (raw == 32) | (raw == 10), ((raw - np.uint8(33)) < 94) & (raw != 47)
+def _marks(byte: int) -> tuple[bool, bool]:
+    """Whether a byte ends a run: " " and "\n" (whitespace); printable ASCII but "/" (not)."""
+    return byte in (32, 10), 33 <= byte <= 126 and byte != 47
 
 
-_WHITE, _OTHER = _marks(np.arange(256, dtype=np.uint8))
-_MARK_BITS = _WHITE.astype(np.uint8) | _OTHER.astype(np.uint8) << 1  # byte -> its marks' bits
-
-
-def _has_long_run(raw: np.ndarray) -> bool:
-    for marked in _marks(raw):
-        edges = np.concatenate(([-1], np.flatnonzero(marked), [raw.size]))
-        if int(np.diff(edges).max()) > LONG_RUN_BYTES + 1:
-            return True
-    return False
+_WHITE, _OTHER = (bytes(_marks(b)[kind] for b in range(256)) for kind in (0, 1))  # byte -> 1 or 0
+_UNMARKED_RUN = bytes(LONG_RUN_BYTES + 1)  # that many bytes with no mark of one kind
 
 
 def last_cut(text: str) -> int:
