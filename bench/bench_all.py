@@ -4,7 +4,8 @@
 
 Runs, one after the other, each in its own process (their full output is shown as it
 comes): bench_bpe.py at 50 and 200 MB, bench_corpus.py at 100 and 200 MB (2 files of
-JSONL.zst), bench_char.py at 200 MB and bench_scale.py (50 MB and 1 GB). Each compares
+JSONL.zst) and at 30 MB in documents of about 3 KB (web corpora's size: FineWeb averages
+~3 KB), bench_char.py at 200 MB and bench_scale.py (50 MB and 1 GB). Each compares
 the peer's method, corpusprep and the encoder's in-process ceiling on the same input, with
 fresh output folders and the median of --repeat runs. Then prints every "target:" line
 together. --quick: the smaller size of each workload only, and no 1 GB run.
@@ -26,19 +27,22 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, help="default: a temporary folder per script")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
+    small_documents = ("bench_corpus.py", 30, "--doc-bytes", "3000")
     plan = [("bench_bpe.py", 50), ("bench_bpe.py", 200), ("bench_corpus.py", 100),
-            ("bench_corpus.py", 200), ("bench_char.py", 200)]  # fmt: skip
+            ("bench_corpus.py", 200), small_documents, ("bench_char.py", 200)]  # fmt: skip
     if args.quick:
-        plan = [("bench_bpe.py", 50), ("bench_corpus.py", 100), ("bench_char.py", 200)]
+        plan = [("bench_bpe.py", 50), ("bench_corpus.py", 100), small_documents,
+                ("bench_char.py", 200)]  # fmt: skip
     targets, failed = [], []
-    for script, mb in plan + [("bench_scale.py", None)]:
+    for script, mb, *more in plan + [("bench_scale.py", None)]:
         cmd = [sys.executable, str(BENCH / script), "--repeat", str(args.repeat)]
         if mb is None:
             cmd[-2:] = ["--sizes", "50,200" if args.quick else "50,1000"]
         else:
-            cmd += ["--mb", str(mb)]
-        if args.workdir:
-            cmd += ["--workdir", str(args.workdir / script.removesuffix(".py"))]
+            cmd += ["--mb", str(mb), *more]
+        if args.workdir:  # a folder per workload: each builds its own corpus there
+            name = "-".join([script.removesuffix(".py"), *(m.strip("-") for m in more)])
+            cmd += ["--workdir", str(args.workdir / name)]
         print(f"\n=== {' '.join(cmd[1:])}", flush=True)
         with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as child:
             for line in child.stdout:
