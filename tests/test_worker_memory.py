@@ -27,12 +27,17 @@ MB = 1 << 20
 _pins: list[bytearray] = []  # blocks that stay alive between the freed ones
 
 
-def _rss_anon() -> int:
-    with open("/proc/self/status") as f:
+def _proc_bytes(path: str, field: str) -> int:
+    """A "Field: N kB" line of a /proc file of this process, in bytes."""
+    with open(path) as f:
         for line in f:
-            if line.startswith("RssAnon:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) * 1024
-    raise RuntimeError("no RssAnon")
+    raise RuntimeError(f"no {field} in {path}")
+
+
+def _rss_anon() -> int:
+    return _proc_bytes("/proc/self/status", "RssAnon")
 
 
 def _fragmenting_task(_: int) -> int:
@@ -66,11 +71,7 @@ _inherited: list[list[int]] = []  # the driver's objects that forked workers inh
 
 
 def _private_dirty() -> int:
-    with open("/proc/self/smaps_rollup") as f:
-        for line in f:
-            if line.startswith("Private_Dirty:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no Private_Dirty")
+    return _proc_bytes("/proc/self/smaps_rollup", "Private_Dirty")
 
 
 def _collect_task(_: int) -> tuple[int, int]:
