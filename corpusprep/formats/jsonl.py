@@ -133,7 +133,7 @@ def _fast_loads():
     speed. It refuses invalid UTF-8, lone surrogates, NaN and a BOM, and reads integers
     beyond 64 bits as floats: every line it refuses, and every one whose text is not a
     string where source.text_field points, is read again by the stdlib, so what is read,
-    and every message, is the stdlib's (tests/test_formats.py compares them)."""
+    and every message, is the stdlib's (tests/test_jsonl_reader.py compares them)."""
     try:
         import orjson
     except ImportError:
