@@ -147,6 +147,8 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
         if previous is not None:
             return previous
         plan_shards(run)
+        if not tokenizer.needs_fit:  # before the first fork: workers share what it builds
+            tokenizer.load()
         # the executor inside the writer: on any failure its workers stop before the writer
         # removes the work folder they write into
         with executor:

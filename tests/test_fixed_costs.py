@@ -481,3 +481,51 @@ def test_hydra_composes_with_the_c_loader(tmp_path: Path):
     r = _entry(tmp_path, body)
     assert r.returncode == 0, r.stderr
     assert "loader CSafeLoader 0.8" in r.stdout
+
+
+# --- the encoder built once, before the workers fork --------------------------------------
+
+
+@pytest.mark.parametrize("split_by", ["document", "position"])
+def test_workers_share_the_drivers_riptoken_core(tmp_path: Path, monkeypatch, tiktoken_cache,
+                                                 split_by: str):  # fmt: skip
+    """riptoken's core (11.5 MB for gpt2) is built once, by the driver before it forks
+    its workers, which share it: no worker builds its own. Documents (one pass) and one
+    text (a count pass forks the pool first) alike; the ids are tiktoken's."""
+    riptoken = pytest.importorskip("riptoken")
+    from helpers import compose
+
+    import corpusprep.tokenizers.tiktoken as tiktoken_tokenizer
+    from corpusprep.prepare import prepare
+
+    built = tmp_path / "built"  # one line per core built: the pid of the process
+
+    real = riptoken.CoreBPE
+
+    def recorded(*args):
+        with open(built, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        return real(*args)
+
+    monkeypatch.setattr(riptoken, "CoreBPE", recorded)
+    monkeypatch.setattr(tiktoken_tokenizer, "_cache", {})  # nothing built by earlier tests
+    text = (SHARED / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")
+    if split_by == "document":
+        source = tmp_path / "docs.jsonl"
+        source.write_text("".join(json.dumps({"text": text[i : i + 5000]}) + "\n"
+                                  for i in range(0, len(text), 5000)))  # fmt: skip
+    else:
+        source = tmp_path / "in.txt"
+        source.write_text(text)
+    ran = {}
+    for backend in ("riptoken", "tiktoken"):
+        out = tmp_path / backend
+        manifest = prepare(compose("source=file", f"source.path={source}", "tokenizer=tiktoken",
+                                   f"tokenizer.backend={backend}", f"split_by={split_by}",
+                                   "shard_bytes=100000", "executor.workers=2",
+                                   f"out_dir={out}", "quiet=true"))  # fmt: skip
+        assert manifest["shards"]["count"] > 4
+        ran[backend] = out
+    assert built.read_text().split() == [str(os.getpid())]  # the driver's, once
+    for name in ("train.bin", "val.bin"):
+        assert (ran["riptoken"] / name).read_bytes() == (ran["tiktoken"] / name).read_bytes()

@@ -112,6 +112,11 @@ class Tokenizer(ABC):
         `eot`: documents will be separated, so an end-of-text id is needed (char adds one).
         A tokenizer with a sample_rule() is also given `sample=`, the Sample it asked for."""
 
+    def load(self) -> None:  # noqa: B027 - optional hook
+        """Build what encode() uses now, in the driver, before the workers fork: forked
+        workers then share it (its memory once, not once per worker) instead of each
+        building its own. Called only for a run that encodes, and never before fit()."""
+
     def sample_rule(self, single: bool) -> Optional[SampleRule]:
         """The training sample the scan should gather for fit() (tokenizer=bpe), or None.
         `single`: the corpus is one plain text, not documents."""

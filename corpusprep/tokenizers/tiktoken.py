@@ -257,6 +257,11 @@ class TiktokenTokenizer(Tokenizer):
             raise UserError(RIPTOKEN_MISSING)
         return fast or None
 
+    def load(self) -> None:
+        # riptoken's core (11.5 MB for gpt2, 21 for cl100k): built once, not per worker
+        if self.backend == "riptoken":
+            self._fast()
+
     def encode(self, text: str) -> np.ndarray:
         fast = self._fast() if self.backend == "riptoken" else None
         if fast is None:
