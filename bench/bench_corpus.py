@@ -313,7 +313,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         ],
         "llm.c": [sys.executable, str(BENCH / "peer_llmc.py"), str(outs["llm.c"]), *files],
     }
-    # corpusprep with llm.c's own encoder (tokenizer.backend=auto picks riptoken if installed)
+    # corpusprep with llm.c's own encoder (tokenizer.backend=auto picks the fastest installed)
     outs["cp-tiktoken"] = workdir / "out-corpusprep-tiktoken"
     commands["cp-tiktoken"] = [*commands["corpusprep"][:-2], "tokenizer.backend=tiktoken",
                                f"out_dir={outs['cp-tiktoken']}", "quiet=true"]  # fmt: skip

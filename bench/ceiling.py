@@ -6,7 +6,7 @@ corpusprep's whole-process throughput as a fraction of it.
     python bench/ceiling.py ENCODER WORKERS --text FILE
     python bench/ceiling.py ENCODER WORKERS --jsonl FILE.jsonl.zst ...
 
-ENCODER: tiktoken | riptoken (GPT-2 BPE) | char (corpusprep's char tokenizer, fitted on
+ENCODER: tiktoken | riptoken | splintr (GPT-2 BPE) | char (corpusprep's char tokenizer, fitted on
 the text) | sentencepiece=MODEL (sentencepiece's own encode, with that .model file, on
 pieces of 16 KiB, batched: its BPE is fastest on short calls).
 The text is read into memory first and cut into pieces of about 1 MiB (one text:
@@ -82,6 +82,13 @@ def _encoder(name: str, texts: list[list[str]]):
     import tiktoken
 
     enc = tiktoken.get_encoding("gpt2")
+    if name == "splintr":  # with tiktoken's pattern as splintr takes it, as corpusprep does
+        import numpy as np
+
+        from corpusprep.tokenizers.tiktoken import _splintr_core
+
+        core = _splintr_core(enc)
+        return lambda text: np.frombuffer(core.encode_flat(text), dtype="<u4")
     if name == "riptoken":
         import riptoken
 

@@ -186,8 +186,48 @@ def test_may_hold_long_piece_is_exactly_a_run_longer_than_the_bound():
         assert may_hold_long_piece(text) == expected
 
 
-def test_riptoken_refuses_unproven_encodings(tiktoken_cache):
+@pytest.mark.parametrize("backend", ["riptoken", "splintr"])
+def test_faster_backends_refuse_unproven_encodings(backend, tiktoken_cache):
     from corpusprep.errors import UserError
 
     with pytest.raises(UserError, match="proven identical"):
-        TiktokenTokenizer("o200k_base", backend="riptoken")
+        TiktokenTokenizer("o200k_base", backend=backend)
+
+
+def _unicode(rng: random.Random, n: int) -> str:
+    """Characters from every range the patterns treat apart: ASCII, Latin and symbols, CJK,
+    emoji, and the whitespace and line breaks of every kind (\x85, \u2028, \x0b, \x0c)."""
+
+    def one() -> int:
+        return rng.choice([rng.randint(0x20, 0x7E), rng.randint(0xA0, 0x2FFF),
+                           rng.randint(0x3000, 0x9FFF), rng.randint(0x1F300, 0x1FAFF),
+                           9, 10, 11, 12, 13, 32, 0x85, 0x2028, 0x3000])  # fmt: skip
+
+    return "".join(chr(one()) for _ in range(n))
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_the_splintr_backend_gives_tiktokens_ids(encoding, tiktoken_cache, shakespeare):
+    """The proof behind SPLINTR_PROVEN: splintr, with tiktoken's pattern as its regex
+    engine takes it (no possessive quantifiers), gives tiktoken's ids on real text,
+    adversarial and random Unicode text, long runs of one kind of character (where
+    riptoken merges otherwise), texts seen before (its cache), whole and in pieces."""
+    pytest.importorskip("splintr")
+    from corpusprep.tokenizers.tiktoken import SPLINTR_PROVEN
+
+    assert encoding in SPLINTR_PROVEN
+    fast, slow = TiktokenTokenizer(encoding, backend="splintr"), TiktokenTokenizer(encoding)
+    enc = slow._enc()
+    rng = random.Random(encoding)
+    texts = [shakespeare.read_text(), "<|endoftext|>", "a <|endoftext|>\n<|endoftext|>b"]
+    texts += [adversarial(rng, rng.randint(1, 400)) for _ in range(1500)]
+    texts += [_unicode(rng, rng.randint(1, 300)) for _ in range(1000)]
+    for run in LONG_RUNS:
+        for n in (2, 257, 499, 500, 501, 5002):
+            texts += [run * n, f"Hello\nWorld {run * n} end\nNext"]
+    for text in texts + texts[:300]:  # the second time from its cache
+        assert fast.encode(text).tolist() == enc.encode_ordinary(text), text[:80]
+    for text in texts[:50]:
+        pieces = [text[i : i + 5000] for i in range(0, len(text), 5000)]
+        got = np.concatenate([np.zeros(0, np.uint32), *fast.encode_pieces(pieces)])
+        assert got.tolist() == enc.encode_ordinary(text)

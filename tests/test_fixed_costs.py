@@ -487,27 +487,33 @@ def test_hydra_composes_with_the_c_loader(tmp_path: Path):
 
 
 @pytest.mark.parametrize("split_by", ["document", "position"])
-def test_workers_share_the_drivers_riptoken_core(tmp_path: Path, monkeypatch, tiktoken_cache,
-                                                 split_by: str):  # fmt: skip
-    """riptoken's core (11.5 MB for gpt2) is built once, by the driver before it forks
-    its workers, which share it: no worker builds its own. Documents (one pass) and one
-    text (a count pass forks the pool first) alike; the ids are tiktoken's."""
+def test_workers_share_the_drivers_core(tmp_path: Path, monkeypatch, tiktoken_cache,
+                                        split_by: str):  # fmt: skip
+    """The faster backends' cores (riptoken's: 11.5 MB for gpt2) are built once, by the
+    driver before it forks its workers, which share them: no worker builds its own.
+    Documents (one pass) and one text (a count pass forks the pool first) alike; the ids
+    are tiktoken's."""
     riptoken = pytest.importorskip("riptoken")
+    splintr = pytest.importorskip("splintr")
     from helpers import compose
 
     import corpusprep.tokenizers.tiktoken as tiktoken_tokenizer
     from corpusprep.prepare import prepare
 
-    built = tmp_path / "built"  # one line per core built: the pid of the process
+    built = tmp_path / "built"  # one line per core built: the backend and the process
 
-    real = riptoken.CoreBPE
+    def recorded(name, make):
+        def build(*args):
+            with open(built, "a") as f:
+                f.write(f"{name}:{os.getpid()}\n")
+            return make(*args)
 
-    def recorded(*args):
-        with open(built, "a") as f:
-            f.write(f"{os.getpid()}\n")
-        return real(*args)
+        return build
 
-    monkeypatch.setattr(riptoken, "CoreBPE", recorded)
+    monkeypatch.setattr(riptoken, "CoreBPE", recorded("riptoken", riptoken.CoreBPE))
+    made = type("Made", (), {"from_bytes": staticmethod(
+        recorded("splintr", splintr.Tokenizer.from_bytes))})  # fmt: skip
+    monkeypatch.setattr(splintr, "Tokenizer", made)
     monkeypatch.setattr(tiktoken_tokenizer, "_cache", {})  # nothing built by earlier tests
     text = (SHARED / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")
     if split_by == "document":
@@ -518,7 +524,7 @@ def test_workers_share_the_drivers_riptoken_core(tmp_path: Path, monkeypatch, ti
         source = tmp_path / "in.txt"
         source.write_text(text)
     ran = {}
-    for backend in ("riptoken", "tiktoken"):
+    for backend in ("riptoken", "splintr", "tiktoken"):
         out = tmp_path / backend
         manifest = prepare(compose("source=file", f"source.path={source}", "tokenizer=tiktoken",
                                    f"tokenizer.backend={backend}", f"split_by={split_by}",
@@ -526,6 +532,8 @@ def test_workers_share_the_drivers_riptoken_core(tmp_path: Path, monkeypatch, ti
                                    f"out_dir={out}", "quiet=true"))  # fmt: skip
         assert manifest["shards"]["count"] > 4
         ran[backend] = out
-    assert built.read_text().split() == [str(os.getpid())]  # the driver's, once
-    for name in ("train.bin", "val.bin"):
-        assert (ran["riptoken"] / name).read_bytes() == (ran["tiktoken"] / name).read_bytes()
+    driver = os.getpid()
+    assert built.read_text().split() == [f"riptoken:{driver}", f"splintr:{driver}"]  # once each
+    for backend in ("riptoken", "splintr"):
+        for name in ("train.bin", "val.bin"):
+            assert (ran[backend] / name).read_bytes() == (ran["tiktoken"] / name).read_bytes()
