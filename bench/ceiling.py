@@ -85,9 +85,9 @@ def _encoder(name: str, texts: list[list[str]]):
     if name == "splintr":  # with tiktoken's pattern as splintr takes it, as corpusprep does
         import numpy as np
 
-        from corpusprep.tokenizers.tiktoken import _splintr_core
+        from corpusprep.tokenizers.tiktoken import TiktokenTokenizer
 
-        core = _splintr_core(enc)
+        core = TiktokenTokenizer("gpt2", backend="splintr")._fast()
         return lambda text: np.frombuffer(core.encode_flat(text), dtype="<u4")
     if name == "riptoken":
         import riptoken

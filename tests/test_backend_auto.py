@@ -175,3 +175,31 @@ def test_installing_a_backend_leaves_a_folder_up_to_date(tmp_path, tiktoken_cach
         assert r.returncode == 0 and "is up to date" in r.stdout, r.stdout + r.stderr
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["tokenizer"]["backend"] == "tiktoken"  # what encoded the files
+
+
+@pytest.mark.parametrize("encoding", ["gpt2", "cl100k_base"])
+def test_splintr_needs_no_tiktoken_encoding(encoding, tiktoken_cache, monkeypatch):
+    """With splintr, what a run asks of the tokenizer (its description, ids, dtype, token
+    bytes, the core, the ids themselves) comes from the vocabulary: tiktoken's Encoding
+    (0.04 s to build) is never made. The answers are those the Encoding gives."""
+    import tiktoken
+
+    import corpusprep.tokenizers.tiktoken as tiktoken_tokenizer
+
+    reference = TiktokenTokenizer(encoding, backend="tiktoken")
+    enc = reference._enc()
+    monkeypatch.setattr(tiktoken_tokenizer, "_cache", {})
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("tiktoken's Encoding built")
+
+    monkeypatch.setattr(tiktoken, "Encoding", refuse)
+    tok = TiktokenTokenizer(encoding, backend="splintr")
+    tok.load()
+    assert tok.vocab_size == enc.n_vocab and tok.max_id == enc.max_token_value
+    assert tok.eot_id == enc.eot_token
+    assert tok.special_ids() == set(enc._special_tokens.values())
+    assert {k: v for k, v in tok.describe().items() if k != "backend"} == {
+        k: v for k, v in reference.describe().items() if k != "backend"}  # fmt: skip
+    assert np.array_equal(tok.token_bytes(), reference.token_bytes())
+    assert tok.encode(TEXT).tolist() == enc.encode_ordinary(TEXT)

@@ -30,6 +30,7 @@ from corpusprep.tokenizers.tiktoken import (
     PROVEN_PATTERNS,
     RIPTOKEN_MISSING,
     TiktokenTokenizer,
+    Vocabulary,
     _riptoken_installed,
 )
 
@@ -150,22 +151,18 @@ class BpeTokenizer(TiktokenTokenizer):
     def _key(self) -> tuple:
         return ("bpe", self.pat_str, self.ranks_sha256, self.eot)
 
-    def _load(self):
-        import tiktoken
-
-        if self.ranks is None:
-            raise RuntimeError("BpeTokenizer: call fit() before encoding")
-        return tiktoken.Encoding(
-            name=f"corpusprep-bpe-{self.ranks_sha256[:12]}",
-            pat_str=self.pat_str,
-            mergeable_ranks={token: rank for rank, token in enumerate(self.ranks)},
-            special_tokens={EOT: len(self.ranks)} if self.eot else {},
+    def _load_vocab(self) -> Vocabulary:
+        return Vocabulary(
+            f"corpusprep-bpe-{self.ranks_sha256[:12]}",
+            self.pat_str,
+            {token: rank for rank, token in enumerate(self.ranks)},
+            {EOT: len(self.ranks)} if self.eot else {},
         )
 
-    def _enc(self):
+    def _vocab(self) -> Vocabulary:
         if self.ranks is None:
             raise RuntimeError("BpeTokenizer: call fit() before encoding")
-        return super()._enc()
+        return super()._vocab()
 
     @property
     def cut_at(self) -> Optional[bytes]:

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import re
 import threading
 from array import array
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -143,6 +145,27 @@ def bundled_ranks(encoding: str) -> Optional[dict[bytes, int]]:
     return dict(zip(map(binascii.a2b_base64, fields[0::2]), map(int, fields[1::2])))
 
 
+@dataclass(frozen=True)
+class Vocabulary:
+    """An encoding's ranks, split pattern and special tokens, under tiktoken's Encoding's
+    own attribute names: what every backend is built from, and what the manifest and
+    meta.pkl describe (tiktoken's Encoding, 0.04 s to build, only where it encodes)."""
+
+    name: str
+    _pat_str: str
+    _mergeable_ranks: dict[bytes, int]
+    _special_tokens: dict[str, int]
+
+    @functools.cached_property
+    def max_token_value(self) -> int:  # as tiktoken counts it
+        ranks, specials = self._mergeable_ranks.values(), self._special_tokens.values()
+        return max(max(ranks), max(specials, default=0))
+
+    @property
+    def n_vocab(self) -> int:
+        return self.max_token_value + 1
+
+
 class TiktokenTokenizer(Tokenizer):
     # describe()'s keys that never change the ids, and the one value a run's fingerprint
     # counts each as: the backend (tiktoken, the default before auto, so that folders made
@@ -180,66 +203,85 @@ class TiktokenTokenizer(Tokenizer):
             if not path.is_file():
                 raise UserError(f"tokenizer.ranks_file={ranks_file}: no such file")
             self.ranks_sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
-        self._enc()  # fail now, before any work, if the encoding cannot be loaded
+        # fail now, before any work, if the encoding cannot be loaded; tiktoken's own
+        # Encoding only where tiktoken encodes (a faster backend's core: load())
+        if self.backend == "tiktoken":
+            self._enc()
+        else:
+            self._vocab()
 
     def _key(self) -> tuple:
         return (self.encoding, self.ranks_file, self.ranks_sha256)
 
+    def _vocab(self) -> Vocabulary:
+        """The ranks, pattern and special tokens, once per process."""
+        return self._cached("vocabulary", self._load_vocab)
+
     def _enc(self):
+        """tiktoken's Encoding over the vocabulary, once per process: made only where
+        tiktoken encodes or decodes."""
+        return self._cached("tiktoken", self._load)
+
+    def _cached(self, kind: str, make: Callable[[], Any]) -> Any:
+        key = (*self._key(), kind)
         with _lock:
-            enc = _cache.get(self._key())
-        if enc is None:
-            enc = self._load()
+            made = _cache.get(key)
+        if made is None:
+            made = make()
             with _lock:
-                _cache[self._key()] = enc
-        return enc
+                _cache[key] = made
+        return made
 
     def _load(self):
+        import tiktoken
+
+        v = self._vocab()
+        return tiktoken.Encoding(v.name, pat_str=v._pat_str, mergeable_ranks=v._mergeable_ranks,
+                                 special_tokens=v._special_tokens)  # fmt: skip
+
+    def _load_vocab(self) -> Vocabulary:
         import tiktoken
 
         if self.ranks_file:
             spec = base_spec(self.encoding)
             ranks = read_ranks(Path(self.ranks_file))
             specials = {s: i for s, i in spec["special_tokens"].items() if i not in ranks.values()}
-            return tiktoken.Encoding(
-                name=f"{self.encoding}+{Path(self.ranks_file).name}",
-                pat_str=spec["pat_str"],
-                mergeable_ranks=ranks,
-                special_tokens=specials,
-            )
+            name = f"{self.encoding}+{Path(self.ranks_file).name}"
+            return Vocabulary(name, spec["pat_str"], ranks, specials)
         if self.encoding not in tiktoken.list_encoding_names():
             base_spec(self.encoding)  # raises the unknown-encoding message
         ranks = bundled_ranks(self.encoding)
         if ranks is not None:  # GPT-2: no download, no cache needed
             spec = base_spec(self.encoding)
-            return tiktoken.Encoding(
-                self.encoding, pat_str=spec["pat_str"], mergeable_ranks=ranks,
-                special_tokens=spec["special_tokens"],
-            )  # fmt: skip
-        try:
-            return tiktoken.get_encoding(self.encoding)
+            return Vocabulary(self.encoding, spec["pat_str"], ranks, spec["special_tokens"])
+        import tiktoken.registry as registry
+
+        try:  # what tiktoken.get_encoding builds its Encoding from (a download, cached)
+            spec = registry.ENCODING_CONSTRUCTORS[self.encoding]()
         except Exception as e:
             raise UserError(
                 f"tokenizer.encoding={self.encoding}: cannot load its ranks ({_reason(e)}); "
                 "offline, point TIKTOKEN_CACHE_DIR at a folder with tiktoken's cached files, "
                 "or give the file itself with tokenizer.ranks_file=FILE.tiktoken"
             ) from None
+        return Vocabulary(spec["name"], spec["pat_str"], spec["mergeable_ranks"],
+                          spec["special_tokens"])  # fmt: skip
 
     @property
     def cut_at(self) -> Optional[bytes]:
-        return CUT_AT if self._enc()._pat_str in PROVEN_PATTERNS.values() else b""
+        return CUT_AT if self._vocab()._pat_str in PROVEN_PATTERNS.values() else b""
 
     @property
     def vocab_size(self) -> int:
-        return self._enc().n_vocab
+        return self._vocab().n_vocab
 
     @property
     def max_id(self) -> int:
-        return self._enc().max_token_value
+        return self._vocab().max_token_value
 
     @property
     def eot_id(self) -> Optional[int]:
-        return self._enc()._special_tokens.get("<|endoftext|>")
+        return self._vocab()._special_tokens.get("<|endoftext|>")
 
     def _fast(self):
         """The backend's core (splintr's or riptoken's) over the same ranks and pattern,
@@ -252,7 +294,7 @@ class TiktokenTokenizer(Tokenizer):
             fast = _cache.get(key)
         if fast is None:
             try:
-                fast = _CORES[self.backend](self._enc())
+                fast = _CORES[self.backend](self)
             except ImportError:
                 fast = False
             with _lock:
@@ -291,10 +333,10 @@ class TiktokenTokenizer(Tokenizer):
         return self._enc().decode([int(i) for i in ids])
 
     def special_ids(self) -> set[int]:
-        return set(self._enc()._special_tokens.values())
+        return set(self._vocab()._special_tokens.values())
 
     def token_bytes(self) -> np.ndarray:
-        enc = self._enc()
+        enc = self._vocab()
         out = np.zeros(enc.n_vocab, dtype=np.int32)  # an id neither rank nor special: 0
         for token, rank in enc._mergeable_ranks.items():
             out[rank] = len(token)
@@ -315,20 +357,20 @@ class TiktokenTokenizer(Tokenizer):
     def meta(self) -> Optional[dict[str, Any]]:
         if self.is_gpt2:
             return None  # nanoGPT's own data/shakespeare and openwebtext have no meta.pkl
-        enc = self._enc()
+        enc = self._vocab()
         # itos/stoi let nanoGPT's sample.py run unchanged: it decodes with itos (each
         # token's text) and encodes a prompt character by character with stoi (see
         # sample_stoi and the README)
         tokens = {rank: token for token, rank in enc._mergeable_ranks.items()}
         tokens.update({i: special.encode() for special, i in enc._special_tokens.items()})
         itos = {i: tokens[i].decode("utf-8", errors="replace") for i in sorted(tokens)}
-        stoi = sample_stoi(itos, lambda c: enc.encode_ordinary(c))
+        stoi = sample_stoi(itos, lambda c: self._enc().encode_ordinary(c))
         # the same meta.pkl whichever backend encoded (describe() names it, for the manifest)
         described = {k: v for k, v in self.describe().items() if k not in self.FINGERPRINT_AS}
         return {"vocab_size": enc.n_vocab, **described, "itos": itos, "stoi": stoi}
 
     def describe(self) -> dict[str, Any]:
-        enc = self._enc()
+        enc = self._vocab()
         out: dict[str, Any] = {"kind": "tiktoken", "encoding": self.encoding}
         out["backend"] = self.backend  # as resolved (never auto): the ids are the same from each
         if self.ranks_file:
@@ -430,21 +472,23 @@ def blocks_at_cuts(text: str, size: int, last: Callable[[str], int] = last_cut,
     return blocks
 
 
-def _riptoken_core(enc: Any) -> Any:
+def _riptoken_core(tokenizer: TiktokenTokenizer) -> Any:
     import riptoken
 
+    enc = tokenizer._enc()  # riptoken's Encoding wraps it; the long pieces go to it
     return riptoken.Encoding(riptoken.CoreBPE(enc._mergeable_ranks, enc._special_tokens,
                                               enc._pat_str), enc)  # fmt: skip
 
 
-def _splintr_core(enc: Any) -> Any:
-    """splintr's tokenizer over tiktoken's ranks (its own file format) and pattern, with
-    no special tokens: ordinary text only, as encode_ordinary."""
+def _splintr_core(tokenizer: TiktokenTokenizer) -> Any:
+    """splintr's tokenizer over tiktoken's ranks (in tiktoken's file format) and pattern,
+    with no special tokens: ordinary text only, as encode_ordinary."""
     import splintr
 
-    ranks = sorted(enc._mergeable_ranks.items(), key=lambda item: item[1])
+    vocab = tokenizer._vocab()
+    ranks = sorted(vocab._mergeable_ranks.items(), key=lambda item: item[1])
     data = b"".join(b"%s %d\n" % (base64.b64encode(token), rank) for token, rank in ranks)
-    return splintr.Tokenizer.from_bytes(data, splintr_pattern(enc._pat_str), {})
+    return splintr.Tokenizer.from_bytes(data, splintr_pattern(vocab._pat_str), {})
 
 
 def splintr_pattern(pat_str: str) -> str:
