@@ -83,12 +83,9 @@ def _encoder(name: str, texts: list[list[str]]):
 
     enc = tiktoken.get_encoding("gpt2")
     if name == "splintr":  # with tiktoken's pattern as splintr takes it, as corpusprep does
-        import numpy as np
-
         from corpusprep.tokenizers.tiktoken import TiktokenTokenizer
 
-        core = TiktokenTokenizer("gpt2", backend="splintr")._fast()
-        return lambda text: np.frombuffer(core.encode_flat(text), dtype="<u4")
+        return TiktokenTokenizer("gpt2", backend="splintr")._fast().encode
     if name == "riptoken":
         import riptoken
 

@@ -225,9 +225,59 @@ def test_the_splintr_backend_gives_tiktokens_ids(encoding, tiktoken_cache, shake
     for run in LONG_RUNS:
         for n in (2, 257, 499, 500, 501, 5002):
             texts += [run * n, f"Hello\nWorld {run * n} end\nNext"]
+    # where splintr's own regex engine read other pre-tokens (letters new in Unicode 17),
+    # and where PCRE2 does (U+180E, a space before Unicode 6.3)
+    texts += ["\ua7ce's", "x\U000323b0's", "\u088f'll", "   \u180e's", "Z\u180e'S", "\u180e"]
     for text in texts + texts[:300]:  # the second time from its cache
         assert fast.encode(text).tolist() == enc.encode_ordinary(text), text[:80]
     for text in texts[:50]:
         pieces = [text[i : i + 5000] for i in range(0, len(text), 5000)]
         got = np.concatenate([np.zeros(0, np.uint32), *fast.encode_pieces(pieces)])
         assert got.tolist() == enc.encode_ordinary(text)
+
+
+SWEEP_PROBES = ["{c}'s", "x{c}'ll", "{c}{c}", " {c}1", "{c}\n", "1{c}2", "{c} ", "\u3000{c}",
+                " {c}'T", "{c}'", "a{c}b", "{c}\r\n x", "{c}.", "({c}"]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_splintr_on_every_code_point(encoding, tiktoken_cache):
+    """Every code point (but surrogates) in a dozen contexts (before a contraction, among
+    letters, digits, spaces and line ends), through the splintr backend, gives tiktoken's
+    ids: where the regex engines' Unicode tables or whitespace differ, it shows here."""
+    pytest.importorskip("splintr")
+    fast, slow = TiktokenTokenizer(encoding, backend="splintr"), TiktokenTokenizer(encoding)
+    enc = slow._enc()
+    code_points = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    wrong = []
+    for at in range(0, len(code_points), 4000):  # a block at a time; a block that differs
+        block = [chr(c) for c in code_points[at : at + 4000]]  # is looked at probe by probe
+        text = "\n".join(p.format(c=c) for c in block for p in SWEEP_PROBES)
+        if fast.encode(text).tolist() != enc.encode_ordinary(text):
+            wrong += [
+                t
+                for c in block
+                for p in SWEEP_PROBES
+                if fast.encode(t := p.format(c=c)).tolist() != enc.encode_ordinary(t)
+            ]
+    assert not wrong, wrong[:20]
+
+
+def test_splintrs_cache_is_emptied_as_text_goes_by(tiktoken_cache, monkeypatch):
+    """splintr caches every piece whole, however long: pieces that never repeat (DNA here)
+    would grow it by 3 MB per MB of text, so it is emptied every SPLINTR_CACHE_CHARS."""
+    pytest.importorskip("splintr")
+    import corpusprep.tokenizers.tiktoken as tt
+
+    monkeypatch.setattr(tt, "SPLINTR_CACHE_CHARS", 100_000)
+    monkeypatch.setattr(tt, "_cache", {})
+    tok = TiktokenTokenizer("gpt2", backend="splintr")
+    rng = random.Random(0)
+    lines = ["".join(rng.choices("ACGT", k=2000)) for _ in range(400)]  # a piece each
+    most = 0
+    for at in range(0, len(lines), 10):
+        text = " ".join(lines[at : at + 10])
+        assert tok.encode(text).tolist() == tok._enc().encode_ordinary(text)
+        most = max(most, tok._fast().core.cache_len)
+    assert most <= 100_000 // 2000 + 10  # the pieces of the last 100,000 characters, about
