@@ -281,3 +281,55 @@ def test_splintrs_cache_is_emptied_as_text_goes_by(tiktoken_cache, monkeypatch):
         assert tok.encode(text).tolist() == tok._enc().encode_ordinary(text)
         most = max(most, tok._fast().core.cache_len)
     assert most <= 100_000 // 2000 + 10  # the pieces of the last 100,000 characters, about
+
+
+def test_a_long_run_of_spaces_goes_to_tiktoken(tiktoken_cache, monkeypatch):
+    """PCRE2 runs out of its match limit on millions of spaces and splintr then retries
+    for ever: a long text with a long run without printable ASCII goes to tiktoken, and
+    so does a text holding U+180E; other text stays on splintr."""
+    pytest.importorskip("splintr")
+    import corpusprep.tokenizers.tiktoken as tt
+
+    monkeypatch.setattr(tt, "SPLINTR_LONG_TEXT", 2000)
+    monkeypatch.setattr(tt, "SPLINTR_LONG_RUN", 1000)
+    tok = TiktokenTokenizer("cl100k_base", backend="splintr")
+    routed = []
+    real = tok._tiktoken
+    monkeypatch.setattr(tok, "_tiktoken", lambda text: routed.append(len(text)) or real(text))
+    cases = {"x" * 1500 + " " * 1001 + "\nx": True, " " * 1001 + "\nx": False,
+             "ab " * 1500: False, "\u3000" * 1200 + "a" * 900: True, "a\u180e b": True}  # fmt: skip
+    for text, to_tiktoken in cases.items():
+        routed.clear()
+        assert tok.encode(text).tolist() == real(text).tolist()
+        assert bool(routed) == to_tiktoken, text[:20]
+
+
+@pytest.mark.slow
+def test_ten_million_spaces_end(tmp_path, tiktoken_cache):
+    """The text that made splintr spin for ever (cl100k_base, ten million spaces, a line
+    end and a letter) gets tiktoken's ids, in a child process stopped if it hangs."""
+    pytest.importorskip("splintr")
+    code = (
+        "import numpy as np, tiktoken\n"
+        "from corpusprep.tokenizers.tiktoken import TiktokenTokenizer\n"
+        "text = ' ' * 10_000_000 + '\\nx'\n"
+        "got = TiktokenTokenizer('cl100k_base', backend='splintr').encode(text)\n"
+        "want = tiktoken.get_encoding('cl100k_base').encode_ordinary(text)\n"
+        "print(got.tolist() == want)\n"
+    )
+    import os
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                          env=env) as child:  # fmt: skip
+        try:
+            out, _ = child.communicate(timeout=240)
+        finally:
+            if child.poll() is None:
+                os.kill(child.pid, 9)  # a hang: stopped by its pid
+                child.wait()
+    assert out.strip() == "True"

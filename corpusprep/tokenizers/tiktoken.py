@@ -322,7 +322,7 @@ class TiktokenTokenizer(Tokenizer):
         if fast is None:
             return self._tiktoken(text)
         if self.backend == "splintr":
-            return fast.encode(text) if SPLINTR_MISREADS not in text else self._tiktoken(text)
+            return fast.encode(text) if splintr_safe(text) else self._tiktoken(text)
         if not may_hold_long_piece(text):
             return _rip(fast, text)
         # riptoken merges a pre-token of RIPTOKEN_LONG_PIECE bytes or more otherwise than
@@ -497,6 +497,22 @@ def _riptoken_core(tokenizer: TiktokenTokenizer) -> Any:
 # dozen contexts, and none in a million fuzzed texts without it.
 SPLINTR_MISREADS = "\u180e"
 SPLINTR_CACHE_CHARS = 1 << 23  # splintr's cache of pieces is emptied after this much text
+# PCRE2 runs out of its match limit on a run of whitespace of about 5M characters (the
+# patterns' \s+$ and \s*[\r\n] backtrack over it), and splintr then retries the same search
+# for ever: a text longer than SPLINTR_LONG_TEXT (cut texts are 1-2M characters) that holds
+# a run of SPLINTR_LONG_RUN bytes with no printable ASCII (spaces, or text of other
+# scripts: a stricter test) is encoded by tiktoken
+SPLINTR_LONG_TEXT = 1 << 21
+SPLINTR_LONG_RUN = 1 << 20
+
+
+def splintr_safe(text: str) -> bool:
+    """Whether splintr (on PCRE2) gives `text` tiktoken's ids, and in bounded time."""
+    if SPLINTR_MISREADS in text:
+        return False
+    return len(text) <= SPLINTR_LONG_TEXT or bytes(SPLINTR_LONG_RUN) not in text.encode(
+        "utf-8", "surrogatepass"
+    ).translate(_OTHER)
 
 
 class _Splintr:
@@ -505,7 +521,8 @@ class _Splintr:
     regex engine reads the letters new in Unicode 17 as letters where tiktoken reads them
     as unassigned ("\ua7ce's" then gets other ids). Its cache of pieces counts entries,
     not bytes, so long pieces that never repeat (DNA, base64) grew it by 3 MB per MB of
-    text: it is emptied after every SPLINTR_CACHE_CHARS characters (about 25 MB at most)."""
+    text: it is emptied after every SPLINTR_CACHE_CHARS characters (about 25 MB between
+    calls; one call on an uncut text adds up to about 3 times that text's size)."""
 
     def __init__(self, tokenizer: TiktokenTokenizer) -> None:
         import splintr
