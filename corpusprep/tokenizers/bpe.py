@@ -27,11 +27,12 @@ from corpusprep.sample import Sample, SampleRule, sample_rule
 from corpusprep.tokenizers import NOWHERE, TRAINED, read_kept
 from corpusprep.tokenizers.tiktoken import (
     CUT_AT,
+    MISSING,
     PROVEN_PATTERNS,
-    RIPTOKEN_MISSING,
     TiktokenTokenizer,
     Vocabulary,
-    _riptoken_installed,
+    _installed,
+    ranks_file_bytes,
 )
 
 PATTERNS = {"gpt2": PROVEN_PATTERNS["r50k"], "cl100k": PROVEN_PATTERNS["cl100k"],
@@ -79,11 +80,11 @@ class BpeTokenizer(TiktokenTokenizer):
                 f"tokenizer.backend=riptoken: proven for the patterns "
                 f"{', '.join(sorted(RIPTOKEN_PATTERNS))} only; use backend=auto or tiktoken"
             )
-        if backend == "riptoken" and not _riptoken_installed():
-            raise UserError(RIPTOKEN_MISSING)  # now, not after the scan and the training
+        if backend == "riptoken" and not _installed("riptoken"):
+            raise UserError(MISSING["riptoken"])  # now, not after the scan and the training
         self.requested = backend
         self.backend = "riptoken" if backend == "riptoken" or (
-            backend == "auto" and fast and _riptoken_installed()) else "tiktoken"  # fmt: skip
+            backend == "auto" and fast and _installed("riptoken")) else "tiktoken"  # fmt: skip
         self.encoding = "bpe"
         self.ranks_file = None
         self.eot = False
@@ -227,11 +228,6 @@ class BpeTokenizer(TiktokenTokenizer):
         for key in ("train_seconds", "trainer_version", "backend"):
             meta.pop(key, None)
         return meta
-
-
-def ranks_file_bytes(tokens: list[bytes]) -> bytes:
-    """tiktoken's .tiktoken format: "base64(token) rank" per line, by rank."""
-    return b"".join(base64.b64encode(t) + b" %d\n" % i for i, t in enumerate(tokens))
 
 
 def read_tokens(data: bytes, path: Path) -> list[bytes]:

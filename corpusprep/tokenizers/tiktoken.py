@@ -528,10 +528,9 @@ class _Splintr:
         import splintr
 
         vocab = tokenizer._vocab()
-        data = vocab.file
-        if data is None:  # written out (GPT-2's shipped file is used as it is)
-            ranks = sorted(vocab._mergeable_ranks.items(), key=lambda item: item[1])
-            data = b"".join(b"%s %d\n" % (base64.b64encode(t), rank) for t, rank in ranks)
+        data = vocab.file  # GPT-2's shipped file as it is; else written out (ranks 0..n-1)
+        if data is None:
+            data = ranks_file_bytes(sorted(vocab._mergeable_ranks, key=vocab._mergeable_ranks.get))
         core = splintr.Tokenizer.from_bytes(data, splintr_pattern(vocab._pat_str), {})
         try:
             self.core = core.pcre2(True)
@@ -545,6 +544,11 @@ class _Splintr:
             self.core.clear_cache()
             self.since_cleared = len(text)
         return np.frombuffer(self.core.encode_flat(text), dtype="<u4")  # little-endian ids
+
+
+def ranks_file_bytes(tokens: list[bytes]) -> bytes:
+    """tiktoken's .tiktoken format: "base64(token) rank" per line, by rank."""
+    return b"".join(base64.b64encode(t) + b" %d\n" % i for i, t in enumerate(tokens))
 
 
 def splintr_pattern(pat_str: str) -> str:
@@ -563,9 +567,6 @@ def _rip(fast: Any, text: str) -> np.ndarray:
     return np.frombuffer(array(_U32, fast.encode_ordinary(text)), dtype=np.uint32)
 
 
-RIPTOKEN_MISSING = MISSING["riptoken"]
-
-
 def _installed(module: str) -> bool:
     from importlib import import_module
 
@@ -574,10 +575,6 @@ def _installed(module: str) -> bool:
     except ImportError:
         return False
     return True
-
-
-def _riptoken_installed() -> bool:
-    return _installed("riptoken")
 
 
 def _tiktoken_version() -> str:
