@@ -106,10 +106,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     ceiling = measure_ceiling("tiktoken", workers, [corpus], False, args.repeat)
     report_ratio(f"{label}, tiktoken, corpusprep/nanoGPT", ratio, target_ratio(args.mb),
                  (best["nanoGPT"], ceiling))  # fmt: skip
-    report_ceiling(f"{label}, tiktoken", best["corpusprep"], ceiling)
+    report_ceiling(
+        f"{label}, tiktoken",
+        best["corpusprep"],
+        ceiling,
+        last=(outs["corpusprep"], runs["corpusprep"][-1]),
+    )
     if fast:
         ceiling = measure_ceiling(backend, workers, [corpus], False, args.repeat)
-        report_ceiling(f"{label}, {backend}", best["corpusprep+fast"], ceiling)
+        report_ceiling(f"{label}, {backend}", best["corpusprep+fast"], ceiling,
+                       last=(outs["corpusprep+fast"], runs["corpusprep+fast"][-1]))  # fmt: skip
     report_memory(label, runs["corpusprep"], TARGET_MEMORY)
     print_memory_notes()
     clean_up(workdir, temporary, args.keep, outs)

@@ -70,7 +70,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     label = f"char {args.mb} MB"
     ceiling = measure_ceiling("char", workers, [corpus], False, args.repeat)
     report_ratio(f"{label}, corpusprep/nanoGPT", ratio, TARGET_RATIO, (best["nanoGPT"], ceiling))
-    report_ceiling(label, best["corpusprep"], ceiling)
+    report_ceiling(
+        label, best["corpusprep"], ceiling, last=(outs["corpusprep"], runs["corpusprep"][-1])
+    )
     report_memory(label, runs["corpusprep"], TARGET_MEMORY)
     print_memory_notes()
     clean_up(workdir, temporary, args.keep, outs)
