@@ -13,6 +13,9 @@ def work(tmp_path):
     (tmp_path / "good.txt").write_text("some text\nmore text\n" * 50)
     (tmp_path / "empty.txt").write_bytes(b"")
     (tmp_path / "latin1.txt").write_bytes("caf\xe9 ok\n".encode("latin-1") * 3)
+    # a lead byte, ASCII, then a continuation byte: valid once the ASCII is dropped (as
+    # the scan does), so only the encode pass's decoding finds it
+    (tmp_path / "sneaky.txt").write_bytes(b"ok\n" * 5000 + b"ab\xc3x\xa9\n")
     (tmp_path / "folder").mkdir()
     (tmp_path / "a_file").write_text("x")
     (tmp_path / "tiny.txt").write_text("ab")
@@ -29,6 +32,10 @@ CASES = {
     "invalid utf-8": (
         ["source=file", "source.path=latin1.txt"],
         ["latin1.txt", "not valid UTF-8 at byte 3 ", "0xe9"],
+    ),
+    "invalid utf-8 the scan lets pass": (
+        ["source=file", "source.path=sneaky.txt"],
+        ["sneaky.txt", "not valid UTF-8 at byte 15002 ", "0xc3"],
     ),
     "unknown dataset": (["dataset=nope"], ["dataset=nope", "shakespeare_char"]),
     "unknown source": (["source=nope"], ["source=nope", "file", "url"]),

@@ -107,3 +107,36 @@ def test_scan_counts_and_collects_like_open_read(tmp_path, seed):
     assert sum(r.chars for r in results) == len(text)
     assert set("".join(r.charset for r in results)) == set(text)
     assert sum(r.docs for r in results) == 1
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_census_from_undecoded_bytes_counts_as_decoding(seed):
+    """The scan counts and collects a text's characters from its bytes (the encode pass
+    decodes them): the same characters and count as decoding each piece, whatever the
+    mix, the pieces' sizes (past the first few KB learnt first) and the newlines."""
+    from corpusprep.formats import LEARN_FIRST, Census
+    from corpusprep.text import decode
+
+    rng = random.Random(seed)
+    fast, slow = Census(), Census()
+    for _ in range(rng.randint(1, 5)):
+        size = rng.choice([0, 1, 7, 300, LEARN_FIRST - 1, LEARN_FIRST + 3, 3 * LEARN_FIRST])
+        raw = random_text(rng, size)
+        fast.add_undecoded(raw)
+        text = decode(raw, "t.txt", 0)
+        slow.chars += len(text)
+        slow.seen |= set(text)
+    assert (fast.chars, fast.seen) == (slow.chars, slow.seen)
+
+
+def test_scan_of_bytes_not_utf8_names_the_byte(tmp_path):
+    """Not decoded in the scan, a text that is not UTF-8 still fails with the byte at fault,
+    in the scan when what it decodes shows it, else in the encode pass (the CLI tests)."""
+    from corpusprep.formats import InputFile, Segment
+    from corpusprep.formats.text import FORMAT
+
+    path = tmp_path / "latin1.txt"
+    path.write_bytes(b"caf\xe9 au lait\n" * 3)
+    file = InputFile(str(path), "text", size=path.stat().st_size)
+    with pytest.raises(UserError, match=r"latin1.txt: not valid UTF-8 at byte 3 \(0xe9\)"):
+        FORMAT.scan(Segment(file, 0, file.size, file.size))

@@ -124,13 +124,42 @@ class Census:
             self.seen.add("\n")
         self._collect(raw)
 
-    def _collect(self, raw: bytes) -> None:
+    def add_undecoded(self, raw: bytes) -> None:
+        """Raw UTF-8 that the encode pass decodes (and checks) anyway: its characters
+        counted and collected without decoding it here. Only what is left once the ASCII
+        already seen is dropped gets decoded: every non-ASCII byte, since ASCII bytes
+        never occur inside a multibyte character, so its continuation bytes are the
+        difference between that rest's length in bytes and in characters. Bytes that are
+        not UTF-8 fail here only if that rest shows it; the encode pass says where."""
+        crlf = 0
+        if b"\r" in raw:  # universal newlines: "\r\n" is one character, "\r" is "\n"
+            crlf = raw.count(b"\r\n")
+            self.seen.add("\n")
+        rest, text = self._collect(raw)
+        self.chars += len(raw) - crlf - (len(rest) - len(text))
+
+    def _collect(self, raw: bytes) -> tuple[bytes, str]:
+        """The bytes not seen before, and their text."""
         # Drop the ASCII bytes already seen (bytes.translate runs at GB/s); whatever is left
-        # is new ASCII or non-ASCII text, usually a few bytes, and goes through a set.
+        # is new ASCII or non-ASCII text, usually a few bytes, and goes through a set. A
+        # shard's first piece has nothing seen yet: the characters of its first few KB
+        # are learnt first, so the set does not see a whole piece of common letters.
         rest = raw.translate(None, self._known)
-        if rest:
-            self.seen.update(rest.decode("utf-8"))
-            self._known = b"\r" + bytes(sorted(ord(c) for c in self.seen if c.isascii()))
+        if len(rest) > LEARN_FIRST:
+            self._learn(rest[:LEARN_FIRST].decode("utf-8", "ignore"))  # a cut character: dropped
+            rest = rest.translate(None, self._known)
+        text = rest.decode("utf-8")
+        if text:
+            self._learn(text)
+        return rest, text
+
+    def _learn(self, text: str) -> None:
+        new = set(text) - self.seen
+        self.seen |= new
+        self._known += bytes(ord(c) for c in new if c.isascii())
+
+
+LEARN_FIRST = 4096  # bytes
 
 
 class Format(ABC):

@@ -101,13 +101,18 @@ class TextFormat(Format):
             return super().scan(segment, sampler)  # decoded, document by document
         census = Census(docs=int(segment.start == 0))
         pieces = guard_cuts(self.raw(segment), segment.cut_at, file.max_uncut_bytes, file.name)
+        # left out if not UTF-8 (skip_invalid): decided here, so every byte is checked
+        check = file.skip_invalid and segment.whole_file
         try:
             for offset, raw in pieces:
-                if raw.isascii():  # valid UTF-8 already: count without decoding
-                    crlf = raw.count(b"\r\n") if b"\r" in raw else 0  # "\r\n" is one character
-                    census.add_raw(raw, len(raw) - crlf)
-                else:  # decoding checks the UTF-8 and counts the characters
+                if check and not raw.isascii():  # decoding checks it and counts it
                     census.add_raw(raw, len(decode(raw, file.name, offset)))
+                    continue
+                try:  # else the encode pass decodes (and checks) every piece
+                    census.add_undecoded(raw)
+                except UnicodeDecodeError:
+                    decode(raw, file.name, offset)  # says which byte
+                    raise
         except InvalidText:
             if file.skip_invalid and segment.whole_file:  # as parts(): left out
                 return Census(skipped=1)
