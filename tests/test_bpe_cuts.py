@@ -333,3 +333,45 @@ def test_ten_million_spaces_end(tmp_path, tiktoken_cache):
                 os.kill(child.pid, 9)  # a hang: stopped by its pid
                 child.wait()
     assert out.strip() == "True"
+
+
+def test_cut_rule_spelled_newline_first_matches_as_the_lookbehind_rule():
+    """CUT_AT starts at its "\\n" (fast to search); the same matches as the rule written
+    the obvious way, from any start and up to any end."""
+    plain = re.compile(rb"(?<=[\x21-\x7e])\n(?=[0-9A-Za-z])")
+    fast = re.compile(CUT_AT)
+    rng = random.Random(3)
+    for _ in range(3000):
+        raw = adversarial(rng, rng.randint(0, 12)).encode()
+        a, b = rng.randint(0, len(raw)), rng.randint(0, len(raw))
+        spans = [(m.span()) for m in plain.finditer(raw, min(a, b), max(a, b))]
+        assert spans == [m.span() for m in fast.finditer(raw, min(a, b), max(a, b))]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_encode_at_cuts_segments_are_the_held_texts_cut_at_their_last_cut(seed):
+    """Pieces held until there is at least the minimum, then cut at the last cut of all
+    that is held (wherever the pieces end): the segments of the plain way of doing it."""
+    from corpusprep.tokenizers.tiktoken import encode_at_cuts
+
+    def plainly(pieces, minimum):
+        held = ""
+        for piece in pieces:
+            held += piece
+            if len(held) >= minimum and (cut := last_cut(held)):
+                yield held[:cut]
+                held = held[cut:]
+        if held:
+            yield held
+
+    rng = random.Random(seed)
+    text = adversarial(rng, 3000)
+    pieces, at = [], 0
+    while at < len(text):
+        step = rng.choice([1, 5, 40, 300])
+        pieces.append(text[at : at + step])
+        at += step
+    minimum = rng.choice([1, 16, 200])
+    segments = list(encode_at_cuts(lambda s: s, pieces, True, minimum))
+    assert segments == list(plainly(pieces, minimum))
+    assert "".join(segments) == text and len(segments) > 1
