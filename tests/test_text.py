@@ -140,3 +140,19 @@ def test_scan_of_bytes_not_utf8_names_the_byte(tmp_path):
     file = InputFile(str(path), "text", size=path.stat().st_size)
     with pytest.raises(UserError, match=r"latin1.txt: not valid UTF-8 at byte 3 \(0xe9\)"):
         FORMAT.scan(Segment(file, 0, file.size, file.size))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_characters_counted_from_bytes_as_decoding_counts_them(seed, monkeypatch):
+    """count_chars (one text's split point, without decoding) counts what decoding gives,
+    "\\r\\n" as one even across its blocks, whatever the blocks' size."""
+    import io
+
+    import corpusprep.text as text
+
+    rng = random.Random(seed)
+    raw = random_text(rng, rng.randint(0, 500))
+    monkeypatch.setattr(text, "COUNT_BLOCK", rng.randint(1, 64))
+    chars, left = text.count_chars(io.BytesIO(raw), len(raw))
+    assert (chars, left) == (len(raw.decode().replace("\r\n", "\n").replace("\r", "\n")), 0)
+    assert text.count_chars(io.BytesIO(raw), len(raw) + 5)[1] == 5  # the file got shorter
