@@ -6,7 +6,7 @@
 3. scan pass, in parallel, only when something must be known before encoding (a
    tokenizer that learns its characters, the character where nanoGPT's split falls, the
    documents' numbers for a hash split): count characters and documents, collect the
-   distinct characters, check every file (UTF-8, JSON, fields);
+   distinct characters, check JSON and fields (a plain text's UTF-8: when encoded);
 4. fit the tokenizer if it learns from the corpus (char), pick the dtype, and find the
    split point: nanoGPT's first int(n*split) characters;
 5. encode pass, in parallel: every shard encodes its documents and writes its ids (for
@@ -282,7 +282,8 @@ def needs_scan(run: Run) -> bool:
 
 
 def scan(run: Run) -> None:
-    """The read pass: characters, documents and the character set; every file checked."""
+    """The read pass: characters, documents and the character set; JSON and fields checked
+    (a plain text's UTF-8 is checked by the encode pass)."""
     if not needs_scan(run):
         return
     shards, quiet = run.shards, run.settings.quiet

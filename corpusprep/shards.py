@@ -2,7 +2,7 @@
 
 Two passes, as nanoGPT needs the whole text before it can number characters or split:
   scan_shard    count characters and documents, collect the distinct characters, and
-                check the input (UTF-8, JSON, fields) before anything is written;
+                check the input (JSON, fields; UTF-8 once encoded) before anything is in place;
   encode_shard  encode the shard's documents, each on its own, give each to train or val,
                 and write the ids (and where documents start) where the plan says.
 Results come back in plan order, so the output never depends on how many workers there

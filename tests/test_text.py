@@ -156,3 +156,23 @@ def test_characters_counted_from_bytes_as_decoding_counts_them(seed, monkeypatch
     chars, left = text.count_chars(io.BytesIO(raw), len(raw))
     assert (chars, left) == (len(raw.decode().replace("\r\n", "\n").replace("\r", "\n")), 0)
     assert text.count_chars(io.BytesIO(raw), len(raw) + 5)[1] == 5  # the file got shorter
+
+
+def test_scan_names_the_first_byte_not_utf8(tmp_path):
+    """A bad byte the scan cannot see, then one it sees: the message names the first."""
+    from corpusprep.formats import InputFile, Segment
+    from corpusprep.formats.text import FORMAT
+
+    path = tmp_path / "two.txt"
+    path.write_bytes(b"oka\n" * 4000 + b"a\xc3a\xa9\n" + b"x" * 70000 + b"\xff\n")
+    file = InputFile(str(path), "text", size=path.stat().st_size)
+    with pytest.raises(UserError, match=r"not valid UTF-8 at byte 16001 \(0xc3\)"):
+        FORMAT.scan(Segment(file, 0, file.size, file.size))
+
+
+def test_census_learns_newline_of_crlf_text():
+    from corpusprep.formats import Census
+
+    census = Census()
+    census.add_undecoded(b"ab\r\ncd\r\n" * 10)
+    assert b"\n" in census._known and census.chars == 60 and census.seen == set("abcd\n")

@@ -135,6 +135,7 @@ class Census:
         if b"\r" in raw:  # universal newlines: "\r\n" is one character, "\r" is "\n"
             crlf = raw.count(b"\r\n")
             self.seen.add("\n")
+            self._known += b"" if b"\n" in self._known else b"\n"  # else never learnt
         rest, text = self._collect(raw)
         self.chars += len(raw) - crlf - (len(rest) - len(text))
 

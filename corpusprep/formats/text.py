@@ -110,8 +110,9 @@ class TextFormat(Format):
                     continue
                 try:  # else the encode pass decodes (and checks) every piece
                     census.add_undecoded(raw)
-                except UnicodeDecodeError:
-                    decode(raw, file.name, offset)  # says which byte
+                except UnicodeDecodeError:  # the first bad byte may lie in a piece before
+                    for at, earlier in self.raw(segment):
+                        decode(earlier, file.name, at)  # says which byte
                     raise
         except InvalidText:
             if file.skip_invalid and segment.whole_file:  # as parts(): left out
