@@ -121,7 +121,7 @@ class Census:
         collected from the bytes themselves, not a decoded text encoded again."""
         self.chars += chars
         if b"\r" in raw:
-            self.seen.add("\n")
+            self._learn("\n")
         self._collect(raw)
 
     def add_undecoded(self, raw: bytes) -> None:
@@ -134,8 +134,7 @@ class Census:
         crlf = 0
         if b"\r" in raw:  # universal newlines: "\r\n" is one character, "\r" is "\n"
             crlf = raw.count(b"\r\n")
-            self.seen.add("\n")
-            self._known += b"" if b"\n" in self._known else b"\n"  # else never learnt
+            self._learn("\n")  # learnt, not only seen: its byte is then dropped as known
         rest, text = self._collect(raw)
         self.chars += len(raw) - crlf - (len(rest) - len(text))
 
