@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from contextlib import suppress
 from functools import lru_cache
 from importlib.util import find_spec
@@ -21,6 +22,14 @@ def config_path() -> str:
     if (_REPO_CONF / "config.yaml").is_file():  # a bare checkout run with PYTHONPATH
         return str(_REPO_CONF)
     raise RuntimeError("corpusprep: cannot find its conf/ directory; reinstall the package")
+
+
+def default_cache_dir() -> Path:
+    """$CORPUSPREP_CACHE_DIR, else $XDG_CACHE_HOME/corpusprep, else ~/.cache/corpusprep."""
+    if os.environ.get("CORPUSPREP_CACHE_DIR"):
+        return Path(os.environ["CORPUSPREP_CACHE_DIR"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "corpusprep"
 
 
 PLUGIN_GROUP = "corpusprep.conf"  # entry points: name -> a package of plugin configs

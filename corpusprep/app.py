@@ -15,10 +15,10 @@ import threading
 import traceback
 from typing import Any, NoReturn, Optional
 
-import hydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from corpusprep import compose_cache
 from corpusprep._paths import config_path
 from corpusprep.config import drop_leftovers, use_fast_yaml
 from corpusprep.errors import UserError
@@ -31,14 +31,24 @@ def fail(message: str, code: int = 1) -> NoReturn:
     sys.exit(code)
 
 
-@hydra.main(version_base="1.3", config_path=config_path(), config_name="config")
-def _run(cfg: DictConfig) -> Any:
+def _hydra_job(cfg: DictConfig) -> Any:
+    """The task Hydra runs with the config it composed."""
     from hydra.core.hydra_config import HydraConfig
 
-    from corpusprep.sweep import job_dir, write_record
+    from corpusprep.sweep import job_dir
 
     overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-    folder = job_dir()  # in a sweep: a failed job is recorded, and the others go on
+    if _KEPT_ARGV is not None and HydraConfig.initialized():
+        compose_cache.save(_KEPT_ARGV, cfg, HydraConfig.get(), overrides)
+    return run_job(cfg, overrides, job_dir())
+
+
+_KEPT_ARGV: Optional[list[str]] = None  # the command line whose composed config is kept
+
+
+def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None) -> Any:
+    """Prepare (or estimate) what cfg asks for; folder is the job's own in a sweep, where a
+    failed job is recorded and the others go on."""
     try:
         _check_required(cfg)
         drop_leftovers(cfg, overrides)
@@ -56,7 +66,7 @@ def _run(cfg: DictConfig) -> Any:
         if folder is None:
             fail(message)
         print(f"corpusprep: error: {message}", file=sys.stderr)
-        write_record(folder, cfg, "failed", reason=message)
+        _record(folder, cfg, "failed", reason=message)
         return None
     except KeyboardInterrupt:
         fail("interrupted; the previous outputs in out_dir are untouched", code=130)
@@ -64,14 +74,20 @@ def _run(cfg: DictConfig) -> Any:
         if folder is None:
             raise  # a bug: its traceback is the useful report
         print(redact_text(traceback.format_exc()), end="", file=sys.stderr)
-        write_record(folder, cfg, "failed", reason=redact_text(f"{type(e).__name__}: {e}"))
+        _record(folder, cfg, "failed", reason=redact_text(f"{type(e).__name__}: {e}"))
         return None
     status = "estimate" if cfg.get("dry_run") else "skipped" if result.get("skipped") else "ok"
     if folder is not None:
-        write_record(folder, cfg, status, **({"estimate": result} if status == "estimate" else {}))
+        _record(folder, cfg, status, **({"estimate": result} if status == "estimate" else {}))
     if not cfg.get("quiet") or status == "skipped":
         print(summary(result, cfg.out_dir))
     return result
+
+
+def _record(folder: Any, cfg: DictConfig, status: str, **fields: Any) -> None:
+    from corpusprep.sweep import write_record
+
+    write_record(folder, cfg, status, **fields)
 
 
 def main() -> None:
@@ -81,12 +97,26 @@ def main() -> None:
     # `split=0.8,0.9 -m` as well as `-m split=0.8,0.9` (argparse wants flags first)
     flags = [a for a in sys.argv[1:] if a in ("-m", "--multirun")]
     sys.argv[1:] = flags + [a for a in sys.argv[1:] if a not in flags]
-    check_overrides(sys.argv[1:])
+    argv = sys.argv[1:]
+    kept = compose_cache.load(argv)
+    if kept is not None:  # this command's config as Hydra composed it last time
+        run_job(*kept)
+        return
+    check_overrides(argv)
     guard_key_overrides()
     _guard_hydra_targets()
-    _skip_mode_probe(sys.argv[1:])
+    _skip_mode_probe(argv)
     use_fast_yaml()
-    _run()
+    global _KEPT_ARGV
+    _KEPT_ARGV = argv if compose_cache.eligible(argv) else None
+    _compose_and_run()
+
+
+def _compose_and_run() -> None:
+    import hydra  # only here: a command whose config is kept never imports Hydra
+
+    task = hydra.main(version_base="1.3", config_path=config_path(), config_name="config")
+    task(_hydra_job)()
 
 
 def cli() -> NoReturn:

@@ -7,6 +7,7 @@ import functools
 import importlib
 import os
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Optional, Union
@@ -49,6 +50,8 @@ def _stdlib() -> str:
 
 def _out_dir(run_default: str) -> str:
     """out_dir's default: data/<name> in a plain run; in a sweep, the job's own folder."""
+    if not _hydra_job_runs():
+        return run_default
     from corpusprep.sweep import job_dir
 
     folder = job_dir()
@@ -69,7 +72,15 @@ def _safe(name: str) -> str:
     return name
 
 
+def _hydra_job_runs() -> bool:
+    """Whether Hydra may be running this job: not when the run's config was kept from an
+    earlier run (corpusprep.compose_cache), which does not import Hydra at all."""
+    return "hydra.core.hydra_config" in sys.modules
+
+
 def _job_num() -> str:
+    if not _hydra_job_runs():
+        return ""
     from hydra.core.hydra_config import HydraConfig
 
     return str(HydraConfig.get().job.num) if HydraConfig.initialized() else ""

@@ -953,7 +953,7 @@ def _side_keys(run: Run) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _manifest(run: Run) -> dict[str, Any]:
-    import hydra
+    from importlib.metadata import version
 
     from corpusprep.redact import redact_values
 
@@ -1018,7 +1018,7 @@ def _manifest(run: Run) -> dict[str, Any]:
         "versions": {
             "python": platform.python_version(),
             "numpy": np.__version__,
-            "hydra": hydra.__version__,
+            "hydra": version("hydra-core"),  # Hydra itself is not imported on every run
         },  # fmt: skip
         "format": run.exporter.describe(),
     }

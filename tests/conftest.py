@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,10 @@ import pytest
 # CLI tests name tests/fault_tokenizers.py's classes in tokenizer._target_: this suite's own
 # code, trusted as a plugin would be (corpusprep refuses classes of any other package)
 os.environ.setdefault("CORPUSPREP_PLUGIN_PACKAGES", "fault_tokenizers")
+# the configs CLI runs keep (corpusprep.compose_cache) go to a folder of this test process,
+# not the user's ~/.cache; a test that needs an empty one takes the compose_dir fixture
+_SESSION_COMPOSE = tempfile.mkdtemp(prefix="corpusprep-test-compose-")
+os.environ.setdefault("CORPUSPREP_COMPOSE_CACHE", _SESSION_COMPOSE)
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
@@ -47,6 +52,14 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "cache"
     path.mkdir()
     monkeypatch.setenv("CORPUSPREP_CACHE_DIR", str(path))
+    return path
+
+
+@pytest.fixture
+def compose_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty folder for the configs runs keep, used in-process and by CLI subprocesses."""
+    path = tmp_path / "compose"
+    monkeypatch.setenv("CORPUSPREP_COMPOSE_CACHE", str(path))
     return path
 
 
@@ -104,3 +117,4 @@ def _cli_server():
 
     yield
     stop_cli_servers()
+    shutil.rmtree(_SESSION_COMPOSE, ignore_errors=True)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import unquote, urlsplit
 
+from corpusprep._paths import default_cache_dir
 from corpusprep.errors import UserError
 from corpusprep.formats import InputFile
 from corpusprep.redact import redact
@@ -31,14 +32,6 @@ BUNDLED = {
     ("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
      "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"): "tinyshakespeare.txt.xz",
 }  # fmt: skip
-
-
-def default_cache_dir() -> Path:
-    """$CORPUSPREP_CACHE_DIR, else $XDG_CACHE_HOME/corpusprep, else ~/.cache/corpusprep."""
-    if os.environ.get("CORPUSPREP_CACHE_DIR"):
-        return Path(os.environ["CORPUSPREP_CACHE_DIR"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "corpusprep"
 
 
 def sha256_file(path: Path) -> str:

@@ -1,0 +1,251 @@
+"""The config Hydra composed for a plain run, kept so that the same command skips Hydra.
+
+Importing Hydra and composing the config from a dozen YAML files takes about 0.3 s of every
+run: as long as encoding 10 MB of text. For one command line, Python and set of config
+files, Hydra composes the same config every time. So a plain run (no -m, no --flag, no
+hydra.* override) keeps its composed config, unresolved, in
+~/.cache/corpusprep/compose/KEY.json ($XDG_CACHE_HOME/corpusprep/compose), and the next run
+of the same command reads it instead of importing Hydra at all. Interpolations such as
+${oc.env:...} are kept as written: they still resolve when the run reads them.
+
+An entry is used only while nothing Hydra composed it from has changed. It records the size
+and modification time of every config file and folder Hydra searched and of corpusprep's
+own code (which checks the overrides while Hydra composes), and what is installed: the
+package metadata, .pth files and Hydra plugins in every folder on sys.path. Any
+difference, and Hydra composes as before. Never kept: a command line holding a secret (a
+URL's password, ?token=), and a run for which Hydra does more than call corpusprep (a
+callback, an environment, a log file of its own).
+
+The file is JSON: reading it runs nothing, and the `_target_`s in it are checked like any
+config's (config.build). But whoever can write an entry decides what the run does, so it is
+read only if it and its folder are the user's own and nobody else may write them; that is
+also why entries are not kept in CORPUSPREP_CACHE_DIR, which may be a shared folder.
+CORPUSPREP_COMPOSE_CACHE=0 turns the cache off; CORPUSPREP_COMPOSE_CACHE=DIR moves it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import stat
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+FORMAT = 1  # of an entry; an entry of another format is not read
+MAX_ENTRIES = 256  # the oldest beyond this are removed when one is written
+SETTING = "CORPUSPREP_COMPOSE_CACHE"  # 0: off; a folder: the entries go there
+PACKAGE = Path(__file__).resolve().parent
+
+
+def eligible(argv: list[str]) -> bool:
+    """Whether Hydra's composition for this command line may be kept and reused: overrides
+    only, none of Hydra's own settings, no secret in it."""
+    from corpusprep.redact import redact_text
+
+    if os.environ.get(SETTING) == "0":
+        return False
+    for arg in argv:
+        key = arg.lstrip("+~").split("=", 1)[0]
+        if arg.startswith("-") or ("=" not in arg and not arg.startswith("~")):
+            return False  # a flag (-m, --cfg, --config-dir ...), or not an override
+        if key.startswith("hydra"):
+            return False  # Hydra's own settings: hydra.run.dir, hydra/launcher=...
+        if redact_text(arg) != arg:
+            return False  # a password or token would be written to the cache
+    return True
+
+
+def cache_folder() -> Path:
+    """Where entries are kept: $CORPUSPREP_COMPOSE_CACHE, else the user's own cache folder."""
+    if os.environ.get(SETTING):
+        return Path(os.environ[SETTING]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "corpusprep" / "compose"
+
+
+def _entry_path(argv: list[str]) -> Path:
+    who = [FORMAT, sys.executable, sys.version, sys.path, str(PACKAGE), argv]
+    key = hashlib.sha256(json.dumps(who).encode()).hexdigest()[:32]
+    return cache_folder() / f"{key}.json"
+
+
+def _read_own(path: Path) -> str:
+    """The entry's text, if the file and its folder are this user's and nobody else's to
+    write; else OSError."""
+    with open(path, encoding="utf-8") as f:
+        for st in (os.fstat(f.fileno()), os.stat(path.parent)):
+            if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                raise PermissionError(f"{path}: another user may write it")
+        return f.read()
+
+
+def load(argv: list[str]) -> Optional[tuple[DictConfig, list[str]]]:
+    """(the composed config, the task overrides) Hydra gave this command line last time,
+    if nothing it was composed from has changed since; else None."""
+    if not eligible(argv):
+        return None
+    try:
+        entry = json.loads(_read_own(_entry_path(argv)))
+        if not _valid(entry, argv) or _stamp(entry["stamped"]) != entry["stamp"]:
+            return None
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # absent, unreadable, half-written by a killed run: Hydra composes
+    cfg = OmegaConf.create(entry["config"])
+    OmegaConf.set_struct(cfg, True)  # as Hydra gives it: a key nothing defines is an error
+    return cfg, list(entry["overrides"])
+
+
+def _valid(entry: Any, argv: list[str]) -> bool:
+    return (
+        isinstance(entry, dict)
+        and entry.get("format") == FORMAT
+        and entry.get("argv") == argv
+        and isinstance(entry.get("config"), dict)
+        and isinstance(entry.get("overrides"), list)
+        and all(isinstance(o, str) for o in entry["overrides"])
+        and isinstance(entry.get("stamped"), list)
+        and all(isinstance(p, str) for p in entry["stamped"])
+        and isinstance(entry.get("stamp"), dict)
+    )
+
+
+def save(argv: list[str], cfg: DictConfig, hydra: DictConfig, overrides: list[str]) -> None:
+    """Keep what Hydra composed for argv: the task's config (before anything changes it)
+    and its overrides, if hydra (HydraConfig's node) does nothing a kept config leaves out.
+    Best effort: a cache that cannot be written (read-only, full) is no error."""
+    if not eligible(argv) or not _plain_hydra(hydra):
+        return
+    stamped = _sources(hydra)
+    if stamped is None:
+        return
+    task = OmegaConf.to_container(cfg, resolve=False)
+    entry = {"format": FORMAT, "argv": argv, "config": task, "overrides": list(overrides),
+             "stamped": stamped, "stamp": _stamp(stamped)}  # fmt: skip
+    path = _entry_path(argv)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # whatever the umask
+        with open(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(entry))
+        os.replace(tmp, path)  # a reader sees the old entry or the new one, never half
+        _prune(path.parent)
+    except (OSError, TypeError, ValueError):  # TypeError/ValueError: a value JSON cannot hold
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+
+
+def _plain_hydra(hydra: DictConfig) -> bool:
+    """Hydra does nothing for this run but call corpusprep: what a cache hit leaves out."""
+    choices = hydra.runtime.choices
+    callbacks = OmegaConf.to_container(hydra.callbacks, resolve=False)
+    return (
+        choices.get("hydra/job_logging") == "none"
+        and choices.get("hydra/hydra_logging") == "none"
+        and callbacks == {"sweep": {"_target_": "corpusprep.sweep.SweepCallback"}}
+        and not hydra.job.env_set
+        and hydra.job.chdir is False
+        and hydra.output_subdir is None
+        and hydra.mode is not None
+        and str(hydra.mode) == "RunMode.RUN"
+        and not hydra.verbose
+    )
+
+
+def _sources(hydra: DictConfig) -> Optional[list[str]]:
+    """Every file and folder whose change could change what Hydra composes or lets through,
+    or None if a config source is not a folder on disk (a zip, a plugin's own scheme)."""
+    from importlib.resources import files
+
+    folders = [PACKAGE]
+    for source in hydra.runtime.config_sources:
+        scheme, where = str(source.schema), str(source.path)
+        if scheme == "structured":
+            continue  # dataclasses in code: installed packages, stamped by _installed
+        if scheme not in ("pkg", "file"):
+            return None
+        try:
+            folder = Path(str(files(where))) if scheme == "pkg" else Path(where)
+        except (ModuleNotFoundError, TypeError, ValueError):
+            return None
+        if not folder.is_dir():
+            return None  # in a zip, or several folders of a namespace package
+        folders.append(folder)
+    stamped = []
+    for folder in folders:
+        for root, dirs, names in os.walk(folder):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            stamped.append(root)
+            stamped.extend(os.path.join(root, n) for n in sorted(names) if not n.endswith(".pyc"))
+    if any(_interpolated_default(p) for p in stamped if p.endswith((".yaml", ".yml"))):
+        return None
+    return stamped
+
+
+_LIST_ITEM_INTERPOLATED = re.compile(r"^\s*-\s.*\$\{", re.MULTILINE)
+
+
+def _interpolated_default(path: str) -> bool:
+    """Whether a config file may have an interpolation in its defaults list, which Hydra
+    resolves while composing (${oc.env:...} there would make the composition depend on the
+    environment); a block-list item holding "${" anywhere in a file with defaults counts."""
+    try:
+        text = Path(path).read_text("utf-8", errors="replace")
+    except OSError:
+        return True
+    return "defaults" in text and _LIST_ITEM_INTERPOLATED.search(text) is not None
+
+
+def _stamp(paths: list[str]) -> dict[str, list]:
+    """Size and modification time of each path (a folder's changes when an entry is added,
+    removed or renamed in it; [-1, -1] for one that is gone), and what is installed."""
+    return {"files": [_stat(p) for p in paths], "installed": _installed()}
+
+
+def _stat(path: str) -> list[int]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [-1, -1]
+    return [st.st_size, st.st_mtime_ns]
+
+
+INSTALLED = (".dist-info", ".egg-info", ".egg-link", ".pth")
+
+
+def _installed() -> list[list]:
+    """What decides the installed packages' entry points (corpusprep's plugins) and Hydra's
+    plugins, in each folder on sys.path: its package metadata, .pth files and hydra_plugins
+    (a listing, not a folder's time, so that files written to the working folder, which is
+    on sys.path under `python -m`, do not count)."""
+    out = []
+    for folder in sys.path:
+        try:
+            with os.scandir(folder or ".") as it:
+                found = sorted(e.name for e in it if e.name.endswith(INSTALLED)
+                               or e.name == "hydra_plugins")  # fmt: skip
+        except OSError:
+            continue
+        for name in found:
+            where = os.path.join(folder or ".", name)
+            out.append([where, _stat(where)])
+            if name == "hydra_plugins":  # a plugin added to a namespace folder
+                with contextlib.suppress(OSError):
+                    out.extend(
+                        [os.path.join(where, n), _stat(os.path.join(where, n))]
+                        for n in sorted(os.listdir(where))
+                        if n != "__pycache__"
+                    )
+    return out
+
+
+def _prune(folder: Path) -> None:
+    entries = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
+    for old in entries[:-MAX_ENTRIES]:
+        old.unlink(missing_ok=True)

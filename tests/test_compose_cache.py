@@ -1,0 +1,251 @@
+"""The composed config a plain run keeps (corpusprep.compose_cache): the next run of the
+same command gets exactly what Hydra would compose, without importing Hydra; anything that
+could change the composition makes it compose again."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import REPO, assert_one_line_error, run_cli, same_files
+from omegaconf import OmegaConf
+
+from corpusprep import compose_cache
+
+
+def _entries(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.json"))
+
+
+def _fresh(args: list[str], cwd: Path, *flags: str) -> subprocess.CompletedProcess:
+    """A fresh interpreter (the tests' CLI servers have imported Hydra already)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, *flags, "-m", "corpusprep", *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def _manifest(folder: Path) -> dict:
+    m = json.loads((folder / "manifest.json").read_text())
+    for key in ("created", "seconds"):
+        m.pop(key)
+    return m
+
+
+def test_second_run_skips_hydra_and_makes_the_same_files(tmp_path, shakespeare, compose_dir):
+    args = ["source=file", f"source.path={shakespeare}", "tokenizer=char", "quiet=true"]
+    first = _fresh([*args, f"out_dir={tmp_path / 'a'}"], tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert len(_entries(compose_dir)) == 1
+    again = [*args, f"out_dir={tmp_path / 'b'}"]
+    miss = _fresh(again, tmp_path)
+    assert miss.returncode == 0, miss.stderr
+    assert len(_entries(compose_dir)) == 2
+    (tmp_path / "b").rename(tmp_path / "b_hydra")
+    hit = _fresh(again, tmp_path, "-X", "importtime")
+    assert hit.returncode == 0, hit.stderr
+    imported = [line.rsplit("|", 1)[-1].strip() for line in hit.stderr.splitlines()
+                if line.startswith("import time:")]  # fmt: skip
+    assert "omegaconf" in imported and not [m for m in imported if m.startswith("hydra")]
+    same_files(tmp_path / "b", tmp_path / "b_hydra")
+    assert _manifest(tmp_path / "b") == _manifest(tmp_path / "b_hydra")  # config, overrides
+
+
+COMMANDS = [
+    ["dataset=shakespeare_char"],
+    ["dataset=shakespeare", "split=0.8", "format=llmc"],
+    ["dataset=openwebtext", "source=file", "source.path=owt.jsonl", "tokenizer=char",
+     "split_by=hash", "val_size=0.01"],
+    ["dataset=python_stdlib", "tokenizer=byte", "~source.skip_invalid", "dtype=uint32"],
+    ["source=files", "source.glob=[a.txt,'b c.txt']", "tokenizer=tiktoken", "eot=prepend"],
+    ["source=file", "source.path=x.jsonl", "source.doc_end='\\n\\n'", "tokenizer=char",
+     'tokenizer.separator="<|end|>"', "executor.workers=3", "split=1"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=lambda a: a[0])
+def test_kept_config_is_what_hydra_composes(args, tmp_path, compose_dir):
+    """The entry holds the config Hydra gave the run, key for key, interpolations unresolved,
+    and the task overrides (the manifest's); `--cfg job` prints what Hydra composes."""
+    run_cli(*args, "dry_run=true", "quiet=true", cwd=tmp_path)  # fails or not: composed
+    (entry,) = _entries(compose_dir)
+    kept = json.loads(entry.read_text())
+    shown = run_cli(*args, "dry_run=true", "quiet=true", "--cfg", "job", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    composed = OmegaConf.create(shown.stdout)
+    assert OmegaConf.to_container(composed) == kept["config"]
+    assert kept["overrides"] == [*args, "dry_run=true", "quiet=true"]
+
+
+def test_a_kept_config_is_used_only_while_its_sources_are_unchanged(tmp_path, compose_dir):
+    conf = tmp_path / "conf"
+    (conf / "tokenizer").mkdir(parents=True)
+    option = conf / "tokenizer" / "mine.yaml"
+    option.write_text("_target_: corpusprep.tokenizers.char.CharTokenizer\n")
+    hydra = OmegaConf.create({
+        "runtime": {"choices": {"hydra/job_logging": "none", "hydra/hydra_logging": "none"},
+                    "config_sources": [{"schema": "file", "path": str(conf), "provider": "t"}]},
+        "callbacks": {"sweep": {"_target_": "corpusprep.sweep.SweepCallback"}},
+        "job": {"env_set": {}, "chdir": False}, "output_subdir": None, "verbose": False,
+        "mode": "RUN",
+    })  # fmt: skip
+    argv = ["tokenizer=mine", "split=0.5"]
+    cfg = OmegaConf.create({"split": 0.5, "name": "${source.name}", "tokenizer": {"x": "???"}})
+
+    def kept():
+        found = compose_cache.load(argv)
+        return found and (OmegaConf.to_container(found[0]), found[1])
+
+    hydra.mode = "RunMode.RUN"
+    compose_cache.save(argv, cfg, hydra, argv)
+    assert kept() == (OmegaConf.to_container(cfg), argv)
+    assert OmegaConf.is_struct(compose_cache.load(argv)[0])
+    assert compose_cache.load(["split=0.5", "tokenizer=mine"]) is None  # another command
+
+    option.write_text("_target_: corpusprep.tokenizers.byte.ByteTokenizer\n")  # edited
+    assert compose_cache.load(argv) is None
+    compose_cache.save(argv, cfg, hydra, argv)
+    assert kept()
+    (conf / "tokenizer" / "new.yaml").write_text("{}\n")  # an option added
+    assert compose_cache.load(argv) is None
+    compose_cache.save(argv, cfg, hydra, argv)
+    assert kept()
+
+    site = tmp_path / "site"  # a package installed into a folder on sys.path
+    site.mkdir()
+    sys.path.append(str(site))
+    try:
+        compose_cache.save(argv, cfg, hydra, argv)
+        assert kept()
+        (site / "plugin-1.0.dist-info").mkdir()
+        assert compose_cache.load(argv) is None
+        compose_cache.save(argv, cfg, hydra, argv)
+        (site / "hydra_plugins").mkdir()
+        assert compose_cache.load(argv) is None
+        compose_cache.save(argv, cfg, hydra, argv)
+        (site / "hydra_plugins" / "launcher.py").write_text("")
+        assert compose_cache.load(argv) is None
+        compose_cache.save(argv, cfg, hydra, argv)
+        (site / "unrelated.txt").write_text("a file the run wrote in its folder")
+        assert kept()
+    finally:
+        sys.path.remove(str(site))
+
+    (conf / "config.yaml").write_text("defaults:\n  - tokenizer: ${oc.env:TOKENIZER}\n")
+    for entry in _entries(compose_dir):
+        entry.unlink()
+    compose_cache.save(argv, cfg, hydra, argv)  # composed from the environment: not kept
+    assert not _entries(compose_dir)
+    (conf / "config.yaml").unlink()
+    compose_cache.save(argv, cfg, hydra, argv)
+    assert kept()
+
+    hydra.callbacks.mine = {"_target_": "corpusprep.sweep.SweepCallback"}  # Hydra does more
+    for entry in _entries(compose_dir):
+        entry.unlink()
+    compose_cache.save(argv, cfg, hydra, argv)
+    assert not _entries(compose_dir)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["-m", "split=0.8,0.9"], ["dataset=shakespeare", "--cfg", "job"], ["hydra.run.dir=x"],
+     ["hydra/launcher=joblib"], ["+hydra.job.env_set.A=1"], ["source.path=x", "--config-dir=c"],
+     ["source=url", "source.url=https://me:secret@127.0.0.1/x.txt"],
+     ["source=url", "source.url=http://127.0.0.1/x.txt?token=abc"]],
+)  # fmt: skip
+def test_what_is_never_kept(argv):
+    assert not compose_cache.eligible(argv)
+
+
+def test_off_switch(monkeypatch):
+    assert compose_cache.eligible(["dataset=shakespeare"])
+    monkeypatch.setenv("CORPUSPREP_COMPOSE_CACHE", "0")
+    assert not compose_cache.eligible(["dataset=shakespeare"])
+
+
+def test_a_broken_or_tampered_entry(tmp_path, shakespeare, compose_dir):
+    """Half-written or not an entry: Hydra composes again and the entry is rewritten. A
+    `_target_` written into an entry is checked as any config's: nothing runs from it."""
+    args = ["source=file", f"source.path={shakespeare}", "tokenizer=char", "quiet=true",
+            f"out_dir={tmp_path / 'out'}"]  # fmt: skip
+    assert run_cli(*args, cwd=tmp_path).returncode == 0
+    (entry,) = _entries(compose_dir)
+    good = entry.read_text()
+    for broken in (good[: len(good) // 2], "[]", json.dumps({**json.loads(good), "stamp": 1})):
+        entry.write_text(broken)
+        result = run_cli(*args, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert "up to date" in result.stdout
+        assert json.loads(entry.read_text())["argv"] == args  # composed and kept again
+    entry.write_text(good)
+    tampered = json.loads(good)
+    tampered["config"]["tokenizer"]["_target_"] = "os.system"
+    entry.write_text(json.dumps(tampered))
+    result = run_cli(*args, cwd=tmp_path)
+    assert_one_line_error(result, "tokenizer._target_=os.system", "may only name classes")
+
+
+def test_an_entry_others_may_write_is_not_read(tmp_path, shakespeare, compose_dir):
+    args = ["source=file", f"source.path={shakespeare}", "tokenizer=char", "quiet=true",
+            f"out_dir={tmp_path / 'out'}"]  # fmt: skip
+    umask = os.umask(0o002)  # one that lets the group write: the entry is 0600 all the same
+    try:
+        assert _fresh(args, tmp_path).returncode == 0
+    finally:
+        os.umask(umask)
+    (entry,) = _entries(compose_dir)
+    assert entry.stat().st_mode & 0o777 == 0o600
+    tampered = json.loads(entry.read_text())
+    tampered["config"]["tokenizer"]["_target_"] = "os.system"
+    entry.write_text(json.dumps(tampered))
+    for mode, folder_mode in ((0o620, 0o700), (0o600, 0o770), (0o602, 0o700)):
+        entry.chmod(mode)
+        compose_dir.chmod(folder_mode)
+        result = run_cli(*args, cwd=tmp_path)  # Hydra composes: the entry is not read
+        assert result.returncode == 0, result.stderr
+        entry.write_text(json.dumps(tampered))
+    compose_dir.chmod(0o700)
+
+
+def test_the_default_folder_is_the_users_own(tmp_path, monkeypatch):
+    monkeypatch.delenv("CORPUSPREP_COMPOSE_CACHE")
+    monkeypatch.setenv("CORPUSPREP_CACHE_DIR", str(tmp_path / "shared"))  # downloads only
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert compose_cache.cache_folder() == tmp_path / "xdg" / "corpusprep" / "compose"
+
+
+def test_user_errors_are_the_same_on_a_kept_config(tmp_path, compose_dir):
+    args = ["source=file", f"source.path={tmp_path / 'absent.txt'}", "tokenizer=char"]
+    first, second = (run_cli(*args, cwd=tmp_path) for _ in range(2))
+    assert len(_entries(compose_dir)) == 1
+    assert_one_line_error(first, "absent.txt")
+    assert (second.returncode, second.stderr) == (first.returncode, first.stderr)
+
+
+def test_a_cache_that_cannot_be_written(tmp_path, shakespeare, monkeypatch):
+    blocked = tmp_path / "file"  # the cache folder's place is taken by a file
+    blocked.write_text("")
+    monkeypatch.setenv("CORPUSPREP_COMPOSE_CACHE", str(blocked))
+    args = ["source=file", f"source.path={shakespeare}", "tokenizer=char", "quiet=true"]
+    for n in range(2):
+        result = run_cli(*args, f"out_dir={tmp_path / str(n)}", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+
+
+def test_entries_are_bounded(tmp_path, compose_dir, monkeypatch):
+    monkeypatch.setattr(compose_cache, "MAX_ENTRIES", 3)
+    hydra = OmegaConf.create({
+        "runtime": {"choices": {"hydra/job_logging": "none", "hydra/hydra_logging": "none"},
+                    "config_sources": []},
+        "callbacks": {"sweep": {"_target_": "corpusprep.sweep.SweepCallback"}},
+        "job": {"env_set": {}, "chdir": False}, "output_subdir": None, "verbose": False,
+        "mode": "RunMode.RUN",
+    })  # fmt: skip
+    for n in range(5):
+        compose_cache.save([f"seed={n}"], OmegaConf.create({"seed": n}), hydra, [])
+    assert len(_entries(compose_dir)) == 3
+    assert compose_cache.load(["seed=4"]) and not compose_cache.load(["seed=0"])
