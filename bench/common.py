@@ -404,12 +404,18 @@ def parse_args(
 
 
 def open_workdir(chosen: Optional[Path]) -> tuple[Path, bool]:
-    """The folder for the corpus, outputs and logs; (path, temporary)."""
+    """The folder for the corpus, outputs and logs; (path, temporary). corpusprep's
+    records of composed configs start empty there, so that each command's first run
+    composes with Hydra as a new command does (the later runs read the record, as a
+    repeated command does: docs/keys.md#a-repeated-command-skips-hydra)."""
     if chosen is None:
-        return Path(tempfile.mkdtemp(prefix="corpusprep-bench-", dir="/tmp")), True
-    workdir = chosen.resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
-    return workdir, False
+        workdir, temporary = Path(tempfile.mkdtemp(prefix="corpusprep-bench-", dir="/tmp")), True
+    else:
+        workdir, temporary = chosen.resolve(), False
+        workdir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(workdir / "compose", ignore_errors=True)
+    os.environ["CORPUSPREP_COMPOSE_CACHE"] = str(workdir / "compose")
+    return workdir, temporary
 
 
 def corpusprep_origin(cwd: Path) -> str:
@@ -479,7 +485,9 @@ def run_all(
                 print(f"\nOUTPUTS DIFFER (kept in {workdir}):", file=sys.stderr)
                 print("\n".join(f"  {p}" for p in problems), file=sys.stderr)
                 return None
-    print(f"\noutputs identical: {', '.join(compared)}\n")
+    print(f"\noutputs identical: {', '.join(compared)}")
+    print("(corpusprep's run 1 of a command composes its config with Hydra; runs 2 on read "
+          "the config that run kept, as a repeated command does)\n")  # fmt: skip
     return runs
 
 

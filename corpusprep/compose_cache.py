@@ -32,6 +32,7 @@ import os
 import re
 import stat
 import sys
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -98,7 +99,26 @@ def load(argv: list[str]) -> Optional[tuple[DictConfig, list[str]]]:
         return None  # absent, unreadable, half-written by a killed run: Hydra composes
     cfg = OmegaConf.create(entry["config"])
     OmegaConf.set_struct(cfg, True)  # as Hydra gives it: a key nothing defines is an error
+    global _kept_by
+    _kept_by = str(entry.get("hydra", ""))
     return cfg, list(entry["overrides"])
+
+
+_kept_by = ""  # the version of the Hydra that composed the config load() gave
+
+
+def hydra_version() -> str:
+    """The version of the Hydra that composed this run's config: the one imported, or the
+    one that composed a kept config (its install is stamped: the same one is installed),
+    without importing Hydra or reading package metadata (0.04 s of a run)."""
+    hydra = sys.modules.get("hydra")
+    if hydra is not None:
+        return str(hydra.__version__)
+    if _kept_by:
+        return _kept_by
+    from importlib.metadata import version
+
+    return version("hydra-core")
 
 
 def _valid(entry: Any, argv: list[str]) -> bool:
@@ -112,6 +132,7 @@ def _valid(entry: Any, argv: list[str]) -> bool:
         and isinstance(entry.get("stamped"), list)
         and all(isinstance(p, str) for p in entry["stamped"])
         and isinstance(entry.get("stamp"), dict)
+        and isinstance(entry.get("hydra"), str)
     )
 
 
@@ -124,21 +145,39 @@ def save(argv: list[str], cfg: DictConfig, hydra: DictConfig, overrides: list[st
     stamped = _sources(hydra)
     if stamped is None:
         return
+    stamp = _stamp(stamped)
+    if _changed_lately(stamp):
+        return
     task = OmegaConf.to_container(cfg, resolve=False)
     entry = {"format": FORMAT, "argv": argv, "config": task, "overrides": list(overrides),
-             "stamped": stamped, "stamp": _stamp(stamped)}  # fmt: skip
+             "hydra": hydra_version(), "stamped": stamped, "stamp": stamp}  # fmt: skip
     path = _entry_path(argv)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        text = json.dumps(entry)
+        if json.loads(text)["config"] != task:  # an int key, a tuple: JSON would change it
+            return
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # whatever the umask
         with open(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(entry))
+            f.write(text)
         os.replace(tmp, path)  # a reader sees the old entry or the new one, never half
         _prune(path.parent)
     except (OSError, TypeError, ValueError):  # TypeError/ValueError: a value JSON cannot hold
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
+
+
+STARTED_NS = time.time_ns()  # when this process started to compose (imported just before)
+RACY_NS = 2_000_000_000  # a file system's coarsest timestamps: 1-2 s
+
+
+def _changed_lately(stamp: dict[str, list]) -> bool:
+    """Whether a stamped file changed while Hydra composed, or so shortly before that a
+    second change might leave the same time: the stamp would not tell the content Hydra
+    read from the content on disk, so the entry is not kept (the next run keeps one)."""
+    times = [t for _, t in stamp["files"]] + [t for _, (_, t) in stamp["installed"]]
+    return any(t > STARTED_NS - RACY_NS for t in times)
 
 
 def _plain_hydra(hydra: DictConfig) -> bool:

@@ -953,8 +953,7 @@ def _side_keys(run: Run) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _manifest(run: Run) -> dict[str, Any]:
-    from importlib.metadata import version
-
+    from corpusprep.compose_cache import hydra_version
     from corpusprep.redact import redact_values
 
     settings, files = run.settings, run.files
@@ -1018,7 +1017,7 @@ def _manifest(run: Run) -> dict[str, Any]:
         "versions": {
             "python": platform.python_version(),
             "numpy": np.__version__,
-            "hydra": version("hydra-core"),  # Hydra itself is not imported on every run
+            "hydra": hydra_version(),
         },  # fmt: skip
         "format": run.exporter.describe(),
     }

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,19 @@ from helpers import REPO, assert_one_line_error, run_cli, same_files
 from omegaconf import OmegaConf
 
 from corpusprep import compose_cache
+
+
+@pytest.fixture
+def settled(monkeypatch):
+    """corpusprep's code unchanged for as long as a kept config needs (a file changed just
+    before a run is not trusted: test_a_file_changed_while_composing_is_not_trusted), as
+    just after an install or an edit it may not be; and this process as if started now."""
+    newest = max(p.stat().st_mtime_ns for p in compose_cache.PACKAGE.rglob("*"))
+    newest = max([newest] + [t for _, (_, t) in compose_cache._installed()])  # an install
+    wait = newest + compose_cache.RACY_NS - time.time_ns()
+    if wait > 0:
+        time.sleep(wait / 1e9 + 0.05)
+    monkeypatch.setattr(compose_cache, "STARTED_NS", time.time_ns())
 
 
 def _entries(folder: Path) -> list[Path]:
@@ -35,7 +49,9 @@ def _manifest(folder: Path) -> dict:
     return m
 
 
-def test_second_run_skips_hydra_and_makes_the_same_files(tmp_path, shakespeare, compose_dir):
+def test_second_run_skips_hydra_and_makes_the_same_files(
+    tmp_path, shakespeare, compose_dir, settled
+):
     args = ["source=file", f"source.path={shakespeare}", "tokenizer=char", "quiet=true"]
     first = _fresh([*args, f"out_dir={tmp_path / 'a'}"], tmp_path)
     assert first.returncode == 0, first.stderr
@@ -67,7 +83,7 @@ COMMANDS = [
 
 
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda a: a[0])
-def test_kept_config_is_what_hydra_composes(args, tmp_path, compose_dir):
+def test_kept_config_is_what_hydra_composes(args, tmp_path, compose_dir, settled):
     """The entry holds the config Hydra gave the run, key for key, interpolations unresolved,
     and the task overrides (the manifest's); `--cfg job` prints what Hydra composes."""
     run_cli(*args, "dry_run=true", "quiet=true", cwd=tmp_path)  # fails or not: composed
@@ -80,18 +96,52 @@ def test_kept_config_is_what_hydra_composes(args, tmp_path, compose_dir):
     assert kept["overrides"] == [*args, "dry_run=true", "quiet=true"]
 
 
-def test_a_kept_config_is_used_only_while_its_sources_are_unchanged(tmp_path, compose_dir):
+@pytest.fixture
+def long_ago(monkeypatch):
+    """As if this process had started composing long after the files these tests write
+    (else each would be too new to trust its time: test_a_file_changed_while_composing)."""
+    monkeypatch.setattr(compose_cache, "STARTED_NS", time.time_ns() + 10**12)
+
+
+def _plain_hydra_node(sources: list[Path]):
+    return OmegaConf.create({
+        "runtime": {"choices": {"hydra/job_logging": "none", "hydra/hydra_logging": "none"},
+                    "config_sources": [{"schema": "file", "path": str(p), "provider": "t"}
+                                       for p in sources]},
+        "callbacks": {"sweep": {"_target_": "corpusprep.sweep.SweepCallback"}},
+        "job": {"env_set": {}, "chdir": False}, "output_subdir": None, "verbose": False,
+        "mode": "RunMode.RUN",
+    })  # fmt: skip
+
+
+def test_a_file_changed_while_composing_is_not_trusted(tmp_path, compose_dir, settled):
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "config.yaml").write_text("split: 0.9\n")  # just now: Hydra may have read either
+    hydra, cfg = _plain_hydra_node([conf]), OmegaConf.create({"split": 0.9})
+    compose_cache.save(["split=0.9"], cfg, hydra, [])
+    assert not _entries(compose_dir)
+    past = time.time_ns() - 10 * 10**9
+    for path in (conf / "config.yaml", conf):
+        os.utime(path, ns=(past, past))
+    compose_cache.save(["split=0.9"], cfg, hydra, [])
+    assert compose_cache.load(["split=0.9"])
+
+
+def test_a_config_json_would_change_is_not_kept(tmp_path, compose_dir, long_ago):
+    hydra = _plain_hydra_node([])
+    compose_cache.save(["a=1"], OmegaConf.create({"a": {1: "int key"}}), hydra, [])
+    assert not _entries(compose_dir)
+
+
+def test_a_kept_config_is_used_only_while_its_sources_are_unchanged(
+    tmp_path, compose_dir, long_ago
+):
     conf = tmp_path / "conf"
     (conf / "tokenizer").mkdir(parents=True)
     option = conf / "tokenizer" / "mine.yaml"
     option.write_text("_target_: corpusprep.tokenizers.char.CharTokenizer\n")
-    hydra = OmegaConf.create({
-        "runtime": {"choices": {"hydra/job_logging": "none", "hydra/hydra_logging": "none"},
-                    "config_sources": [{"schema": "file", "path": str(conf), "provider": "t"}]},
-        "callbacks": {"sweep": {"_target_": "corpusprep.sweep.SweepCallback"}},
-        "job": {"env_set": {}, "chdir": False}, "output_subdir": None, "verbose": False,
-        "mode": "RUN",
-    })  # fmt: skip
+    hydra = _plain_hydra_node([conf])
     argv = ["tokenizer=mine", "split=0.5"]
     cfg = OmegaConf.create({"split": 0.5, "name": "${source.name}", "tokenizer": {"x": "???"}})
 
@@ -99,7 +149,6 @@ def test_a_kept_config_is_used_only_while_its_sources_are_unchanged(tmp_path, co
         found = compose_cache.load(argv)
         return found and (OmegaConf.to_container(found[0]), found[1])
 
-    hydra.mode = "RunMode.RUN"
     compose_cache.save(argv, cfg, hydra, argv)
     assert kept() == (OmegaConf.to_container(cfg), argv)
     assert OmegaConf.is_struct(compose_cache.load(argv)[0])
@@ -167,7 +216,7 @@ def test_off_switch(monkeypatch):
     assert not compose_cache.eligible(["dataset=shakespeare"])
 
 
-def test_a_broken_or_tampered_entry(tmp_path, shakespeare, compose_dir):
+def test_a_broken_or_tampered_entry(tmp_path, shakespeare, compose_dir, settled):
     """Half-written or not an entry: Hydra composes again and the entry is rewritten. A
     `_target_` written into an entry is checked as any config's: nothing runs from it."""
     args = ["source=file", f"source.path={shakespeare}", "tokenizer=char", "quiet=true",
@@ -189,7 +238,7 @@ def test_a_broken_or_tampered_entry(tmp_path, shakespeare, compose_dir):
     assert_one_line_error(result, "tokenizer._target_=os.system", "may only name classes")
 
 
-def test_an_entry_others_may_write_is_not_read(tmp_path, shakespeare, compose_dir):
+def test_an_entry_others_may_write_is_not_read(tmp_path, shakespeare, compose_dir, settled):
     args = ["source=file", f"source.path={shakespeare}", "tokenizer=char", "quiet=true",
             f"out_dir={tmp_path / 'out'}"]  # fmt: skip
     umask = os.umask(0o002)  # one that lets the group write: the entry is 0600 all the same
@@ -218,7 +267,7 @@ def test_the_default_folder_is_the_users_own(tmp_path, monkeypatch):
     assert compose_cache.cache_folder() == tmp_path / "xdg" / "corpusprep" / "compose"
 
 
-def test_user_errors_are_the_same_on_a_kept_config(tmp_path, compose_dir):
+def test_user_errors_are_the_same_on_a_kept_config(tmp_path, compose_dir, settled):
     args = ["source=file", f"source.path={tmp_path / 'absent.txt'}", "tokenizer=char"]
     first, second = (run_cli(*args, cwd=tmp_path) for _ in range(2))
     assert len(_entries(compose_dir)) == 1
@@ -236,15 +285,9 @@ def test_a_cache_that_cannot_be_written(tmp_path, shakespeare, monkeypatch):
         assert result.returncode == 0, result.stderr
 
 
-def test_entries_are_bounded(tmp_path, compose_dir, monkeypatch):
+def test_entries_are_bounded(tmp_path, compose_dir, monkeypatch, long_ago):
     monkeypatch.setattr(compose_cache, "MAX_ENTRIES", 3)
-    hydra = OmegaConf.create({
-        "runtime": {"choices": {"hydra/job_logging": "none", "hydra/hydra_logging": "none"},
-                    "config_sources": []},
-        "callbacks": {"sweep": {"_target_": "corpusprep.sweep.SweepCallback"}},
-        "job": {"env_set": {}, "chdir": False}, "output_subdir": None, "verbose": False,
-        "mode": "RunMode.RUN",
-    })  # fmt: skip
+    hydra = _plain_hydra_node([])
     for n in range(5):
         compose_cache.save([f"seed={n}"], OmegaConf.create({"seed": n}), hydra, [])
     assert len(_entries(compose_dir)) == 3
