@@ -59,6 +59,8 @@ def eligible(argv: list[str]) -> bool:
             return False  # Hydra's own settings: hydra.run.dir, hydra/launcher=...
         if redact_text(arg) != arg:
             return False  # a password or token would be written to the cache
+        if "${" in arg:  # resolved into Hydra's overrides (an env var's value), or a
+            return False  # resolver only Hydra registers (${now:...}, ${hydra:...})
     return True
 
 
@@ -157,6 +159,8 @@ def save(argv: list[str], cfg: DictConfig, hydra: DictConfig, overrides: list[st
         text = json.dumps(entry)
         if json.loads(text)["config"] != task:  # an int key, a tuple: JSON would change it
             return
+        if _HYDRA_RESOLVER.search(text) or _has_secret(entry):
+            return
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # whatever the umask
         with open(fd, "w", encoding="utf-8") as f:
@@ -178,6 +182,18 @@ def _changed_lately(stamp: dict[str, list]) -> bool:
     read from the content on disk, so the entry is not kept (the next run keeps one)."""
     times = [t for _, t in stamp["files"]] + [t for _, (_, t) in stamp["installed"]]
     return any(t > STARTED_NS - RACY_NS for t in times)
+
+
+# resolvers Hydra registers when it is imported: a kept config is resolved without Hydra
+_HYDRA_RESOLVER = re.compile(r"\$\{\s*(now|hydra|python_version)\s*:")
+
+
+def _has_secret(entry: dict) -> bool:
+    """Whether a URL's user:password or ?token= is anywhere in the entry: in the config as
+    Hydra composed it too (an escaped `http\\://user:pw@h` on the command line, a preset)."""
+    from corpusprep.redact import redact_values
+
+    return redact_values(entry) != entry
 
 
 def _plain_hydra(hydra: DictConfig) -> bool:
@@ -227,18 +243,22 @@ def _sources(hydra: DictConfig) -> Optional[list[str]]:
     return stamped
 
 
-_LIST_ITEM_INTERPOLATED = re.compile(r"^\s*-\s.*\$\{", re.MULTILINE)
-
-
 def _interpolated_default(path: str) -> bool:
-    """Whether a config file may have an interpolation in its defaults list, which Hydra
+    """Whether a config file has an interpolation in its defaults list, which Hydra
     resolves while composing (${oc.env:...} there would make the composition depend on the
-    environment); a block-list item holding "${" anywhere in a file with defaults counts."""
+    environment); a file that cannot be read or parsed counts as one."""
+    import yaml
+
+    from corpusprep.config import yaml_loader
+
     try:
-        text = Path(path).read_text("utf-8", errors="replace")
-    except OSError:
+        text = Path(path).read_text("utf-8")
+        if "defaults" not in text or "${" not in text:
+            return False
+        data = yaml.load(text, Loader=yaml_loader())
+    except (OSError, ValueError, yaml.YAMLError):
         return True
-    return "defaults" in text and _LIST_ITEM_INTERPOLATED.search(text) is not None
+    return isinstance(data, dict) and "${" in json.dumps(data.get("defaults"), default=str)
 
 
 def _stamp(paths: list[str]) -> dict[str, list]:
@@ -274,17 +294,24 @@ def _installed() -> list[list]:
         for name in found:
             where = os.path.join(folder or ".", name)
             out.append([where, _stat(where)])
-            if name == "hydra_plugins":  # a plugin added to a namespace folder
-                with contextlib.suppress(OSError):
-                    out.extend(
-                        [os.path.join(where, n), _stat(os.path.join(where, n))]
-                        for n in sorted(os.listdir(where))
-                        if n != "__pycache__"
-                    )
+            if name == "hydra_plugins":  # Hydra imports every plugin in it: their code
+                for root, dirs, names in os.walk(where):
+                    dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+                    out.extend([os.path.join(root, n), _stat(os.path.join(root, n))]
+                               for n in sorted(names) if not n.endswith(".pyc"))  # fmt: skip
     return out
 
 
+_ENTRY = re.compile(r"[0-9a-f]{32}\.json")
+_TEMPORARY = re.compile(r"\.[0-9a-f]{32}\.json\.\d+\.tmp")
+
+
 def _prune(folder: Path) -> None:
-    entries = sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime_ns)
-    for old in entries[:-MAX_ENTRIES]:
+    """The oldest entries beyond MAX_ENTRIES, and what killed runs left (an hour old):
+    nothing else in the folder (it may be one the user chose, holding other files)."""
+    found = [(p.stat().st_mtime_ns, p) for p in folder.iterdir()]
+    entries = sorted((t, p) for t, p in found if _ENTRY.fullmatch(p.name))
+    left = [(t, p) for t, p in found if _TEMPORARY.fullmatch(p.name)
+            and t < time.time_ns() - 3600 * 10**9]  # fmt: skip
+    for _, old in entries[:-MAX_ENTRIES] + left:
         old.unlink(missing_ok=True)

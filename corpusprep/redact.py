@@ -22,9 +22,10 @@ SECRET_WORDS = ("token", "secret", "password", "passwd", "signature", "credentia
 MASK = "***"
 _HOST_PORT = re.compile(r"(\[[^\]]*\]|[^:\[\]]*)(:\d*)?")  # host, host:port, [::1]:port
 
-# a URL in running text: a scheme, "://", then anything up to a space, a quote or a
-# bracket, less the punctuation that ends a sentence ("could not download URL: HTTP 404")
-_URL = re.compile(r"""[A-Za-z][A-Za-z0-9+.-]*://[^\s'"<>(){}]*[^\s'"<>(){}.,;:!?]""")
+# a URL in running text: a scheme, "://" (or Hydra's escaped "\://" in an override), then
+# anything up to a space, a quote or a bracket, less the punctuation that ends a sentence
+# ("could not download URL: HTTP 404")
+_URL = re.compile(r"""[A-Za-z][A-Za-z0-9+.-]*\\?://[^\s'"<>(){}]*[^\s'"<>(){}.,;:!?]""")
 
 
 def is_secret_key(name: str) -> bool:

@@ -178,19 +178,37 @@ def test_a_kept_config_is_used_only_while_its_sources_are_unchanged(
         (site / "hydra_plugins" / "launcher.py").write_text("")
         assert compose_cache.load(argv) is None
         compose_cache.save(argv, cfg, hydra, argv)
+        (site / "hydra_plugins" / "mine").mkdir()
+        plugin = site / "hydra_plugins" / "mine" / "__init__.py"
+        plugin.write_text("A = 'file:///one'\n")
+        assert compose_cache.load(argv) is None
+        compose_cache.save(argv, cfg, hydra, argv)
+        assert kept()
+        plugin.write_text("A = 'file:///two'\n")  # a plugin's code edited in place
+        assert compose_cache.load(argv) is None
+        compose_cache.save(argv, cfg, hydra, argv)
         (site / "unrelated.txt").write_text("a file the run wrote in its folder")
         assert kept()
     finally:
         sys.path.remove(str(site))
 
-    (conf / "config.yaml").write_text("defaults:\n  - tokenizer: ${oc.env:TOKENIZER}\n")
-    for entry in _entries(compose_dir):
-        entry.unlink()
-    compose_cache.save(argv, cfg, hydra, argv)  # composed from the environment: not kept
-    assert not _entries(compose_dir)
-    (conf / "config.yaml").unlink()
+    block = "defaults:\n  - tokenizer: ${oc.env:TOKENIZER}\n"
+    flow = 'defaults: [{override /tokenizer: "${oc.env:T,char}"}]\nname: x\n'
+    for defaults in (block, flow):
+        (conf / "config.yaml").write_text(defaults)
+        for entry in _entries(compose_dir):
+            entry.unlink()
+        compose_cache.save(argv, cfg, hydra, argv)  # composed from the environment: not kept
+        assert not _entries(compose_dir)
+    (conf / "config.yaml").write_text("defaults:\n  - tokenizer: char\nname: ${source.name}\n")
     compose_cache.save(argv, cfg, hydra, argv)
     assert kept()
+    for value in ("${now:%Y}", "${hydra:runtime.cwd}/x", "${python_version:micro}",
+                  "http://me:secret@127.0.0.1/x.txt"):  # fmt: skip
+        for entry in _entries(compose_dir):
+            entry.unlink()
+        compose_cache.save(argv, OmegaConf.create({"name": value}), hydra, argv)
+        assert not _entries(compose_dir), value  # needs Hydra's resolvers; a password
 
     hydra.callbacks.mine = {"_target_": "corpusprep.sweep.SweepCallback"}  # Hydra does more
     for entry in _entries(compose_dir):
@@ -204,7 +222,9 @@ def test_a_kept_config_is_used_only_while_its_sources_are_unchanged(
     [["-m", "split=0.8,0.9"], ["dataset=shakespeare", "--cfg", "job"], ["hydra.run.dir=x"],
      ["hydra/launcher=joblib"], ["+hydra.job.env_set.A=1"], ["source.path=x", "--config-dir=c"],
      ["source=url", "source.url=https://me:secret@127.0.0.1/x.txt"],
-     ["source=url", "source.url=http://127.0.0.1/x.txt?token=abc"]],
+     ["source=url", "source.url=http://127.0.0.1/x.txt?token=abc"],
+     ["source=url", "source.url=http://me:${oc.env:PW}@127.0.0.1/x.txt"],
+     ["name=${now:%Y}"], ["out_dir=${hydra:runtime.cwd}/o"], ["name=${oc.env:NAME}"]],
 )  # fmt: skip
 def test_what_is_never_kept(argv):
     assert not compose_cache.eligible(argv)
@@ -286,9 +306,40 @@ def test_a_cache_that_cannot_be_written(tmp_path, shakespeare, monkeypatch):
 
 
 def test_entries_are_bounded(tmp_path, compose_dir, monkeypatch, long_ago):
+    """The oldest entries beyond MAX_ENTRIES go, and what a killed run left an hour ago;
+    nothing else of a folder the user chose."""
     monkeypatch.setattr(compose_cache, "MAX_ENTRIES", 3)
+    compose_dir.mkdir()
+    mine = [compose_dir / "notes.json", compose_dir / "a.json.1.tmp"]
+    left = compose_dir / f".{'0' * 32}.json.77.tmp"
+    for path in [*mine, left]:
+        path.write_text("{}")
+        os.utime(path, ns=(0, 0))
     hydra = _plain_hydra_node([])
     for n in range(5):
         compose_cache.save([f"seed={n}"], OmegaConf.create({"seed": n}), hydra, [])
-    assert len(_entries(compose_dir)) == 3
+    assert len(_entries(compose_dir)) == 4  # 3 and the user's notes.json
     assert compose_cache.load(["seed=4"]) and not compose_cache.load(["seed=0"])
+    assert all(p.exists() for p in mine) and not left.exists()
+
+
+def test_a_secret_hydra_unescapes_is_not_kept(tmp_path, compose_dir, settled, loopback_env):
+    """`http\\://user:pw@h` reads as no URL on the command line; in the config it is one."""
+    result = run_cli("source=url", r"source.url=http\://me:pw5ecret@127.0.0.1:9/in.txt",
+                     "dry_run=true", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 1
+    assert not compose_dir.exists() or not any(compose_dir.iterdir())
+
+
+def test_interpolations_on_the_command_line_are_composed_each_time(
+    tmp_path, shakespeare, compose_dir, settled, monkeypatch
+):
+    args = ["source=file", f"source.path={shakespeare}", "name=${oc.env:NAME}_${now:%Y}",
+            "quiet=true", "out_dir=${oc.env:NAME}"]  # fmt: skip
+    for name in ("alpha", "beta"):
+        monkeypatch.setenv("NAME", name)
+        result = run_cli(*args, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        manifest = json.loads((tmp_path / name / "manifest.json").read_text())
+        assert manifest["name"].startswith(f"{name}_")
+    assert not compose_dir.exists() or not any(compose_dir.iterdir())

@@ -413,6 +413,8 @@ def test_redact():
     assert redact_text("could not download http://u:p@h/x?key=k: HTTP 404") == (
         "could not download http://***@h/x?key=***: HTTP 404"
     )
+    # an override as Hydra records it, its ':' escaped (the manifest's "overrides")
+    assert redact_text(r"source.url=http\://u:p@h/x") == r"source.url=http\://***@h/x"
 
 
 def _leaks(root: Path, *outputs: str) -> list[str]:
