@@ -24,12 +24,17 @@ def config_path() -> str:
     raise RuntimeError("corpusprep: cannot find its conf/ directory; reinstall the package")
 
 
+def user_cache_dir() -> Path:
+    """The user's own cache folder for corpusprep: $XDG_CACHE_HOME/corpusprep, else
+    ~/.cache/corpusprep."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "corpusprep"
+
+
 def default_cache_dir() -> Path:
-    """$CORPUSPREP_CACHE_DIR, else $XDG_CACHE_HOME/corpusprep, else ~/.cache/corpusprep."""
+    """The download cache: $CORPUSPREP_CACHE_DIR (which may be shared), else user_cache_dir()."""
     if os.environ.get("CORPUSPREP_CACHE_DIR"):
         return Path(os.environ["CORPUSPREP_CACHE_DIR"]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "corpusprep"
+    return user_cache_dir()
 
 
 PLUGIN_GROUP = "corpusprep.conf"  # entry points: name -> a package of plugin configs

@@ -108,7 +108,7 @@ def main() -> None:
     _skip_mode_probe(argv)
     use_fast_yaml()
     global _KEPT_ARGV
-    _KEPT_ARGV = argv if compose_cache.eligible(argv) else None
+    _KEPT_ARGV = argv  # kept by compose_cache.save if it may be
     _compose_and_run()
 
 

@@ -33,10 +33,13 @@ import re
 import stat
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
+
+from corpusprep._paths import user_cache_dir
 
 FORMAT = 1  # of an entry; an entry of another format is not read
 MAX_ENTRIES = 256  # the oldest beyond this are removed when one is written
@@ -68,8 +71,7 @@ def cache_folder() -> Path:
     """Where entries are kept: $CORPUSPREP_COMPOSE_CACHE, else the user's own cache folder."""
     if os.environ.get(SETTING):
         return Path(os.environ[SETTING]).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "corpusprep" / "compose"
+    return user_cache_dir() / "compose"
 
 
 def _entry_path(argv: list[str]) -> Path:
@@ -102,7 +104,7 @@ def load(argv: list[str]) -> Optional[tuple[DictConfig, list[str]]]:
     cfg = OmegaConf.create(entry["config"])
     OmegaConf.set_struct(cfg, True)  # as Hydra gives it: a key nothing defines is an error
     global _kept_by
-    _kept_by = str(entry.get("hydra", ""))
+    _kept_by = entry["hydra"]
     return cfg, list(entry["overrides"])
 
 
@@ -207,7 +209,6 @@ def _plain_hydra(hydra: DictConfig) -> bool:
         and not hydra.job.env_set
         and hydra.job.chdir is False
         and hydra.output_subdir is None
-        and hydra.mode is not None
         and str(hydra.mode) == "RunMode.RUN"
         and not hydra.verbose
     )
@@ -232,12 +233,7 @@ def _sources(hydra: DictConfig) -> Optional[list[str]]:
         if not folder.is_dir():
             return None  # in a zip, or several folders of a namespace package
         folders.append(folder)
-    stamped = []
-    for folder in folders:
-        for root, dirs, names in os.walk(folder):
-            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-            stamped.append(root)
-            stamped.extend(os.path.join(root, n) for n in sorted(names) if not n.endswith(".pyc"))
+    stamped = [path for folder in folders for path in _tree(folder)]
     if any(_interpolated_default(p) for p in stamped if p.endswith((".yaml", ".yml"))):
         return None
     return stamped
@@ -259,6 +255,14 @@ def _interpolated_default(path: str) -> bool:
     except (OSError, ValueError, yaml.YAMLError):
         return True
     return isinstance(data, dict) and "${" in json.dumps(data.get("defaults"), default=str)
+
+
+def _tree(folder: str | Path) -> Iterator[str]:
+    """The folder, its files and its folders, in a fixed order; no compiled bytecode."""
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        yield root
+        yield from (os.path.join(root, n) for n in sorted(names) if not n.endswith(".pyc"))
 
 
 def _stamp(paths: list[str]) -> dict[str, list]:
@@ -293,12 +297,9 @@ def _installed() -> list[list]:
             continue
         for name in found:
             where = os.path.join(folder or ".", name)
-            out.append([where, _stat(where)])
-            if name == "hydra_plugins":  # Hydra imports every plugin in it: their code
-                for root, dirs, names in os.walk(where):
-                    dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-                    out.extend([os.path.join(root, n), _stat(os.path.join(root, n))]
-                               for n in sorted(names) if not n.endswith(".pyc"))  # fmt: skip
+            # Hydra imports every plugin in hydra_plugins: their code counts
+            paths = _tree(where) if name == "hydra_plugins" else [where]
+            out.extend([path, _stat(path)] for path in paths)
     return out
 
 
@@ -311,7 +312,7 @@ def _prune(folder: Path) -> None:
     nothing else in the folder (it may be one the user chose, holding other files)."""
     found = [(p.stat().st_mtime_ns, p) for p in folder.iterdir()]
     entries = sorted((t, p) for t, p in found if _ENTRY.fullmatch(p.name))
-    left = [(t, p) for t, p in found if _TEMPORARY.fullmatch(p.name)
-            and t < time.time_ns() - 3600 * 10**9]  # fmt: skip
+    hour_ago = time.time_ns() - 3600 * 10**9
+    left = [(t, p) for t, p in found if _TEMPORARY.fullmatch(p.name) and t < hour_ago]
     for _, old in entries[:-MAX_ENTRIES] + left:
         old.unlink(missing_ok=True)

@@ -247,11 +247,12 @@ def refuse_env(node: DictConfig, what: str) -> None:
     and send it away. Only the defaults corpusprep and its plugins ship are allowed
     (cache_dir: ${oc.env:CORPUSPREP_CACHE_DIR,null}, the Hub's endpoint)."""
     raw = OmegaConf.to_container(node, resolve=False)
-    shipped: set[tuple[str, str]] = set()
+    shipped: Optional[set[tuple[str, str]]] = None
 
     def is_shipped(key: str, value: Any) -> bool:  # the config files read only if needed
-        if not shipped:
-            shipped.update(_shipped_interpolations(what), {("", "")})
+        nonlocal shipped
+        if shipped is None:
+            shipped = _shipped_interpolations(what)
         return isinstance(value, str) and (key, value) in shipped
 
     for key, value in _strings(raw):  # written in the value itself (oc.env, or legacy env)
