@@ -196,10 +196,11 @@ class _Writer:
         self.held: list[np.ndarray] = []
         self.held_bytes = 0
 
-    def write(self, ids: np.ndarray) -> None:
+    def write(self, ids: np.ndarray, owned: bool = False) -> None:
+        """Write ids; `owned`: an array of our own, held without a copy."""
         if not ids.size:  # a tokenizer's empty BOS/EOS, an empty document
             return
-        given = ids
+        given = None if owned else ids
         if ids.dtype != self.dtype:
             if not self.checked and int(ids.max()) > np.iinfo(self.dtype).max:
                 raise OverflowError(f"token id {int(ids.max())} does not fit in {self.dtype}")
@@ -214,6 +215,14 @@ class _Writer:
         self.held_bytes += ids.nbytes
         if self.held_bytes >= WRITE_BYTES:
             self.flush()
+
+    def write_joined(self, arrays: list[np.ndarray]) -> None:
+        """Several arrays (a batch of documents) written as one, joined straight into the
+        file's dtype where every id fits it (one pass instead of a join and a cast)."""
+        if self.checked:
+            self.write(np.concatenate(arrays, dtype=self.dtype, casting="unsafe"), owned=True)
+        else:
+            self.write(np.concatenate(arrays), owned=True)
 
     def flush(self) -> None:
         if self.held:
@@ -251,6 +260,8 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
     doc = task.first_doc - 1
     position = [task.first_char]
     chars, skipped = [0], 0  # chars: a list, added to as the pieces are read
+    # whole short documents go a batch at a time (split by document, hash or stream)
+    batch = _Batch(task, writers, starts, keys, eot) if task.rules.split_by != "position" else None
     try:
         for segment in task.shard.segments:
             key = task.doc_keys.get(segment.file.name)
@@ -259,9 +270,15 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
                 skipped += part.skipped
                 if part.whole is not None:  # one piece (pieces == [whole]): counted now
                     chars[0] += len(part.whole)
+                    if batch is not None and part.starts and part.ends and batch.add(doc, part):
+                        continue
                 else:  # counted as its pieces are read
                     part = replace(part, pieces=_counted(part.pieces, chars))
+                if batch is not None:  # what came before it is written first
+                    batch.flush()
                 encode_part(task, part, doc, key, position, writers, starts, keys, eot)
+        if batch is not None:
+            batch.flush()
     finally:
         for w in writers.values():
             w.close()
@@ -351,6 +368,72 @@ def encode_part(task, part, doc, key, position, writers, starts, keys, eot) -> N
             writers[pending_eot].write(eot)
 
 
+BATCH_CHARS = 1 << 18  # whole documents are gathered until this many characters...
+BATCH_DOC_CHARS = 1 << 16  # ... each at most this long (a longer one goes on its own)
+
+
+class _Batch:
+    """Whole short documents gathered and written a batch at a time: the same ids, starts
+    and keys as encode_part gives each, in the same order, with one encoder call per
+    document and one write per side per batch (about 60 µs less per document)."""
+
+    def __init__(self, task: EncodeTask, writers: dict, starts: dict, keys: dict,
+                 eot: Optional[np.ndarray]) -> None:  # fmt: skip
+        self.task, self.writers, self.starts, self.keys = task, writers, starts, keys
+        self.prepend = eot if task.rules.eot == "prepend" else None
+        self.append = eot if task.rules.eot == "append" else None
+        self.keyed = task.rules.split_by in ("stream", "document", "hash")
+        self.docs: list[int] = []
+        self.texts: list[str] = []
+        self.size = 0
+
+    def add(self, doc: int, part: Part) -> bool:
+        """Take a whole document, if short enough; False: it goes on its own."""
+        text = part.whole
+        if len(text) > BATCH_DOC_CHARS:
+            return False
+        self.docs.append(doc)
+        self.texts.append(text)
+        self.size += len(text)
+        if self.size >= BATCH_CHARS:
+            self.flush()
+        return True
+
+    def flush(self) -> None:
+        if not self.texts:
+            return
+        tokenizer = self.task.rules.tokenizer
+        before, after = tokenizer.document_specials()
+        unit = [a for a in (self.prepend, before) if a is not None and a.size]
+        end = [a for a in (after, self.append) if a is not None and a.size]
+        extra = sum(len(a) for a in unit + end)
+        pending: dict[str, list[np.ndarray]] = {side: [] for side in self.writers}
+        counted = dict.fromkeys(self.writers, 0)
+        for doc, text, ids in zip(self.docs, self.texts, tokenizer.encode_documents(self.texts)):
+            side = "train"
+            if self.keyed:
+                key = document_key(text)
+                side = _document_side(self.task, doc, key)
+                self.keys[side].append(int.from_bytes(key[:8], "little"))
+            self.starts[side].append(self.writers[side].tokens + counted[side])
+            pending[side] += [*unit, ids, *end]
+            counted[side] += len(ids) + extra
+        for side, arrays in pending.items():
+            if arrays:
+                self.writers[side].write_joined(arrays)
+        self.docs, self.texts, self.size = [], [], 0
+
+
+def _document_side(task: EncodeTask, doc: int, key: bytes) -> str:
+    """Where a whole document goes: split by document (the plan's choice), hash (its own
+    draw) or stream (all to train, split after the merge)."""
+    if task.rules.split_by == "document":
+        return "val" if task.val_docs[doc - task.first_doc + 1] else "train"
+    if task.rules.split_by == "hash":
+        return "train" if goes_to_train(task.rules.seed, doc, key, task.rules.split) else "val"
+    return "train"
+
+
 def _counted(pieces: Iterable[str], chars: list[int]) -> Iterator[str]:
     """The pieces, their characters added up in chars[0] as they are read."""
     for text in pieces:
@@ -369,12 +452,7 @@ def _sides(task: EncodeTask, part: Part, doc: int, key, position: list[int], key
     if task.rules.split_by in ("stream", "document", "hash"):  # keyed, for the duplicate count
         if part.whole is not None:
             key = document_key(part.whole)
-        if task.rules.split_by == "stream":
-            side = "train"
-        elif task.rules.split_by == "document":
-            side = "val" if task.val_docs[doc - task.first_doc + 1] else "train"
-        else:
-            side = "train" if goes_to_train(task.rules.seed, doc, key, task.rules.split) else "val"
+        side = _document_side(task, doc, key)
         if part.starts:
             keys[side].append(int.from_bytes(key[:8], "little"))
         for text in part.pieces:

@@ -156,6 +156,13 @@ class Tokenizer(ABC):
         for piece in pieces:
             yield self.encode(piece)
 
+    def encode_documents(self, texts: list[str]) -> list[np.ndarray]:
+        """Each of several short whole documents encoded as encode_pieces([text]) would,
+        each in an array of its own (never a buffer reused for the next): the shard loop
+        gathers small documents and writes them a batch at a time. A tokenizer whose calls
+        cost more than their text (tiktoken's) overrides it to skip the generators."""
+        return [np.concatenate([*self.encode_pieces([text]), NO_IDS]) for text in texts]
+
     def encode_continued(self, pieces: Iterable[str]) -> Iterator[np.ndarray]:
         """encode_pieces for a text's pieces from a cut inside it (cut_at) on, as the
         second shard of a long text gets them: the ids the whole text has there. The same

@@ -343,6 +343,19 @@ class TiktokenTokenizer(Tokenizer):
     def encode_pieces(self, pieces: Iterable[str]) -> Iterator[np.ndarray]:
         return encode_at_cuts(self.encode, pieces, bool(self.cut_at), MIN_SEGMENT)
 
+    def encode_documents(self, texts: list[str]) -> list[np.ndarray]:
+        # documents shorter than MIN_SEGMENT: encode_pieces([text]) is encode(text), each
+        # a new array; the backend looked up once, not per document
+        if any(len(text) >= MIN_SEGMENT for text in texts):
+            return super().encode_documents(texts)
+        fast = self._fast()
+        if fast is None:
+            enc = self._enc()
+            return [enc.encode_to_numpy(text, disallowed_special=()) for text in texts]
+        if self.backend == "splintr":
+            return [fast.encode(t) if splintr_safe(t) else self._tiktoken(t) for t in texts]
+        return [self.encode(text) for text in texts]
+
     def decode(self, ids: Iterable[int]) -> str:
         return self._enc().decode([int(i) for i in ids])
 
