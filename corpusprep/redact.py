@@ -1,10 +1,12 @@
-"""Credentials out of URLs before corpusprep writes or prints them.
+"""Credentials out of URLs, and secret headers, before corpusprep writes or prints them.
 
 `redact(url)` hides a URL's user:password and the values of query (and fragment) keys
 that look like credentials: `https://u:pw@h/x?token=t&page=2` ->
 `https://***@h/x?token=***&page=2`. Everything else is kept as written (no re-encoding),
 so the redacted URL still says which file it was. `redact_text` does the same for every
-URL inside a message; `redact_values` for every string in a JSON-like value.
+URL inside a message, and hides what follows a secret's name (`Authorization: ***`,
+`+source.headers.X-Api-Key=***`); `redact_values` for every string in a JSON-like value,
+and every string under a secret's name.
 """
 
 from __future__ import annotations
@@ -26,6 +28,40 @@ _HOST_PORT = re.compile(r"(\[[^\]]*\]|[^:\[\]]*)(:\d*)?")  # host, host:port, [:
 # anything up to a space, a quote or a bracket, less the punctuation that ends a sentence
 # ("could not download URL: HTTP 404")
 _URL = re.compile(r"""[A-Za-z][A-Za-z0-9+.-]*\\?://[^\s'"<>(){}]*[^\s'"<>(){}.,;:!?]""")
+
+
+# words of a config key or header name that say it holds a secret (Authorization,
+# X-Api-Key, hf_token, client_secret); matched as whole words, so tokenizer and
+# shard_tokens are not
+SECRET_NAME_WORDS = {"token", "secret", "password", "passwd", "pwd", "signature",
+                     "credential", "credentials", "apikey", "auth", "authorization", "cookie",
+                     "bearer"}  # fmt: skip
+_WORDS = re.compile(r"[a-z0-9]+")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether a config key or HTTP header of this name holds a secret."""
+    words = _WORDS.findall(name.lower())
+    joined = "".join(words)
+    return (any(w in SECRET_NAME_WORDS for w in words) or "apikey" in joined
+            or "accesskey" in joined or "privatekey" in joined)  # fmt: skip
+
+
+# `name=value` or `name: value` (an override, a YAML line, a flow mapping: the value runs
+# to the end of the line or the next , } ]); not a URL's scheme
+_NAME = re.compile(r"([A-Za-z0-9_.~+-]+)([ \t]*(?:=|:(?!//))[ \t]*)")
+
+
+def _redact_pairs(text: str) -> str:
+    out, at = [], 0
+    for m in _NAME.finditer(text):
+        if m.start() < at or not is_secret_name(m.group(1).rsplit(".", 1)[-1]):
+            continue
+        end = _first(text, ",}]\r\n", m.end())
+        if text[m.end() : end].strip() not in ("", MASK):
+            out += [text[at : m.end()], MASK]
+            at = end
+    return "".join(out) + text[at:]
 
 
 def is_secret_key(name: str) -> bool:
@@ -76,16 +112,22 @@ def redact(url: Any) -> str:
 
 
 def redact_text(text: Any) -> str:
-    """Every URL in `text` redacted (error messages, folder names, files Hydra wrote)."""
-    return _URL.sub(lambda m: redact(m.group(0)), str(text))
+    """Every URL in `text` redacted, and every value written under a secret's name
+    (error messages, folder names, overrides, files Hydra wrote)."""
+    text, out, at = str(text), [], 0
+    for m in _URL.finditer(text):  # a URL's own query keys are redact()'s
+        out += [_redact_pairs(text[at : m.start()]), redact(m.group(0))]
+        at = m.end()
+    return "".join(out) + _redact_pairs(text[at:])
 
 
 def redact_values(value: Any) -> Any:
     """A copy of a JSON-like value (dicts, lists, strings...) with every string redacted."""
     if isinstance(value, str):
         return redact_text(value)
-    if isinstance(value, dict):
-        return {k: redact_values(v) for k, v in value.items()}
+    if isinstance(value, dict):  # a header's or key's secret value: hidden whole
+        return {k: MASK if isinstance(v, str) and v and is_secret_name(str(k)) else
+                redact_values(v) for k, v in value.items()}  # fmt: skip
     if isinstance(value, (list, tuple)):
         return [redact_values(v) for v in value]
     return value

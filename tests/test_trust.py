@@ -470,3 +470,62 @@ def test_url_credentials_not_in_a_sweep(tmp_path, files):
     assert sum((job / "manifest.json").is_file() for job in jobs) == 2
     assert "HTTP 404" in (sweep / "summary.csv").read_text()
     assert _leaks(tmp_path, r.stdout, r.stderr) == []
+
+
+def test_redact_secret_names():
+    """A value under a secret's name (a header, a config key) is hidden wherever it is
+    written: an override, a YAML line, a flow mapping, a JSON-like value."""
+    from corpusprep.redact import is_secret_name, redact_values
+
+    for name in ("Authorization", "X-Api-Key", "hf_token", "client_secret", "Cookie",
+                 "PASSWORD", "x-amz-security-token", "api-key", "AccessKey"):  # fmt: skip
+        assert is_secret_name(name), name
+    for name in ("tokenizer", "shard_tokens", "add_special_tokens", "text_field", "url",
+                 "headers", "encoding", "author", "keys"):  # fmt: skip
+        assert not is_secret_name(name), name
+    assert redact_text("+source.headers.Authorization=Bearer hunter2") == (
+        "+source.headers.Authorization=***"
+    )
+    assert redact_text("source.headers={Authorization: Bearer hunter2, Accept: text/plain}") == (
+        "source.headers={Authorization: ***, Accept: text/plain}"
+    )
+    assert redact_text("    X-Api-Key: 'hunter2'\n    Accept: x\n") == (
+        "    X-Api-Key: ***\n    Accept: x\n"
+    )
+    kept = ["tokenizer=tiktoken", "shard_tokens=5", "source.url=https://h/x.txt",
+            "tokenizer.add_special_tokens=false", "split_by=head: needs val_size=N"]  # fmt: skip
+    assert [redact_text(t) for t in kept] == kept
+    assert redact_values({"headers": {"Authorization": "Bearer hunter2", "Accept": "a"},
+                          "tokenizer": {"encoding": "gpt2"}, "hf_token": None}) == {
+        "headers": {"Authorization": "***", "Accept": "a"}, "tokenizer": {"encoding": "gpt2"},
+        "hf_token": None}  # fmt: skip
+
+
+def test_an_authorization_header_is_sent_and_never_written(tmp_path, files):
+    """+source.headers.Authorization=... goes to the server, and nowhere else: not the
+    manifest (its config and overrides), the summary, inspect, or the kept compose."""
+    env = {"CORPUSPREP_CACHE_DIR": str(tmp_path / "cache"),
+           "CORPUSPREP_COMPOSE_CACHE": str(tmp_path / "compose")}  # fmt: skip
+    r = run_cli(f"source.url={files.root}/a.txt", "+source.headers.Authorization=Bearer hunter2",
+                "out_dir=out", cwd=tmp_path, env=env)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert files.headers["/a.txt"]["Authorization"] == "Bearer hunter2"
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["config"]["source"]["headers"] == {"Authorization": "***"}
+    assert "+source.headers.Authorization=***" in manifest["overrides"]
+    i = inspect_cli(tmp_path / "out", cwd=tmp_path)
+    assert i.returncode == 0, i.stderr
+    assert _leaks(tmp_path, r.stdout, r.stderr, i.stdout, i.stderr) == []
+
+
+def test_an_api_key_header_is_not_in_a_sweep(tmp_path, files):
+    r = run_cli("-m", f"source.url={files.root}/a.txt,{files.root}/b.txt",
+                "+source.headers.X-Api-Key=hunter2", cwd=tmp_path,
+                env={"CORPUSPREP_CACHE_DIR": str(tmp_path / "cache")})  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert files.headers["/b.txt"]["X-Api-Key"] == "hunter2"
+    sweep = next((tmp_path / "multirun").glob("*/*"))
+    assert "X-Api-Key: '***'" in (sweep / "multirun.yaml").read_text() or (
+        "X-Api-Key: ***" in (sweep / "multirun.yaml").read_text()
+    )
+    assert _leaks(tmp_path, r.stdout, r.stderr) == []
