@@ -167,3 +167,27 @@ def test_a_big_vocabulary_picks_uint32_automatically(tmp_path):
     )
     itos = pickle.loads((out / "meta.pkl").read_bytes())["itos"]
     assert "".join(itos[int(i)] for i in ids) == text * 2
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+def test_a_carriage_return_inside_a_json_text_is_a_character(tmp_path, suffix):
+    """JSON Lines texts are used as written (no newline translation): a "\\r" in one is a
+    character of the vocabulary, not a crash, and every document reads back as it was."""
+    import gzip
+
+    import corpusprep
+
+    docs = ["a\r\nb", "lone\rcr", "plain text", "\r"] * 50
+    data = "".join(json.dumps({"text": d}) + "\n" for d in docs).encode()
+    src = tmp_path / f"cr{suffix}"
+    src.write_bytes(gzip.compress(data) if suffix.endswith(".gz") else data)
+    r = run_cli("source=file", f"source.path={src}", "out_dir=out", "eot=none", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    meta = pickle.loads((tmp_path / "out" / "meta.pkl").read_bytes())
+    assert "\r" in meta["stoi"]
+    ds = corpusprep.load(tmp_path / "out")
+    got = []
+    for side, ids in ds.splits():
+        bounds = [*ds.docs(side).tolist(), len(ids)]
+        got += ["".join(meta["itos"][int(i)] for i in ids[a:b]) for a, b in zip(bounds, bounds[1:])]
+    assert sorted(got) == sorted(docs)

@@ -110,10 +110,14 @@ class Census:
     docs: int = 0
     skipped: int = 0  # invalid documents left out (skip_invalid)
     seen: set = field(default_factory=set)
-    _known: bytes = b"\r"  # ASCII bytes already seen; "\r" never reaches a text
+    _known: bytes = b"\r"  # ASCII bytes already seen; "\r" never reaches a text file's text
 
     def add_text(self, text: str) -> None:
+        """A text as it is used (JSON Lines, Parquet: no newline translation, so a "\r"
+        in it is a character of its own)."""
         self.chars += len(text)
+        if "\r" in text and "\r" not in self.seen:
+            self.seen.add("\r")
         self._collect(text.encode("utf-8"))
 
     def add_raw(self, raw: bytes, chars: int) -> None:
