@@ -265,7 +265,7 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
     try:
         for segment in task.shard.segments:
             key = task.doc_keys.get(segment.file.name)
-            for part in get_format(segment.file.format).parts(segment):
+            for part in _held_first(get_format(segment.file.format).parts(segment), batch):
                 doc += part.starts
                 skipped += part.skipped
                 if part.whole is not None:  # one piece (pieces == [whole]): counted now
@@ -422,6 +422,20 @@ class _Batch:
             if arrays:
                 self.writers[side].write_joined(arrays)
         self.docs, self.texts, self.size = [], [], 0
+
+
+def _held_first(parts: Iterator[Part], batch: Optional[_Batch]) -> Iterator[Part]:
+    """The parts; where reading the next one fails (bad JSON, a cut file), the documents
+    held before it are encoded first: an error of theirs is the one to report, as it is
+    without batching."""
+    if batch is None:
+        yield from parts
+        return
+    try:
+        yield from parts
+    except Exception:
+        batch.flush()
+        raise
 
 
 def _document_side(task: EncodeTask, doc: int, key: bytes) -> str:

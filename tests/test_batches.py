@@ -129,3 +129,29 @@ def test_the_default_batch_never_shares_a_reused_buffer():
     texts = ["abcd", "efgh", "hgfe", "dcba"]
     got = tok.encode_documents(texts)
     assert [a.tolist() for a in got] == [tok.encode(t).tolist() for t in texts]
+
+
+def test_the_first_bad_document_is_the_one_reported(tmp_path, monkeypatch):
+    """A document the tokenizer cannot encode, held in a batch, is reported before a
+    broken line after it, as without batching."""
+    from corpusprep.errors import UserError
+
+    vocab = tmp_path / "vocab.jsonl"
+    vocab.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["abc", "cab"]))
+    prepare(compose("source=file", f"source.path={vocab}", f"out_dir={tmp_path / 'v'}",
+                    "quiet=true"))  # fmt: skip
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"text": "abc"}) + "\n" + json.dumps({"text": "abz"})
+                   + '\n{"text": broken\n')  # fmt: skip
+
+    def error() -> str:
+        with pytest.raises(UserError) as e:
+            prepare(compose("source=file", f"source.path={bad}", f"out_dir={tmp_path / 'o'}",
+                            "quiet=true", "tokenizer=reuse",
+                            f"tokenizer.dir={tmp_path / 'v'}"))  # fmt: skip
+        return str(e.value)
+
+    batched = error()
+    monkeypatch.setattr(shards, "BATCH_DOC_CHARS", -1)
+    assert batched == error()
+    assert "'z'" in batched
