@@ -50,7 +50,7 @@ PACKAGE = Path(__file__).resolve().parent
 def eligible(argv: list[str]) -> bool:
     """Whether Hydra's composition for this command line may be kept and reused: overrides
     only, none of Hydra's own settings, no secret in it."""
-    from corpusprep.redact import redact_text
+    from corpusprep.redact import redact_override
 
     if os.environ.get(SETTING) == "0":
         return False
@@ -60,7 +60,7 @@ def eligible(argv: list[str]) -> bool:
             return False  # a flag (-m, --cfg, --config-dir ...), or not an override
         if key.startswith("hydra"):
             return False  # Hydra's own settings: hydra.run.dir, hydra/launcher=...
-        if redact_text(arg) != arg:
+        if redact_override(arg) != arg:
             return False  # a password or token would be written to the cache
         if "${" in arg:  # resolved into Hydra's overrides (an env var's value), or a
             return False  # resolver only Hydra registers (${now:...}, ${hydra:...})

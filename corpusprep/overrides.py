@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from corpusprep._paths import config_dirs
 from corpusprep.config import PLUGIN_GROUPS
 from corpusprep.errors import UserError
+from corpusprep.redact import redact_override
 
 GROUPS = ("dataset", "source", "tokenizer", "executor", "format")
 LAUNCHER_EXTRAS = {  # hydra/launcher=NAME: the module Hydra needs, and corpusprep's extra
@@ -82,10 +83,11 @@ def _check_sweeps(overrides: list[Any], multirun: bool) -> None:
         return
     for o in overrides:
         if o.is_sweep_override():
-            key, raw = o.input_line.split("=", 1)
+            line = redact_override(o.input_line)  # a secret header's value never shown
+            key, raw = line.split("=", 1)
             raise UserError(
-                f"{o.input_line}: several values make a sweep; add -m (python -m corpusprep "
-                f"-m {o.input_line} ...), or quote one value holding commas: '{key}=\"{raw}\"'"
+                f"{line}: several values make a sweep; add -m (python -m corpusprep "
+                f"-m {line} ...), or quote one value holding commas: '{key}=\"{raw}\"'"
             )
 
 

@@ -954,7 +954,7 @@ def _side_keys(run: Run) -> tuple[np.ndarray, np.ndarray]:
 
 def _manifest(run: Run) -> dict[str, Any]:
     from corpusprep.compose_cache import hydra_version
-    from corpusprep.redact import redact_values
+    from corpusprep.redact import redact_override, redact_values
 
     settings, files = run.settings, run.files
     train, val = run.merged.tokens["train"], run.merged.tokens["val"]
@@ -1013,7 +1013,7 @@ def _manifest(run: Run) -> dict[str, Any]:
         "executor": run.executor.describe(),
         "seconds": {**run.clock.laps, "total": run.clock.total()},
         "config": _redacted_config(run.cfg),
-        "overrides": redact_values(run.overrides),
+        "overrides": [redact_override(o) for o in run.overrides],
         "versions": {
             "python": platform.python_version(),
             "numpy": np.__version__,

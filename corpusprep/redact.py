@@ -27,29 +27,39 @@ _HOST_PORT = re.compile(r"(\[[^\]]*\]|[^:\[\]]*)(:\d*)?")  # host, host:port, [:
 # a URL in running text: a scheme, "://" (or Hydra's escaped "\://" in an override), then
 # anything up to a space, a quote or a bracket, less the punctuation that ends a sentence
 # ("could not download URL: HTTP 404")
-_URL = re.compile(r"""[A-Za-z][A-Za-z0-9+.-]*\\?://[^\s'"<>(){}]*[^\s'"<>(){}.,;:!?]""")
+# It ends before a comma that starts another override or URL (Hydra joins a job's overrides
+# with commas: "source.url=http://h/x,+source.headers.X-Api-Key=...").
+_NEXT = r",(?=[+~]*[A-Za-z0-9_.-]+=|[A-Za-z][A-Za-z0-9+.-]*\\?://)"
+_URL = re.compile(rf"""[A-Za-z][A-Za-z0-9+.-]*\\?://(?:(?!{_NEXT})[^\s'"<>(){{}}])*(?<![.,;:!?])""")
 
 
 # words of a config key or header name that say it holds a secret (Authorization,
-# X-Api-Key, hf_token, client_secret); matched as whole words, so tokenizer and
-# shard_tokens are not
+# X-Api-Key, hf_token, authToken, client_secret); matched as whole words (camelCase split),
+# so tokenizer and shard_tokens are not
 SECRET_NAME_WORDS = {"token", "secret", "password", "passwd", "pwd", "signature",
-                     "credential", "credentials", "apikey", "auth", "authorization", "cookie",
-                     "bearer"}  # fmt: skip
-_WORDS = re.compile(r"[a-z0-9]+")
+                     "credential", "credentials", "apikey", "auth", "authorization",
+                     "authentication", "cookie", "bearer"}  # fmt: skip
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 
 
 def is_secret_name(name: str) -> bool:
     """Whether a config key or HTTP header of this name holds a secret."""
-    words = _WORDS.findall(name.lower())
+    words = [w.lower() for w in _WORDS.findall(name)]
     joined = "".join(words)
     return (any(w in SECRET_NAME_WORDS for w in words) or "apikey" in joined
-            or "accesskey" in joined or "privatekey" in joined)  # fmt: skip
+            or "accesskey" in joined or "privatekey" in joined
+            or (len(words) > 1 and words[-1] == "key"))  # Ocp-Apim-Subscription-Key  # fmt: skip
 
 
-# `name=value` or `name: value` (an override, a YAML line, a flow mapping: the value runs
-# to the end of the line or the next , } ]); not a URL's scheme
+# `name=value` or `name: value` (an override, a YAML line, a flow mapping); not a URL's
+# scheme. The value runs to the end of the line, to a ": " (where a message goes on), or
+# to a , } ] that ends the text or is followed by another name= / name: (a value may
+# hold a comma: "Bearer a,b")
 _NAME = re.compile(r"([A-Za-z0-9_.~+-]+)([ \t]*(?:=|:(?!//))[ \t]*)")
+_VALUE_END = re.compile(
+    r"\r|\n|:[ \t]|[,}\]](?=[ \t]*(?:$|[\r\n,}\]]|[+~]*[A-Za-z0-9_.-]+[ \t]*(?:=|:(?!//))))"
+)
+SANITIZED = "_"  # MASK as a folder name has it (config._safe): already hidden
 
 
 def _redact_pairs(text: str) -> str:
@@ -57,11 +67,21 @@ def _redact_pairs(text: str) -> str:
     for m in _NAME.finditer(text):
         if m.start() < at or not is_secret_name(m.group(1).rsplit(".", 1)[-1]):
             continue
-        end = _first(text, ",}]\r\n", m.end())
-        if text[m.end() : end].strip() not in ("", MASK):
+        end = _VALUE_END.search(text, m.end())
+        end = len(text) if end is None else end.start()
+        if text[m.end() : end].strip() not in ("", MASK, SANITIZED):
             out += [text[at : m.end()], MASK]
             at = end
     return "".join(out) + text[at:]
+
+
+def redact_override(arg: str) -> str:
+    """One command-line override: a secret's whole value hidden (`KEY=***`, whatever it
+    holds: commas, quotes), else as redact_text."""
+    key, eq, value = str(arg).partition("=")
+    if eq and value and is_secret_name(key.lstrip("+~").rsplit(".", 1)[-1]):
+        return f"{key}={MASK}"
+    return redact_text(arg)
 
 
 def is_secret_key(name: str) -> bool:
@@ -126,8 +146,13 @@ def redact_values(value: Any) -> Any:
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, dict):  # a header's or key's secret value: hidden whole
-        return {k: MASK if isinstance(v, str) and v and is_secret_name(str(k)) else
-                redact_values(v) for k, v in value.items()}  # fmt: skip
+        return {k: MASK if _is_value(v) and is_secret_name(str(k)) else redact_values(v)
+                for k, v in value.items()}  # fmt: skip
     if isinstance(value, (list, tuple)):
         return [redact_values(v) for v in value]
     return value
+
+
+def _is_value(v: Any) -> bool:
+    """A secret's value to hide: a string or a number (X-Api-Key=12345678 is read as one)."""
+    return isinstance(v, (str, int, float)) and not isinstance(v, bool) and v != ""

@@ -20,7 +20,7 @@ from typing import Any, Optional
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from corpusprep.redact import redact_text, redact_values
+from corpusprep.redact import redact_override, redact_text, redact_values
 
 RECORD = "corpusprep_job.json"
 # val_bytes, bytes_per_token (val) and vocab_use (distinct ids used / vocab) compare
@@ -44,7 +44,8 @@ def write_record(folder: Path, cfg: DictConfig, status: str, **fields: Any) -> N
     from hydra.core.hydra_config import HydraConfig
 
     hc = HydraConfig.get()
-    record = {"job": hc.job.num, "overrides": list(hc.overrides.task), "status": status,
+    overrides = [redact_override(o) for o in hc.overrides.task]  # a secret's whole value
+    record = {"job": hc.job.num, "overrides": overrides, "status": status,
               **_labels(cfg), **fields}  # fmt: skip
     record = redact_values(json.loads(json.dumps(record, default=str)))  # no URL credentials
     folder.mkdir(parents=True, exist_ok=True)

@@ -529,3 +529,64 @@ def test_an_api_key_header_is_not_in_a_sweep(tmp_path, files):
         "X-Api-Key: ***" in (sweep / "multirun.yaml").read_text()
     )
     assert _leaks(tmp_path, r.stdout, r.stderr) == []
+
+
+def test_redact_secret_names_found_by_an_attack():
+    from corpusprep.redact import is_secret_name, redact_override
+
+    for name in ("authToken", "X-AuthToken", "accessToken", "hfToken", "Authentication",
+                 "Ocp-Apim-Subscription-Key"):  # fmt: skip
+        assert is_secret_name(name), name
+    for name in ("monkey", "key", "keys", "tokens_per_doc"):
+        assert not is_secret_name(name), name
+    # Hydra joins a job's overrides with commas: a URL before the secret must not hide it
+    assert redact_text("source.url=http://h/a.txt,+source.headers.Origin=http://h,"
+                       "+source.headers.X-Api-Key=hunter2") == (
+        "source.url=http://h/a.txt,+source.headers.Origin=http://h,+source.headers.X-Api-Key=***"
+    )  # fmt: skip
+    # a value holding a comma is hidden whole
+    assert redact_text('+source.headers.Authorization="Bearer abc,hunter2"') == (
+        "+source.headers.Authorization=***"
+    )
+    assert redact_override("+source.headers.Cookie=session=abc, hunter2") == (
+        "+source.headers.Cookie=***"
+    )
+    # a folder name already holds the mask as "_" (config._safe): left as it is
+    assert redact_text("out/+source.headers.X-Api-Key=_,source.url=http_//h-job0") == (
+        "out/+source.headers.X-Api-Key=_,source.url=http_//h-job0"
+    )
+    assert redact_text("https://h/get?ids=1,2&token=abc") == "https://h/get?ids=1,2&token=***"
+
+
+def test_a_sweep_with_a_secret_header_after_a_url_hides_it_and_fills_its_table(tmp_path, files):
+    r = run_cli("-m", f"source.url={files.root}/a.txt,{files.root}/b.txt",
+                f"+source.headers.Origin={files.root}", "+source.headers.X-Api-Key=12345678",
+                cwd=tmp_path, env={"CORPUSPREP_CACHE_DIR": str(tmp_path / "cache")})  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert files.headers["/b.txt"]["X-Api-Key"] == "12345678"  # a number, sent as written
+    sweep = next((tmp_path / "multirun").glob("*/*"))
+    rows = (sweep / "summary.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    for line in rows[1:]:  # every job's tokens found: its record names its real folder
+        assert line.split(",")[header.index("train_tokens")], line
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert b"12345678" not in path.read_bytes(), path
+        assert "12345678" not in str(path)
+    assert "12345678" not in r.stdout + r.stderr
+
+
+def test_a_header_value_with_a_comma_is_sent_whole_and_never_shown(tmp_path, files):
+    env = {"CORPUSPREP_CACHE_DIR": str(tmp_path / "cache"),
+           "CORPUSPREP_COMPOSE_CACHE": str(tmp_path / "compose")}  # fmt: skip
+    r = run_cli(f"source.url={files.root}/a.txt",
+                '+source.headers.Authorization="Bearer abc,hunter2"', "out_dir=out",
+                cwd=tmp_path, env=env)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert files.headers["/a.txt"]["Authorization"] == "Bearer abc,hunter2"
+    # unquoted, the commas make a sweep: the error line shows no part of the value
+    r2 = run_cli(f"source.url={files.root}/a.txt",
+                 "+source.headers.Authorization=Bearer abc,hunter2", "out_dir=out2",
+                 cwd=tmp_path, env=env)  # fmt: skip
+    assert_one_line_error(r2, "+source.headers.Authorization=***", "several values make a sweep")
+    assert _leaks(tmp_path, r.stdout, r.stderr, r2.stdout, r2.stderr) == []

@@ -63,7 +63,9 @@ class UrlSource(Source):
         **options: Any,
     ) -> None:
         super().__init__(**options)
-        self.headers = dict(headers or {})  # e.g. authorization for gated files (source=hf)
+        # e.g. authorization for gated files (source=hf); a value as written (Hydra reads
+        # X-Api-Key=12345678 as a number, which requests refuses to send)
+        self.headers = {str(k): str(v) for k, v in (headers or {}).items()}
         if not re.match(r"^https?://[^/]+", str(url or "")):
             raise UserError(
                 f"source.url={redact(url)!r}: not an http(s) URL; for a local file use "
