@@ -155,3 +155,17 @@ def test_the_first_bad_document_is_the_one_reported(tmp_path, monkeypatch):
     monkeypatch.setattr(shards, "BATCH_DOC_CHARS", -1)
     assert batched == error()
     assert "'z'" in batched
+
+
+def test_a_subclass_that_encodes_its_own_way_is_batched_its_own_way(tiktoken_cache):
+    """A plugin deriving from TiktokenTokenizer with its own encode gets its own ids from
+    a batch too, not the backend's."""
+
+    class Shifted(TiktokenTokenizer):
+        def encode(self, text: str) -> np.ndarray:
+            return super().encode(text) + 1
+
+    tok = Shifted("gpt2", backend="tiktoken")
+    texts = ["hello world", "", "naïve café"]
+    got = [ids.tolist() for ids in tok.encode_documents(texts)]
+    assert got == [tok.encode(t).tolist() for t in texts]

@@ -346,7 +346,10 @@ class TiktokenTokenizer(Tokenizer):
     def encode_documents(self, texts: list[str]) -> list[np.ndarray]:
         # documents shorter than MIN_SEGMENT: encode_pieces([text]) is encode(text), each
         # a new array; the backend looked up once, not per document
-        if any(len(text) >= MIN_SEGMENT for text in texts):
+        own = type(self).encode is TiktokenTokenizer.encode and (
+            type(self).encode_pieces is TiktokenTokenizer.encode_pieces
+        )  # a subclass's own encode: the way it encodes
+        if not own or any(len(text) >= MIN_SEGMENT for text in texts):
             return super().encode_documents(texts)
         fast = self._fast()
         if fast is None:
