@@ -55,7 +55,7 @@ def is_secret_name(name: str) -> bool:
 # scheme. The value runs to the end of the line, to a ": " (where a message goes on), or
 # to a , } ] that ends the text or is followed by another name= / name: (a value may
 # hold a comma: "Bearer a,b")
-_NAME = re.compile(r"([A-Za-z0-9_.~+-]+)([ \t]*(?:=|:(?!//))[ \t]*)")
+_NAME = re.compile(r"([A-Za-z0-9_.~+-]+)((?:=|:(?!//))[ \t]*)")  # "token = f()" is code
 _VALUE_END = re.compile(
     r"\r|\n|:[ \t]|[,}\]](?=[ \t]*(?:$|[\r\n,}\]]|[+~]*[A-Za-z0-9_.-]+[ \t]*(?:=|:(?!//))))"
 )

@@ -556,6 +556,8 @@ def test_redact_secret_names_found_by_an_attack():
         "out/+source.headers.X-Api-Key=_,source.url=http_//h-job0"
     )
     assert redact_text("https://h/get?ids=1,2&token=abc") == "https://h/get?ids=1,2&token=***"
+    # a traceback's line of code is no override
+    assert redact_text("    token = make(a, b)\n") == "    token = make(a, b)\n"
 
 
 def test_a_sweep_with_a_secret_header_after_a_url_hides_it_and_fills_its_table(tmp_path, files):
