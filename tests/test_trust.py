@@ -472,33 +472,52 @@ def test_url_credentials_not_in_a_sweep(tmp_path, files):
     assert _leaks(tmp_path, r.stdout, r.stderr) == []
 
 
+SECRET_NAMES = ["Authorization", "X-Api-Key", "hf_token", "client_secret", "Cookie", "PASSWORD",
+                "x-amz-security-token", "api-key", "AccessKey", "authToken", "X-AuthToken",
+                "accessToken", "hfToken", "Authentication",
+                "Ocp-Apim-Subscription-Key"]  # fmt: skip
+PLAIN_NAMES = ["tokenizer", "shard_tokens", "add_special_tokens", "text_field", "url", "headers",
+               "encoding", "author", "keys", "monkey", "key", "tokens_per_doc"]  # fmt: skip
+REDACTED = [  # (text, as written or printed)
+    ("+source.headers.Authorization=Bearer hunter2", "+source.headers.Authorization=***"),
+    (
+        "source.headers={Authorization: Bearer hunter2, Accept: text/plain}",
+        "source.headers={Authorization: ***, Accept: text/plain}",
+    ),
+    ("    X-Api-Key: 'hunter2'\n    Accept: x\n", "    X-Api-Key: ***\n    Accept: x\n"),
+    # Hydra joins a job's overrides with commas: a URL before the secret must not hide it
+    (
+        "source.url=http://h/a.txt,+source.headers.Origin=http://h,+source.headers.X-Api-Key=k",
+        "source.url=http://h/a.txt,+source.headers.Origin=http://h,+source.headers.X-Api-Key=***",
+    ),
+    # a value holding a comma is hidden whole
+    ('+source.headers.Authorization="Bearer abc,hunter2"', "+source.headers.Authorization=***"),
+    ("https://h/get?ids=1,2&token=abc", "https://h/get?ids=1,2&token=***"),
+]
+KEPT = ["tokenizer=tiktoken", "shard_tokens=5", "source.url=https://h/x.txt",
+        "tokenizer.add_special_tokens=false", "split_by=head: needs val_size=N",
+        "    token = make(a, b)\n",  # a traceback's line of code is no override
+        # a folder name already holds the mask as "_" (config._safe): left as it is
+        "out/+source.headers.X-Api-Key=_,source.url=http_//h-job0"]  # fmt: skip
+
+
 def test_redact_secret_names():
     """A value under a secret's name (a header, a config key) is hidden wherever it is
     written: an override, a YAML line, a flow mapping, a JSON-like value."""
-    from corpusprep.redact import is_secret_name, redact_values
+    from corpusprep.redact import is_secret_name, redact_override, redact_values
 
-    for name in ("Authorization", "X-Api-Key", "hf_token", "client_secret", "Cookie",
-                 "PASSWORD", "x-amz-security-token", "api-key", "AccessKey"):  # fmt: skip
-        assert is_secret_name(name), name
-    for name in ("tokenizer", "shard_tokens", "add_special_tokens", "text_field", "url",
-                 "headers", "encoding", "author", "keys"):  # fmt: skip
-        assert not is_secret_name(name), name
-    assert redact_text("+source.headers.Authorization=Bearer hunter2") == (
-        "+source.headers.Authorization=***"
+    assert [n for n in SECRET_NAMES if not is_secret_name(n)] == []
+    assert [n for n in PLAIN_NAMES if is_secret_name(n)] == []
+    assert [(t, redact_text(t)) for t, want in REDACTED if redact_text(t) != want] == []
+    assert [t for t in KEPT if redact_text(t) != t] == []
+    assert redact_override("+source.headers.Cookie=session=abc, hunter2") == (
+        "+source.headers.Cookie=***"
     )
-    assert redact_text("source.headers={Authorization: Bearer hunter2, Accept: text/plain}") == (
-        "source.headers={Authorization: ***, Accept: text/plain}"
-    )
-    assert redact_text("    X-Api-Key: 'hunter2'\n    Accept: x\n") == (
-        "    X-Api-Key: ***\n    Accept: x\n"
-    )
-    kept = ["tokenizer=tiktoken", "shard_tokens=5", "source.url=https://h/x.txt",
-            "tokenizer.add_special_tokens=false", "split_by=head: needs val_size=N"]  # fmt: skip
-    assert [redact_text(t) for t in kept] == kept
-    assert redact_values({"headers": {"Authorization": "Bearer hunter2", "Accept": "a"},
+    assert redact_values({"headers": {"Authorization": "Bearer hunter2", "Accept": "a",
+                                      "X-Api-Key": 12345678},
                           "tokenizer": {"encoding": "gpt2"}, "hf_token": None}) == {
-        "headers": {"Authorization": "***", "Accept": "a"}, "tokenizer": {"encoding": "gpt2"},
-        "hf_token": None}  # fmt: skip
+        "headers": {"Authorization": "***", "Accept": "a", "X-Api-Key": "***"},
+        "tokenizer": {"encoding": "gpt2"}, "hf_token": None}  # fmt: skip
 
 
 def test_an_authorization_header_is_sent_and_never_written(tmp_path, files):
@@ -529,35 +548,6 @@ def test_an_api_key_header_is_not_in_a_sweep(tmp_path, files):
         "X-Api-Key: ***" in (sweep / "multirun.yaml").read_text()
     )
     assert _leaks(tmp_path, r.stdout, r.stderr) == []
-
-
-def test_redact_secret_names_found_by_an_attack():
-    from corpusprep.redact import is_secret_name, redact_override
-
-    for name in ("authToken", "X-AuthToken", "accessToken", "hfToken", "Authentication",
-                 "Ocp-Apim-Subscription-Key"):  # fmt: skip
-        assert is_secret_name(name), name
-    for name in ("monkey", "key", "keys", "tokens_per_doc"):
-        assert not is_secret_name(name), name
-    # Hydra joins a job's overrides with commas: a URL before the secret must not hide it
-    assert redact_text("source.url=http://h/a.txt,+source.headers.Origin=http://h,"
-                       "+source.headers.X-Api-Key=hunter2") == (
-        "source.url=http://h/a.txt,+source.headers.Origin=http://h,+source.headers.X-Api-Key=***"
-    )  # fmt: skip
-    # a value holding a comma is hidden whole
-    assert redact_text('+source.headers.Authorization="Bearer abc,hunter2"') == (
-        "+source.headers.Authorization=***"
-    )
-    assert redact_override("+source.headers.Cookie=session=abc, hunter2") == (
-        "+source.headers.Cookie=***"
-    )
-    # a folder name already holds the mask as "_" (config._safe): left as it is
-    assert redact_text("out/+source.headers.X-Api-Key=_,source.url=http_//h-job0") == (
-        "out/+source.headers.X-Api-Key=_,source.url=http_//h-job0"
-    )
-    assert redact_text("https://h/get?ids=1,2&token=abc") == "https://h/get?ids=1,2&token=***"
-    # a traceback's line of code is no override
-    assert redact_text("    token = make(a, b)\n") == "    token = make(a, b)\n"
 
 
 def test_a_sweep_with_a_secret_header_after_a_url_hides_it_and_fills_its_table(tmp_path, files):
