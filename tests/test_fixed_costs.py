@@ -16,6 +16,7 @@ import threading
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 import zstandard
 from helpers import run_cli
@@ -537,3 +538,15 @@ def test_workers_share_the_drivers_core(tmp_path: Path, monkeypatch, tiktoken_ca
     for backend in ("riptoken", "splintr"):
         for name in ("train.bin", "val.bin"):
             assert (ran[backend] / name).read_bytes() == (ran["tiktoken"] / name).read_bytes()
+
+
+def test_keys_in_counts_as_numpys_isin():
+    from corpusprep.prepare import keys_in
+
+    rng = np.random.default_rng(0)
+    for n, m in [(0, 5), (5, 0), (1, 1), (300, 2000), (2000, 300)]:
+        pool = rng.integers(0, 2**64 - 1, 400, dtype=np.uint64, endpoint=True)
+        keys, others = rng.choice(pool, n), rng.choice(pool, m)  # repeats and overlaps
+        assert keys_in(keys, others) == int(np.isin(keys, others).sum())
+    top = np.array([2**64 - 1], dtype=np.uint64)
+    assert keys_in(top, top) == 1 and keys_in(top, np.array([0], np.uint64)) == 0
