@@ -116,7 +116,7 @@ class Census:
         """A text as it is used (JSON Lines, Parquet: no newline translation, so a "\r"
         in it is a character of its own)."""
         self.chars += len(text)
-        if "\r" in text and "\r" not in self.seen:
+        if "\r" in text:
             self.seen.add("\r")
         self._collect(text.encode("utf-8"))
 

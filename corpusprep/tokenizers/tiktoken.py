@@ -344,20 +344,14 @@ class TiktokenTokenizer(Tokenizer):
         return encode_at_cuts(self.encode, pieces, bool(self.cut_at), MIN_SEGMENT)
 
     def encode_documents(self, texts: list[str]) -> list[np.ndarray]:
-        # documents shorter than MIN_SEGMENT: encode_pieces([text]) is encode(text), each
-        # a new array; the backend looked up once, not per document
-        own = type(self).encode is TiktokenTokenizer.encode and (
-            type(self).encode_pieces is TiktokenTokenizer.encode_pieces
-        )  # a subclass's own encode: the way it encodes
-        if not own or any(len(text) >= MIN_SEGMENT for text in texts):
-            return super().encode_documents(texts)
-        fast = self._fast()
-        if fast is None:
-            enc = self._enc()
-            return [enc.encode_to_numpy(text, disallowed_special=()) for text in texts]
-        if self.backend == "splintr":
-            return [fast.encode(t) if splintr_safe(t) else self._tiktoken(t) for t in texts]
-        return [self.encode(text) for text in texts]
+        # a text shorter than MIN_SEGMENT is one encode(text) in encode_pieces, each a new
+        # array: called straight, without the cut logic's generator (unless a subclass
+        # encodes pieces its own way)
+        if type(self).encode_pieces is TiktokenTokenizer.encode_pieces and all(
+            len(text) < MIN_SEGMENT for text in texts
+        ):
+            return [self.encode(text) for text in texts]
+        return super().encode_documents(texts)
 
     def decode(self, ids: Iterable[int]) -> str:
         return self._enc().decode([int(i) for i in ids])
