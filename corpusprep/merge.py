@@ -20,13 +20,13 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import BinaryIO, Optional
 
 import numpy as np
 
 from corpusprep.progress import Bar
 from corpusprep.shards import SIDES, EncodeResult
-from corpusprep.writer import OutputWriter, check_free_space, copy_range
+from corpusprep.writer import GrowingDigest, OutputWriter, check_free_space, copy_range
 
 GATHER_TOKENS = 1 << 22  # tokens per gather step of the shuffle (about 50 MB with positions)
 LONG_RUN = 1 << 15  # tokens: documents on one side this long on average are copied, not masked
@@ -63,13 +63,21 @@ def merge(out: OutputWriter, parts: list[PartFile], results: list[EncodeResult],
     check_free_space(out.out_dir, sum(totals.values()) * itemsize * (2 if order or cut else 1))
     indexed = bool(parts) and parts[0].index is not None
     docs = {side: sum(getattr(r, f"{side}_docs") for r in results) for side in SIDES}
-    if val_docs is not None:
-        totals, docs = _split_documents(out, parts, results, dtype, val_docs, show)
+    follow = not (order or cut)  # a shuffle or a cut rewrites the streams afterwards
+    with ExitStack() as stack:
+        # each stream's sha256 taken in a thread as it is written: the seal reads it no more
+        streams = [out.temp(f"{side}.bin") for side in SIDES]
+        digests = [stack.enter_context(GrowingDigest(out, path)) if follow else None
+                   for path in streams]  # fmt: skip
+        if val_docs is not None:
+            totals, docs = _split_documents(out, parts, results, dtype, val_docs, show, digests)
+        for side, digest in zip(SIDES, digests) if val_docs is None else ():
+            mine = sorted((p for p in parts if p.side == side), key=lambda p: p.shard)
+            with Bar(f"merge {side}.bin", totals[side] * itemsize, show) as bar:
+                _concatenate(out.path_of(f"{side}.bin"), [p.tokens for p in mine],
+                             totals[side] * itemsize, bar.update, digest)  # fmt: skip
     for side in SIDES if val_docs is None else ():
         mine = sorted((p for p in parts if p.side == side), key=lambda p: p.shard)
-        with Bar(f"merge {side}.bin", totals[side] * itemsize, show) as bar:
-            _concatenate(out.temp(f"{side}.bin"), [p.tokens for p in mine],
-                         totals[side] * itemsize, bar.update)  # fmt: skip
         if indexed:
             counts = [getattr(r, f"{side}_tokens") for r in results]
             _concatenate_index(out.temp(f"{side}.docs.bin"), [p.index for p in mine], counts)
@@ -83,8 +91,9 @@ def merge(out: OutputWriter, parts: list[PartFile], results: list[EncodeResult],
 
 
 def _split_documents(out: OutputWriter, parts: list[PartFile], results: list[EncodeResult],
-                     dtype: str, val_docs: np.ndarray,
-                     show: bool) -> tuple[dict[str, int], dict[str, int]]:  # fmt: skip
+                     dtype: str, val_docs: np.ndarray, show: bool,
+                     digests: list[Optional[GrowingDigest]],
+                     ) -> tuple[dict[str, int], dict[str, int]]:  # fmt: skip
     """The one stream (every shard's part, in plan order) into train.bin and val.bin, each
     document whole on its side: read GATHER_TOKENS at a time, each block's ids picked by a
     mask of its documents' sides (memory: the document index and one block)."""
@@ -104,7 +113,7 @@ def _split_documents(out: OutputWriter, parts: list[PartFile], results: list[Enc
     run_side, run_start = val_docs[first], starts[first]
     run_end = np.append(run_start[1:], offsets[-1])
     with ExitStack() as stack:
-        dst = [stack.enter_context(open(out.temp(f"{side}.bin"), "r+b")) for side in SIDES]
+        dst = [stack.enter_context(open(out.path_of(f"{side}.bin"), "r+b")) for side in SIDES]
         bar = stack.enter_context(Bar("split train.bin / val.bin", int(offsets[-1]) * dt.itemsize,
                                       show))  # fmt: skip
         for part, offset, n in zip(mine, offsets, counts):
@@ -121,6 +130,7 @@ def _split_documents(out: OutputWriter, parts: list[PartFile], results: list[Enc
                         )
                         copy_range(src, dst[int(run_side[k])], (a - int(offset)) * dt.itemsize,
                                    (b - a) * dt.itemsize, bar.update)  # fmt: skip
+                    _grown(dst, digests)
                     continue
                 for a in range(int(offset), int(offset) + n, GATHER_TOKENS):
                     b = min(a + GATHER_TOKENS, int(offset) + n)
@@ -136,6 +146,7 @@ def _split_documents(out: OutputWriter, parts: list[PartFile], results: list[Enc
                         dst[0].write(memoryview(block[~to_val]))
                         dst[1].write(memoryview(block[to_val]))
                     bar.update((b - a) * dt.itemsize)
+                    _grown(dst, digests)
     totals, docs = {}, {}
     for k, side in enumerate(SIDES):
         mine_lengths = lengths[val_docs == bool(k)]
@@ -145,12 +156,22 @@ def _split_documents(out: OutputWriter, parts: list[PartFile], results: list[Enc
     return totals, docs
 
 
+def _grown(files: list[BinaryIO], digests: list[Optional[GrowingDigest]]) -> None:
+    """What each stream holds so far is final: its digest may read it."""
+    for f, digest in zip(files, digests):
+        if digest is not None:
+            f.flush()
+            digest.grew(f.tell())
+
+
 def _concatenate(dst_path: Path, sources: list[str], expected: int,
-                 progress: Callable[[int], None]) -> None:  # fmt: skip
+                 progress: Callable[[int], None],
+                 digest: Optional[GrowingDigest] = None) -> None:  # fmt: skip
     with open(dst_path, "r+b") as dst:
         for path in sources:
             with open(path, "rb") as src:
                 copy_range(src, dst, 0, os.path.getsize(path), progress)
+            _grown([dst], [digest])
         if dst.tell() != expected:
             raise RuntimeError(f"{dst_path.name}: merged {dst.tell()} bytes, not {expected}")
 

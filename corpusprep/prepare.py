@@ -23,7 +23,6 @@ import io
 import json
 import os
 import platform
-import queue
 import re
 import sys
 import threading
@@ -67,6 +66,7 @@ from corpusprep.sources.url import sha256_file
 from corpusprep.split import permutation, split_point, val_document_count, val_documents
 from corpusprep.tokenizers import NOWHERE, Tokenizer
 from corpusprep.writer import (
+    GrowingDigest,
     OutputWriter,
     changed_files,
     check_free_space,
@@ -372,7 +372,7 @@ def encode(run: Run) -> None:
         if work is None:  # shards write in place (no resume): the input's sha256 while the
             # workers encode, not before they start, and the outputs' as they are written
             hashing = Meanwhile(lambda: run.hashes or _hashes(run.files))
-            written = DigestWhileWriting(todo, run.itemsize)
+            written = DigestWhileWriting(todo, run.itemsize, run.out)
             fresh = written.following(hashing.once_started(fresh), todo)
         # read to the end: the bar closes drawn full, even for one shard
         try:
@@ -381,8 +381,6 @@ def encode(run: Run) -> None:
             STREAMS.close()
         if hashing is not None:
             run.hashes = hashing.result()
-            for path, digest in written.digests().items():
-                run.out.known_sha256(path, digest)
         done.update(zip((t.shard.index for t in todo), fresh))
         run.results = [done[t.shard.index] for t in tasks]
         _check_unchanged(run.before)
@@ -860,12 +858,10 @@ class Meanwhile:
 
 class DigestWhileWriting:
     """The sha256 of the files that shards write in place (one text split by position),
-    taken in a thread while the workers encode: whatever lies before the first unfinished
-    shard of a file is final. The commit then does not read them again."""
+    taken while the workers encode (a GrowingDigest per file): whatever lies before the
+    first unfinished shard of a file is final. The commit then does not read them again."""
 
-    STEP = 1 << 22  # bytes read at a time
-
-    def __init__(self, tasks: list[EncodeTask], itemsize: int) -> None:
+    def __init__(self, tasks: list[EncodeTask], itemsize: int, out: OutputWriter) -> None:
         self._starts: dict[Path, list[tuple[int, int]]] = {}  # (shard, first byte), in order
         for task in sorted(tasks, key=lambda t: t.shard.index):
             for target in (task.train, task.val):
@@ -876,14 +872,14 @@ class DigestWhileWriting:
         self._sizes = {path: path.stat().st_size for path in self._starts}
         self._first_unfinished = dict.fromkeys(self._starts, 0)  # index into its starts
         self._finished: set[int] = set()
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._digests: dict[Path, str] = {}
+        self._digests = {path: GrowingDigest(out, path) for path in self._starts}
 
     def following(self, results: Iterable[Any], tasks: list[EncodeTask]) -> Iterator[Any]:
         """The results (of `tasks`, in that order), passed through as each file's hashing
-        moves on. The thread starts with the first result: the workers have forked by then."""
-        try:
+        moves on (from the first result: the workers have forked by then)."""
+        with ExitStack() as digests:  # to the seal at the end; stopped on an error
+            for digest in self._digests.values():
+                digests.enter_context(digest)
             for task, result in zip(tasks, results):
                 self._finished.add(task.shard.index)
                 for path, starts in self._starts.items():
@@ -892,41 +888,9 @@ class DigestWhileWriting:
                         k += 1
                     if k > was:  # all before shard k's first byte is final
                         self._first_unfinished[path] = k
-                        self._queue.put((path, starts[k][1] if k < len(starts) else
-                                         self._sizes[path]))  # fmt: skip
-                if self._thread.ident is None:
-                    self._thread.start()
+                        self._digests[path].grew(starts[k][1] if k < len(starts) else
+                                                 self._sizes[path])  # fmt: skip
                 yield result
-        finally:
-            self._queue.put(None)  # the thread ends once it has hashed what is ready
-
-    def digests(self) -> dict[Path, str]:
-        """The files hashed to their end (all, unless a shard is missing or a read failed:
-        the commit then reads them itself)."""
-        if self._thread.ident is not None:
-            self._thread.join()
-        return self._digests
-
-    def _run(self) -> None:
-        hashes: dict[Path, Any] = {}
-        done: dict[Path, int] = {}
-        try:
-            with ExitStack() as files:
-                opened = {}
-                while (item := self._queue.get()) is not None:
-                    path, end = item
-                    if path not in opened:
-                        # unbuffered: a buffer would read ahead into what is not written yet
-                        opened[path] = files.enter_context(open(path, "rb", buffering=0))
-                        hashes[path], done[path] = hashlib.sha256(), 0
-                    while done[path] < end and (
-                        chunk := opened[path].read(min(self.STEP, end - done[path]))
-                    ):
-                        hashes[path].update(chunk)
-                        done[path] += len(chunk)
-        except OSError:
-            return  # the commit reads the files itself, and reports
-        self._digests = {p: h.hexdigest() for p, h in hashes.items() if done[p] == self._sizes[p]}
 
 
 class _Clock:

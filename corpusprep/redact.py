@@ -42,11 +42,20 @@ SECRET_NAME_WORDS = {"token", "secret", "password", "passwd", "pwd", "signature"
 _WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 
 
+# a "token" after one of these is a tokenizer's or a measure's, not a credential
+NOT_SECRET_TOKEN = {"per", "bos", "eos", "eot", "pad", "unk", "sep", "cls", "mask", "special",
+                    "max", "min", "num", "first", "last", "start", "end"}  # fmt: skip
+
+
 def is_secret_name(name: str) -> bool:
     """Whether a config key or HTTP header of this name holds a secret."""
     words = [w.lower() for w in _WORDS.findall(name)]
     joined = "".join(words)
-    return (any(w in SECRET_NAME_WORDS for w in words) or "apikey" in joined
+    secret = [
+        w in SECRET_NAME_WORDS and not (w == "token" and i and words[i - 1] in NOT_SECRET_TOKEN)
+        for i, w in enumerate(words)
+    ]
+    return (any(secret) or "apikey" in joined
             or "accesskey" in joined or "privatekey" in joined
             or (len(words) > 1 and words[-1] == "key"))  # Ocp-Apim-Subscription-Key  # fmt: skip
 

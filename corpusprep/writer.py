@@ -21,12 +21,14 @@ import hashlib
 import json
 import os
 import pickle
+import queue
 import re
 import secrets
 import shutil
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -110,7 +112,7 @@ class OutputWriter:
         self._temps: dict[str, Path] = {}  # final name -> temporary path, in commit order
         self._scratch: list[Path] = []  # dropped temporary files: deleted on commit or abort
         self._obsolete: list[str] = []  # files of the previous run this one does not make
-        self._digests: dict[Path, tuple[str, tuple]] = {}  # sha256 taken as it was written
+        self._digests: dict[Path, GrowingDigest] = {}  # sha256 taken as it was written
         self._work: Optional[Path] = None
         self._made_dirs: list[Path] = []
         self._lock: Optional[int] = None
@@ -251,6 +253,8 @@ class OutputWriter:
         shutil.rmtree(self.out_dir / WORK, ignore_errors=True)
 
     def abort(self, keep_work: bool = False) -> None:
+        for digest in self._digests.values():
+            digest.stop()
         for path in [*self._temps.values(), *self._scratch]:
             path.unlink(missing_ok=True)
         self._temps.clear()
@@ -259,16 +263,15 @@ class OutputWriter:
             with contextlib.suppress(OSError):
                 (self.out_dir / WORK).rmdir()
 
-    def known_sha256(self, path: Path, digest: str) -> None:
-        """The sha256 of a temporary file, taken while it was written (prepare's
-        DigestWhileWriting): the seal uses it if the file is unchanged since."""
-        self._digests[path] = (digest, _identity(path))
+    def hashing(self, digest: GrowingDigest) -> None:
+        """A temporary file's sha256 being taken as it was written: the seal waits for it
+        rather than reading the file again."""
+        self._digests[digest.path] = digest
 
     def _sha256(self, path: Path) -> str:
         known = self._digests.get(path)
-        if known is not None and known[1] == _identity(path):
-            return known[0]
-        return file_sha256(path)
+        digest = known.result() if known is not None else None
+        return digest if digest is not None else file_sha256(path)
 
     def _seal(self) -> tuple[dict[str, int], dict[str, str]]:
         """fsync every temporary file and take its size and sha256 (threads: hashlib and
@@ -428,6 +431,75 @@ def changed_files(folder: Path, manifest: dict[str, Any]) -> Optional[list[str]]
         except OSError:
             changed.append(name)
     return changed
+
+
+_LEFT = object()  # GrowingDigest: the writer has left the file
+
+
+class GrowingDigest:
+    """The sha256 of a file taken in a thread while it is written front to back: `grew(end)`
+    says its first `end` bytes are final, and the thread hashes up to there (from the page
+    cache; hashlib releases the GIL) while the writer goes on, and goes on hashing while the
+    run does its last steps; then sends the file to disk (fsync). The seal takes the digest
+    instead of reading the file again, if the whole file was hashed and it is unchanged
+    since the writer left it (and its fsync then finds nothing left to write). Used as a
+    context manager: leaving it normally hands the digest to the seal; an error stops it."""
+
+    STEP = 1 << 22  # bytes read at a time
+
+    def __init__(self, out: OutputWriter, path: Path) -> None:
+        self.out, self.path = out, path
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._hash, self._done, self._failed = hashlib.sha256(), 0, False
+        self._left: Optional[tuple] = None  # the file's identity when the writer left it
+
+    def __enter__(self) -> GrowingDigest:
+        return self
+
+    def __exit__(self, kind: Any, *exc: Any) -> None:
+        if kind is not None:
+            self.stop()
+            return
+        self._left = _identity(self.path)
+        self.out.hashing(self)  # the seal waits for it
+        self._queue.put(_LEFT)  # hash the rest, send it to disk, end
+
+    def grew(self, end: int) -> None:
+        if self._thread.ident is None:  # started with the first bytes, not before a fork
+            self._thread.start()
+        self._queue.put(end)
+
+    def result(self) -> Optional[str]:
+        """The file's sha256, or None if it was not hashed whole or changed since."""
+        self.stop()
+        try:
+            same = self._left is not None and self._left == _identity(self.path)
+        except OSError:
+            return None
+        whole = same and not self._failed and self._done == self._left[1]
+        return self._hash.hexdigest() if whole else None
+
+    def stop(self) -> None:
+        if self._thread.ident is not None:
+            self._queue.put(None)
+            self._thread.join()
+
+    def _run(self) -> None:
+        try:  # unbuffered: a buffer would read ahead into what is not written yet
+            with open(self.path, "rb", buffering=0) as f:
+                while (end := self._queue.get()) is not None:
+                    if end is _LEFT:  # written whole: its fsync now, while the run goes on,
+                        os.fsync(f.fileno())  # not in the seal's
+                        return
+                    while self._done < end:
+                        chunk = f.read(min(self.STEP, end - self._done))
+                        if not chunk:  # shorter than the writer said: the seal reads it
+                            raise OSError(f"{self.path}: ended at {self._done} bytes")
+                        self._hash.update(chunk)
+                        self._done += len(chunk)
+        except OSError:
+            self._failed = True
 
 
 def file_sha256(path: Path) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import hashlib
 import json
 import lzma
 import os
@@ -324,16 +325,79 @@ def test_in_place_outputs_are_hashed_while_written(tmp_path: Path, monkeypatch, 
 
     read_again.clear()
 
-    def as_if_changed_since(self, path, digest):  # a wrong digest, for another identity
-        self._digests[path] = ("0" * 64, ("another", "file"))
+    def as_if_changed_since(digest):  # the file as the writer left it was another one
+        digest._left = ("another", "file")
+        digest.out._digests[digest.path] = digest
 
-    monkeypatch.setattr(writer.OutputWriter, "known_sha256", as_if_changed_since)
+    monkeypatch.setattr(writer.OutputWriter, "hashing", lambda self, d: as_if_changed_since(d))
     manifest = prepare(compose("source=file", f"source.path={tmp_path / 'in.txt'}",
                                "shard_bytes=100000", f"out_dir={out}", "force=true",
                                "quiet=true"))  # fmt: skip
     assert manifest["checksums"]["train.bin"] == hashlib.sha256(
         (out / "train.bin").read_bytes()).hexdigest()  # fmt: skip
     assert any(".train.bin" in n for n in read_again)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        ("tokenizer=tiktoken",),  # one text: the parts are concatenated
+        ("tokenizer=tiktoken", "split_by=document"),  # each document to its side
+        ("tokenizer=tiktoken", "split_by=document", "order=shuffle"),  # rewritten: read again
+    ],
+)
+def test_merged_outputs_are_hashed_while_merged(tmp_path: Path, monkeypatch, settings):
+    """The merge's train.bin/val.bin get their sha256 from a thread that follows the merge
+    (GrowingDigest): the seal reads them no more, and the digests are the files'. A run
+    that rewrites them after the merge (order=shuffle) has them read by the seal."""
+    import hashlib
+
+    from helpers import compose
+
+    import corpusprep.writer as writer
+    from corpusprep.prepare import prepare
+
+    docs = [{"text": f"document {i} " + "word " * (i % 97)} for i in range(3000)]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    read_again = []
+    real = writer.file_sha256
+    monkeypatch.setattr(writer, "file_sha256", lambda p: read_again.append(p.name) or real(p))
+    out = tmp_path / "out"
+    manifest = prepare(compose("source=file", f"source.path={tmp_path / 'a.jsonl'}",
+                               "shard_bytes=20000", "executor.workers=2", *settings,
+                               f"out_dir={out}", "quiet=true"))  # fmt: skip
+    assert manifest["shards"]["count"] > 5
+    for name in ("train.bin", "val.bin"):
+        assert manifest["checksums"][name] == hashlib.sha256((out / name).read_bytes()).hexdigest()
+    streams = [n for n in read_again if ".train.bin" in n or ".val.bin" in n]
+    assert len(streams) == (2 if "order=shuffle" in settings else 0), read_again
+
+
+def test_growing_digest_leaves_a_short_file_to_the_seal(tmp_path: Path):
+    """A file that ends before what the writer said (or is written to after) gets no
+    digest from the thread: the seal reads it itself, so a checksum is always the file's."""
+    from corpusprep.writer import GrowingDigest, OutputWriter
+
+    with OutputWriter(tmp_path / "out") as out:
+        short, later = out.temp("a.bin"), out.temp("b.bin")
+        short.write_bytes(b"x" * 1000)
+        later.write_bytes(b"y" * 1000)
+        with GrowingDigest(out, short) as digest:
+            digest.grew(500)
+            digest.grew(2000)  # more than the file holds
+        with GrowingDigest(out, later) as digest:
+            digest.grew(1000)
+        with open(later, "ab") as f:
+            f.write(b"z")
+        assert out._digests[short].result() is None
+        assert out._digests[later].result() is None
+        with pytest.raises(RuntimeError), GrowingDigest(out, short) as digest:
+            digest.grew(1000)
+            raise RuntimeError("a failed merge")
+        assert not digest._thread.is_alive() and out._digests[short] is not digest
+        files, sums = out._seal()
+    assert sums["a.bin"] == hashlib.sha256(b"x" * 1000).hexdigest()
+    assert sums["b.bin"] == hashlib.sha256(b"y" * 1000 + b"z").hexdigest()
 
 
 # --- vocab_used from the shards' own flags ---------------------------------------------

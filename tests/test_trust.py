@@ -474,10 +474,11 @@ def test_url_credentials_not_in_a_sweep(tmp_path, files):
 
 SECRET_NAMES = ["Authorization", "X-Api-Key", "hf_token", "client_secret", "Cookie", "PASSWORD",
                 "x-amz-security-token", "api-key", "AccessKey", "authToken", "X-AuthToken",
-                "accessToken", "hfToken", "Authentication",
+                "accessToken", "hfToken", "Authentication", "refresh_token", "token",
                 "Ocp-Apim-Subscription-Key"]  # fmt: skip
 PLAIN_NAMES = ["tokenizer", "shard_tokens", "add_special_tokens", "text_field", "url", "headers",
-               "encoding", "author", "keys", "monkey", "key", "tokens_per_doc"]  # fmt: skip
+               "encoding", "author", "keys", "monkey", "key", "tokens_per_doc", "bytes_per_token",
+               "bos_token", "eosToken", "pad_token_id", "max_token_length"]  # fmt: skip
 REDACTED = [  # (text, as written or printed)
     ("+source.headers.Authorization=Bearer hunter2", "+source.headers.Authorization=***"),
     (
