@@ -222,9 +222,22 @@ GUESSED_RATIO = 4  # text compresses about this much: for formats that do not re
 @functools.lru_cache(maxsize=1 << 14)  # asked by the shard sizing and again by the plan
 def text_size(path: Path, compression: str, member: Optional[str], size: int) -> int:
     """About how many bytes a compressed file holds once decompressed, from its own header
-    or trailer where it records them (zstd's frame content size, gzip's ISIZE, a zip
-    member's size), else guessed: shards are packed by the work in them, and a compressed
-    file's work is its text, several times its size on disk. Reads at most a few bytes."""
+    or trailer where it records them (recorded_text_size), else guessed: shards are packed
+    by the work in them, and a compressed file's work is its text, several times its size
+    on disk."""
+    known = recorded_text_size(path, compression, member, size)
+    if known:
+        return known
+    if size * GUESSED_RATIO < 4 * SAMPLE_TEXT:  # small: packed with others, a guess will do
+        return size * GUESSED_RATIO
+    return _size_from_its_start(path, compression, size)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def recorded_text_size(path: Path, compression: str, member: Optional[str], size: int) -> int:
+    """The text size a compressed file records (zstd's frame content size, gzip's ISIZE, a
+    zip member's size); 0 where it records none (or one smaller than the file itself: not
+    a real one). Reads at most a few bytes."""
     known = 0
     try:
         if compression == "zip" and member is not None:  # `size` is the whole archive's
@@ -241,11 +254,7 @@ def text_size(path: Path, compression: str, member: Optional[str], size: int) ->
                 known = max(zstandard.frame_content_size(f.read(18)), 0)  # -1: not recorded
     except Exception:  # a damaged file: reading it reports that, in one line
         known = 0
-    if known >= size:
-        return known
-    if size * GUESSED_RATIO < 4 * SAMPLE_TEXT:  # small: packed with others, a guess will do
-        return size * GUESSED_RATIO
-    return _size_from_its_start(path, compression, size)
+    return known if known >= size else 0
 
 
 SAMPLE_TEXT = 1 << 20  # text decompressed from a big file's start to guess its whole size

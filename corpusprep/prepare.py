@@ -55,9 +55,10 @@ from corpusprep.shards import (
     Rules,
     ScanResult,
     Shard,
+    ShardRun,
     Target,
     count_characters,
-    encode_shard,
+    encode_run,
     finished,
     scan_shard,
 )
@@ -367,7 +368,8 @@ def encode(run: Run) -> None:
         if work:  # what the shards' markers are made from, for a resume: before any is
             run.hashes = run.hashes or _hashes(run.files)
             _record_inputs(work, run.hashes)
-        fresh = run.executor.map(encode_shard, todo)
+        runs = _runs(todo, getattr(run.executor, "workers", None))
+        fresh = (result for results in run.executor.map(encode_run, runs) for result in results)
         hashing = written = None
         if work is None:  # shards write in place (no resume): the input's sha256 while the
             # workers encode, not before they start, and the outputs' as they are written
@@ -650,16 +652,54 @@ def _encode_tasks(run: Run) -> tuple[list[EncodeTask], list[PartFile]]:
 
 def _taking_order(tasks: list[EncodeTask]) -> list[EncodeTask]:
     """The order workers take the shards in (results still merge in plan order): the last
-    pieces of compressed files first (their size is a guess, so often the longest): none
-    is left to run alone at the end while the other workers idle; the rest in plan order
+    pieces of compressed files whose size is a guess first (often the longest): none is
+    left to run alone at the end while the other workers idle; the rest in plan order
     (the bar advances as they finish)."""
     return sorted(tasks, key=_runs_long, reverse=True)
 
 
 def _runs_long(task: EncodeTask) -> bool:
-    """A compressed file's last piece: its end is the file's, wherever the size guess (or
-    a size that only its first frame or last member records) put its start."""
-    return any(s.piece and s.end == STREAM_END for s in task.shard.segments)
+    """A compressed file's last piece, when the file does not record its text's size: its
+    end is the file's, wherever the guess put its start."""
+    return any(s.piece and s.end == STREAM_END and not s.file.size_recorded
+               for s in task.shard.segments)  # fmt: skip
+
+
+GUIDE = 2  # a run of pieces holds at most 1 / (GUIDE * workers) of the work left
+
+
+def _runs(tasks: list[EncodeTask], workers: Optional[int]) -> list[ShardRun]:
+    """The tasks as the workers take them: consecutive pieces of one compressed file go in
+    runs that one worker encodes one after the other, reading on where the piece before
+    ended (instead of decompressing the file from its start again to skip to its piece).
+    A run holds at most 1 / (GUIDE * workers) of the work left, so runs shrink toward the
+    end and the last ones even out the workers (guided scheduling). Only the scheduling
+    depends on the workers: the shards, and so the outputs, do not. An engine that does
+    not say its workers gets the shards one by one."""
+    if workers is None:
+        return [ShardRun((task,)) for task in tasks]
+    left = sum(task.shard.nbytes for task in tasks)
+    runs: list[ShardRun] = []
+    i = 0
+    while i < len(tasks):
+        run, size = [tasks[i]], tasks[i].shard.nbytes
+        budget = left / (GUIDE * workers)
+        while (i + len(run) < len(tasks) and _follows(tasks[i + len(run)], run[-1])
+               and size + tasks[i + len(run)].shard.nbytes <= budget):  # fmt: skip
+            size += tasks[i + len(run)].shard.nbytes
+            run.append(tasks[i + len(run)])
+        runs.append(ShardRun(tuple(run)))
+        left -= size
+        i += len(run)
+    return runs
+
+
+def _follows(task: EncodeTask, before: EncodeTask) -> bool:
+    """Whether a shard is the piece of a compressed file right after another's."""
+    if len(task.shard.segments) != 1 or len(before.shard.segments) != 1:
+        return False
+    (a,), (b,) = before.shard.segments, task.shard.segments
+    return a.piece and b.piece and a.file == b.file and b.start == a.end
 
 
 def _side_chars(first: int, chars: int, split_char: int) -> tuple[int, int]:

@@ -4,7 +4,8 @@ Two passes, as nanoGPT needs the whole text before it can number characters or s
   scan_shard    count characters and documents, collect the distinct characters, and
                 check the input (JSON, fields; UTF-8 once encoded) before anything is in place;
   encode_shard  encode the shard's documents, each on its own, give each to train or val,
-                and write the ids (and where documents start) where the plan says.
+                and write the ids (and where documents start) where the plan says;
+  encode_run    encode_shard on consecutive pieces of a compressed file, in one worker.
 Results come back in plan order, so the output never depends on how many workers there
 were or which finished first.
 """
@@ -38,6 +39,10 @@ class Shard:
 
     index: int
     segments: tuple[Segment, ...]
+
+    @property
+    def label(self) -> str:
+        return f"shard {self.index}"
 
     @property
     def nbytes(self) -> int:
@@ -125,6 +130,10 @@ class EncodeTask:
     # document: which documents go to val, from the one before first_doc (a long document
     # the shard continues) to the shard's last
     val_docs: Optional[np.ndarray] = None
+
+    @property
+    def label(self) -> str:
+        return self.shard.label
 
 
 @dataclass
@@ -295,6 +304,32 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
     if task.marker is not None:  # the shard is done: a re-run can take it as it is
         _write_marker(task.marker, result)
     return result
+
+
+@dataclass(frozen=True)
+class ShardRun:
+    """Shards one worker encodes one after the other (consecutive pieces of a compressed
+    file: each reads on where the one before ended)."""
+
+    tasks: tuple[EncodeTask, ...]
+
+    @property
+    def label(self) -> str:
+        first, last = self.tasks[0].shard.index, self.tasks[-1].shard.index
+        return f"shard {first}" if first == last else f"shards {first}-{last}"
+
+
+def encode_run(run: ShardRun) -> list[EncodeResult]:
+    """encode_shard on each of the run's shards; the heap's freed pages go back between
+    them, as between tasks."""
+    from corpusprep.executors import release_freed_memory
+
+    results = []
+    for k, task in enumerate(run.tasks):
+        if k:
+            release_freed_memory()
+        results.append(encode_shard(task))
+    return results
 
 
 # A marker is JSON (never a pickle: a work folder may come from anyone) with the counts;

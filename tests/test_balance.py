@@ -17,6 +17,7 @@ import zstandard
 from helpers import assert_one_line_error, run_cli
 
 from corpusprep.compression import GUESSED_RATIO, text_size
+from corpusprep.formats import MAX_PIECES
 
 TEXT = b"".join(b"line %d of some text to compress\n" % i for i in range(20_000))
 
@@ -120,7 +121,7 @@ def test_a_compressed_jsonl_file_is_cut_into_pieces_with_the_same_files(tmp_path
             if shard_bytes == 10**9:
                 assert count == 1
             else:  # MAX_PIECES, however small shard_bytes; a guessed size: some
-                assert count == 8 if name != "s.jsonl.zst" else 1 < count <= 8, name
+                assert count == MAX_PIECES if name != "s.jsonl.zst" else 1 < count <= MAX_PIECES
             assert "scan" not in manifest["seconds"]  # documents: one pass over the input
             made = {n: (out / n).read_bytes() for n in
                     ("train.bin", "val.bin", "doc_index/train.docs.bin",
@@ -352,3 +353,40 @@ def test_a_compressed_file_removed_between_pieces_is_one_line(tmp_path):
     with pytest.raises(UserError, match="a.jsonl.zst: cannot open as zstd"):
         list(FORMAT._lines(Segment(file, 5000, STREAM_END, 1)))
     STREAMS.close()
+
+
+def test_runs_of_pieces_leave_the_files_as_they_were(tmp_path: Path, monkeypatch):
+    """Workers take consecutive pieces of a compressed file in runs (prepare._runs), whose
+    size depends on the workers: the files, the shards and the manifest's counts do not."""
+    from helpers import compose
+
+    import corpusprep.prepare as prepare_module
+    from corpusprep.prepare import prepare
+
+    data = b"\n".join(_rows(3000)) + b"\n"
+    stream = zstandard.ZstdCompressor().compressobj()  # no content size: a guessed size
+    (tmp_path / "a.jsonl.zst").write_bytes(zstandard.compress(data))
+    (tmp_path / "b.jsonl.zst").write_bytes(zstandard.compress(b"\n".join(_rows(3000)[::-1])))
+    (tmp_path / "c.jsonl.zst").write_bytes(stream.compress(data) + stream.flush())
+    runs = []
+    real = prepare_module._runs
+
+    def recorded(tasks, workers):  # the runs the workers are given
+        made = real(tasks, workers)
+        runs.extend(len(run.tasks) for run in made)
+        return made
+
+    monkeypatch.setattr(prepare_module, "_runs", recorded)
+    made = []
+    for workers in (1, 2, 3):
+        runs.clear()
+        out = tmp_path / f"out{workers}"
+        manifest = prepare(compose("source=files", f"source.glob={tmp_path}/*.jsonl.zst",
+                                   "tokenizer=tiktoken", "shard_bytes=4000", "eot=prepend",
+                                   f"executor.workers={workers}", f"out_dir={out}",
+                                   "quiet=true"))  # fmt: skip
+        assert max(runs) > 1 and min(runs) == 1, runs
+        made.append(({p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*.bin")},
+                     manifest["shards"]["count"], manifest["documents"]))  # fmt: skip
+    assert made[0] == made[1] == made[2]
+    assert made[0][1] > 2 * MAX_PIECES

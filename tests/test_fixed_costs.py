@@ -293,6 +293,58 @@ def test_workers_take_the_last_pieces_first_then_the_plan_order(tmp_path: Path):
     assert order == [n - 1, 2 * n - 1, *range(n - 1), *range(n, 2 * n - 1), 2 * n]
 
 
+def _piece_tasks(tmp_path: Path, names: tuple[str, ...], compress) -> list:
+    from corpusprep.formats import Segment
+    from corpusprep.shards import EncodeTask, Shard
+
+    shards = []
+    for name in names:
+        (tmp_path / name).write_bytes(compress(_text(2_000_000)))
+        file = InputFile(str(tmp_path / name), "jsonl", "zstd", (tmp_path / name).stat().st_size)
+        for start, end, nbytes in compressed_pieces(file, 10**5):
+            shards.append(Shard(len(shards), (Segment(file, start, end, nbytes, None),)))
+    plain = InputFile(str(tmp_path / "c.jsonl"), "jsonl", "none", 10)
+    shards.append(Shard(len(shards), (Segment(plain, 0, 10, 10, None),)))
+    return [EncodeTask(s, None) for s in shards]
+
+
+def test_a_file_that_records_its_size_is_taken_in_plan_order(tmp_path: Path):
+    """Its last piece is no guess: no worker decompresses the whole file first to get it."""
+    from corpusprep.prepare import _taking_order
+
+    tasks = _piece_tasks(tmp_path, ("a.jsonl.zst", "b.jsonl.zst"), zstandard.compress)
+    assert len(tasks) == 2 * MAX_PIECES + 1
+    assert [t.shard.index for t in _taking_order(tasks)] == list(range(len(tasks)))
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 8, 64])
+def test_a_files_pieces_go_in_runs_that_shrink(tmp_path: Path, workers: int):
+    """Consecutive pieces of one file go to one worker as a run (it reads on where the
+    piece before ended), each run at most 1 / (GUIDE * workers) of the work left (unless
+    one piece), so the last runs are single pieces that even out the workers."""
+    from corpusprep.prepare import GUIDE, _runs
+
+    tasks = _piece_tasks(tmp_path, ("a.jsonl.zst", "b.jsonl.zst", "d.jsonl.zst"),
+                         zstandard.compress)  # fmt: skip
+    runs = _runs(tasks, workers)
+    assert [t for run in runs for t in run.tasks] == tasks  # all, once, in order
+    left = sum(t.shard.nbytes for t in tasks)
+    for run in runs:
+        pieces = [t.shard.segments[0] for t in run.tasks]
+        assert len({p.file for p in pieces}) == 1
+        assert all(a.end == b.start for a, b in zip(pieces, pieces[1:]))  # consecutive
+        size = sum(t.shard.nbytes for t in run.tasks)
+        assert len(run.tasks) == 1 or size <= left / (GUIDE * workers)
+        left -= size
+    assert len(runs[-2].tasks) == 1  # the plain file's shard, and the piece before it
+    # the first run: about 1 / (GUIDE * workers) of all pieces (they differ a little in size)
+    wanted = min(MAX_PIECES, 3 * MAX_PIECES // (GUIDE * workers))
+    assert wanted - 1 <= len(runs[0].tasks) <= max(wanted, 1)
+    assert runs[0].label == (f"shards 0-{len(runs[0].tasks) - 1}" if len(runs[0].tasks) > 1
+                             else "shard 0")  # fmt: skip
+    assert [r.tasks for r in _runs(tasks, None)] == [(t,) for t in tasks]  # engines: one by one
+
+
 # --- the outputs' sha256 while the shards write them in place ---------------------------
 
 
@@ -454,12 +506,12 @@ def test_a_run_that_fails_early_can_still_be_resumed(
     runs: a run whose first shard fails for good still leaves the others resumable."""
     from helpers import compose
 
-    import corpusprep.prepare as prepare_module
+    import corpusprep.shards as shards_module
     from corpusprep.prepare import prepare
 
     rows = [json.dumps({"text": f"document {i}: " + "words " * 50}) for i in range(3000)]
     (tmp_path / "a.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    real = prepare_module.encode_shard
+    real = shards_module.encode_shard
 
     def first_fails(task):
         if task.shard.index == 0:
@@ -469,11 +521,11 @@ def test_a_run_that_fails_early_can_still_be_resumed(
     settings = ("source=file", f"source.path={tmp_path / 'a.jsonl'}", "tokenizer=tiktoken",
                 "shard_bytes=20000", "executor.workers=1", f"out_dir={tmp_path / 'out'}",
                 "quiet=true")  # fmt: skip
-    monkeypatch.setattr(prepare_module, "encode_shard", first_fails)
+    monkeypatch.setattr(shards_module, "encode_shard", first_fails)
     with pytest.raises(RuntimeError, match="shard 0 failed"):
         prepare(compose(*settings))
     assert list((tmp_path / "out").glob(".corpusprep-work/*/inputs.json"))
-    monkeypatch.setattr(prepare_module, "encode_shard", real)
+    monkeypatch.setattr(shards_module, "encode_shard", real)
     capsys.readouterr()
     manifest = prepare(compose(*settings))
     assert "resuming: " in capsys.readouterr().err

@@ -113,17 +113,19 @@ class Executor(ABC):
                     following += 1
             for index, error in failed.items():
                 attempts[index] += 1
+                what = getattr(tasks[index], "label", None) or f"task {index}"
                 if attempts[index] > self.retries:
                     raise RuntimeError(
-                        f"shard {index} failed {attempts[index]} times; last: {error!r}"
+                        f"{what} failed {attempts[index]} times; last: {error!r}"
                     ) from error
-                self.on_retry(index, error)
+                self.on_retry(what, error)
 
     def attach(self, work: Any) -> None:  # noqa: B027 - optional hook
         """Given the run's work folder (in out_dir) before tasks start: engines keep logs there."""
 
-    def on_retry(self, index: int, error: BaseException) -> None:  # noqa: B027 - optional
-        """Called before a failed task is tried again (executors may log or reconnect)."""
+    def on_retry(self, what: str, error: BaseException) -> None:  # noqa: B027 - optional
+        """Called before a failed task (`what`: its label, "shard 3") is tried again
+        (executors may log or reconnect)."""
 
     def describe(self) -> dict[str, Any]:
         return {"kind": type(self).__name__}

@@ -81,8 +81,8 @@ class LocalExecutor(Executor):
             for future in running:
                 future.cancel()
 
-    def on_retry(self, index: int, error: BaseException) -> None:
-        print(f"corpusprep: shard {index} failed ({error!r}); trying again", file=sys.stderr)
+    def on_retry(self, what: str, error: BaseException) -> None:
+        print(f"corpusprep: {what} failed ({error!r}); trying again", file=sys.stderr)
 
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:

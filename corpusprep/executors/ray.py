@@ -90,8 +90,8 @@ class RayExecutor(Executor):
                 except ray.exceptions.RayError as e:  # the worker or node is gone for good
                     yield index[ref], e
 
-    def on_retry(self, index: int, error: BaseException) -> None:
-        print(f"corpusprep: shard {index} failed on Ray ({error!r}); trying again", file=sys.stderr)
+    def on_retry(self, what: str, error: BaseException) -> None:
+        print(f"corpusprep: {what} failed on Ray ({error!r}); trying again", file=sys.stderr)
 
     def close(self) -> None:
         if self._started:

@@ -113,7 +113,7 @@ class SlurmExecutor(Executor):
             for job in pending.values():  # interrupted: leave nothing queued behind
                 job.cancel(check=False)
 
-    def on_retry(self, index: int, error: BaseException) -> None:
+    def on_retry(self, what: str, error: BaseException) -> None:
         first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-        print(f"corpusprep: shard {index} failed on Slurm ({first}); submitting it again",
+        print(f"corpusprep: {what} failed on Slurm ({first}); submitting it again",
               file=sys.stderr)  # fmt: skip

@@ -60,9 +60,18 @@ class InputFile:
         text = text_size(Path(self.path), self.compression, self.member, self.size)
         return (0, STREAM_END, text)  # to the end of the text, whatever its size
 
+    @property
+    def size_recorded(self) -> bool:
+        """Whether whole() gives the text's size as the file records it (else a guess)."""
+        if self.seekable:
+            return True
+        from corpusprep.compression import recorded_text_size
+
+        return recorded_text_size(Path(self.path), self.compression, self.member, self.size) > 0
+
 
 STREAM_END = 2**63 - 1  # the end of a compressed file's last piece: the end of its text
-MAX_PIECES = 8  # a compressed file is cut into at most this many pieces (see compressed_pieces)
+MAX_PIECES = 16  # a compressed file is cut into at most this many pieces (see compressed_pieces)
 
 
 @dataclass(frozen=True)
@@ -203,9 +212,11 @@ class Format(ABC):
 def compressed_pieces(file: InputFile, shard_bytes: int) -> list[tuple[int, int, int]]:
     """A compressed file's pieces by position in its text (as its header records the
     size; else guessed: the last piece runs to STREAM_END, so a wrong guess only changes
-    the balance). A piece decompresses everything before it and skips it, at ~1 GB/s
-    against BPE's ~10 MB/s per core: the skipping costs (pieces - 1) / 2 times the file's
-    decompression, about 4% of the encoding for MAX_PIECES. Depends on the file alone."""
+    the balance). A worker reading a piece decompresses everything before it and skips it
+    (~1 GB/s against BPE's ~10 MB/s per core), unless it read the piece before: so the
+    workers take a file's pieces in runs (prepare's _runs: one worker goes on through
+    them), and a file read by many workers at once costs at most MAX_PIECES / 2 times its
+    decompression. Depends on the file alone."""
     start, end, size = file.whole()
     count = min(MAX_PIECES, -(-size // max(shard_bytes, 1)))
     if count <= 1:
