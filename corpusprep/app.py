@@ -23,7 +23,7 @@ from corpusprep._paths import config_path
 from corpusprep.config import drop_leftovers, use_fast_yaml
 from corpusprep.errors import UserError
 from corpusprep.overrides import available_options, check_overrides, guard_key_overrides
-from corpusprep.redact import redact_text
+from corpusprep.redact import RedactedLines, redact_text
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -103,6 +103,8 @@ def main() -> None:
         run_job(*kept)
         return
     check_overrides(argv)
+    if any(a.split("=", 1)[0] in HYDRA_SHOWS for a in argv):  # the config as Hydra prints it
+        sys.stdout = RedactedLines(sys.stdout)
     guard_key_overrides()
     _guard_hydra_targets()
     _skip_mode_probe(argv)
@@ -110,6 +112,10 @@ def main() -> None:
     global _KEPT_ARGV
     _KEPT_ARGV = argv  # kept by compose_cache.save if it may be
     _compose_and_run()
+
+
+# Hydra's flags that print the config or the overrides (a secret header's value masked)
+HYDRA_SHOWS = ("--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help")
 
 
 def _compose_and_run() -> None:

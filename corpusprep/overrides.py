@@ -57,7 +57,7 @@ def _fail(message: str) -> NoReturn:
 def _parse(args: list[str]) -> Optional[tuple[list[Any], bool]]:
     from hydra._internal.utils import get_args_parser
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
+    from hydra.errors import HydraException
 
     ns, _ = get_args_parser().parse_known_args(args)
     if ns.config_dir or ns.help or ns.hydra_help or ns.info or ns.config_path or ns.config_name:
@@ -67,7 +67,7 @@ def _parse(args: list[str]) -> Optional[tuple[list[Any], bool]]:
     for arg in ns.overrides:  # one at a time: the message names the one at fault
         try:
             overrides.append(parser.parse_override(arg))
-        except OverrideParseException:
+        except HydraException:  # a parse error (an unclosed quote: the lexer's own)
             raise UserError(
                 f"{arg}: cannot parse this override; quote a value holding special "
                 """characters, e.g. 'key="<|endoftext|>"' or 'source.url="https://h/x?a=1"'"""

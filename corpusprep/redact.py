@@ -11,8 +11,9 @@ and every string under a secret's name.
 
 from __future__ import annotations
 
+import io
 import re
-from typing import Any
+from typing import Any, TextIO
 
 # keys whose values are secrets (compared in lower case): exact names, and any key holding
 # one of the words (access_token, client_secret, x-amz-signature, x-amz-credential, ...)
@@ -165,3 +166,29 @@ def redact_values(value: Any) -> Any:
 def _is_value(v: Any) -> bool:
     """A secret's value to hide: a string or a number (X-Api-Key=12345678 is read as one)."""
     return isinstance(v, (str, int, float)) and not isinstance(v, bool) and v != ""
+
+
+class RedactedLines(io.TextIOBase):
+    """A text stream that writes each line redact_text'ed to the stream under it (Hydra's
+    --cfg, --info and --help print the config and the overrides as written)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream, self._line = stream, ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        *lines, self._line = (self._line + text).split("\n")
+        for line in lines:
+            self.stream.write(redact_text(line) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self._line:
+            self.stream.write(redact_text(self._line))
+            self._line = ""
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()

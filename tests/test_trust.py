@@ -583,3 +583,22 @@ def test_a_header_value_with_a_comma_is_sent_whole_and_never_shown(tmp_path, fil
                  cwd=tmp_path, env=env)  # fmt: skip
     assert_one_line_error(r2, "+source.headers.Authorization=***", "several values make a sweep")
     assert _leaks(tmp_path, r.stdout, r.stderr, r2.stdout, r2.stderr) == []
+
+
+@pytest.mark.parametrize(
+    "flags", [("--cfg", "job"), ("--cfg", "all"), ("--info",), ("-c", "hydra")]
+)
+def test_hydras_own_printouts_mask_a_secret_header(tmp_path, flags):
+    """Hydra's --cfg, --info print the config and the overrides as written: each line goes
+    through the redaction, so the header's name is shown and its value is not."""
+    r = run_cli("source=url", "source.url=http://127.0.0.1:9/a.txt",
+                "+source.headers.Authorization=Bearer hunter2", *flags, cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "Authorization" in r.stdout and "***" in r.stdout
+    assert "hunter2" not in r.stdout + r.stderr
+
+
+def test_an_override_that_cannot_be_parsed_is_named_without_its_secret(tmp_path):
+    r = run_cli("source=url", "+source.headers.Authorization='Bearer hunter2", cwd=tmp_path)
+    assert_one_line_error(r, "+source.headers.Authorization=***", "cannot parse this override")
+    assert "hunter2" not in r.stdout + r.stderr
