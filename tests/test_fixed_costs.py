@@ -274,25 +274,6 @@ def test_pieces_cover_the_file():
     assert compressed_pieces(_File(100), 10**6) == [(0, STREAM_END, 100)]
 
 
-def test_workers_take_the_last_pieces_first_then_the_plan_order(tmp_path: Path):
-    from corpusprep.formats import Segment
-    from corpusprep.prepare import _taking_order
-    from corpusprep.shards import EncodeTask, Shard
-
-    shards = []
-    for name in ("a.jsonl.zst", "b.jsonl.zst"):
-        (tmp_path / name).write_bytes(_streamed_zstd(_text(2_000_000)))
-        file = InputFile(str(tmp_path / name), "jsonl", "zstd", (tmp_path / name).stat().st_size)
-        for start, end, nbytes in compressed_pieces(file, 10**6):
-            shards.append(Shard(len(shards), (Segment(file, start, end, nbytes, None),)))
-    plain = InputFile(str(tmp_path / "c.jsonl"), "jsonl", "none", 10)
-    shards.append(Shard(len(shards), (Segment(plain, 0, 10, 10, None),)))
-    order = [t.shard.index for t in _taking_order([EncodeTask(s, None) for s in shards])]
-    n = (len(shards) - 1) // 2  # pieces per file
-    assert n > 2
-    assert order == [n - 1, 2 * n - 1, *range(n - 1), *range(n, 2 * n - 1), 2 * n]
-
-
 def _piece_tasks(tmp_path: Path, names: tuple[str, ...], compress) -> list:
     from corpusprep.formats import Segment
     from corpusprep.shards import EncodeTask, Shard
@@ -306,6 +287,18 @@ def _piece_tasks(tmp_path: Path, names: tuple[str, ...], compress) -> list:
     plain = InputFile(str(tmp_path / "c.jsonl"), "jsonl", "none", 10)
     shards.append(Shard(len(shards), (Segment(plain, 0, 10, 10, None),)))
     return [EncodeTask(s, None) for s in shards]
+
+
+def test_workers_take_the_last_pieces_first_then_the_plan_order(tmp_path: Path):
+    """Files that do not record their text's size: each one's last piece (a guess: maybe
+    the longest) first, then the plan order."""
+    from corpusprep.prepare import _taking_order
+
+    tasks = _piece_tasks(tmp_path, ("a.jsonl.zst", "b.jsonl.zst"), _streamed_zstd)
+    order = [t.shard.index for t in _taking_order(tasks)]
+    n = (len(tasks) - 1) // 2  # pieces per file
+    assert n > 2
+    assert order == [n - 1, 2 * n - 1, *range(n - 1), *range(n, 2 * n - 1), 2 * n]
 
 
 def test_a_file_that_records_its_size_is_taken_in_plan_order(tmp_path: Path):
