@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from corpusprep.tokenizers.char import CharTokenizer
+from corpusprep.tokenizers.tiktoken import TiktokenTokenizer
 
 _calls = 0  # per process: each task gets a fresh unpickled tokenizer
 
@@ -87,3 +88,22 @@ class FailWhileFlagCharTokenizer(CharTokenizer):
             if _calls > self.fail_after and os.path.exists(self.flag):
                 raise RuntimeError("injected failure while encoding")
             yield ids
+
+
+class CrashLaterTiktokenTokenizer(TiktokenTokenizer):
+    """GPT-2 that kills its worker after `after` documents in a process, once per `flag`
+    file: a worker dying while the other has a run of shards to report."""
+
+    def __init__(self, flag: str = "", after: int = 40, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.flag, self.after = flag, after
+
+    def encode(self, text):
+        import os
+
+        global _calls
+        _calls += 1
+        if self.flag and _calls > self.after and not os.path.exists(self.flag):
+            open(self.flag, "w").close()
+            os._exit(3)
+        return super().encode(text)

@@ -70,6 +70,36 @@ def test_a_worker_that_dies_is_replaced_and_its_shard_redone(corpus):
     same_as_reference(corpus, "crash")
 
 
+def test_a_worker_that_dies_while_the_other_has_a_run_to_report(tmp_path):
+    """A worker dies while the other still encodes a run of pieces (its result: a
+    list of shards' counts, bigger than a pipe holds). The pool stops the survivor with
+    SIGTERM: it must end at once (not run the driver's handler, whose KeyboardInterrupt
+    the pool would then wait forever to send). The run is retried and ends whole."""
+    import zstandard
+
+    rng = random.Random(7)
+    (tmp_path / "corpus").mkdir()
+    for f in range(3):
+        lines = [json.dumps({"text": " ".join(rng.choice(["a", "bb", "ccc", "dé"]) for _ in
+                                              range(rng.randint(3, 30)))})
+                 for _ in range(3000)]  # fmt: skip
+        data = ("\n".join(lines) + "\n").encode()
+        (tmp_path / "corpus" / f"p{f}.jsonl.zst").write_bytes(zstandard.compress(data))
+    args = ["source=files", "source.glob=corpus/*.jsonl.zst", "tokenizer=tiktoken",
+            "shard_bytes=5000", "quiet=true"]  # fmt: skip
+    r = run_cli(*args, "executor.workers=1", "out_dir=reference", cwd=tmp_path, env=ENV)
+    assert r.returncode == 0, r.stderr
+    flag = tmp_path / "crashed.flag"
+    r = run_cli(*args, "executor.workers=2", "out_dir=crash",
+                "tokenizer._target_=fault_tokenizers.CrashLaterTiktokenTokenizer",
+                f"+tokenizer.flag={flag}", cwd=tmp_path, env=ENV, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert flag.exists() and "shards " in r.stderr and "trying again" in r.stderr
+    for name in OUTPUTS[:-1]:  # GPT-2: no meta.pkl
+        assert (tmp_path / "crash" / name).read_bytes() == (
+            tmp_path / "reference" / name).read_bytes(), name  # fmt: skip
+
+
 def test_a_failing_shard_is_retried_then_reported(corpus):
     flag = corpus / "failed.flag"
     r = run_cli(*ARGS, "executor.workers=2", "out_dir=fail",

@@ -127,10 +127,15 @@ class LocalExecutor(Executor):
 def die_with_parent(parent: Optional[int]) -> None:
     """A worker ends with the driver, even a SIGKILLed one: it would otherwise go on writing
     into out_dir and hold the driver's pipes open (Linux: PR_SET_PDEATHSIG; elsewhere the
-    pool notices the dead parent at its next task)."""
+    pool notices the dead parent at its next task). And it ends at once on SIGTERM, which
+    is how a pool whose other worker died stops it: a forked worker has the driver's
+    handler (a KeyboardInterrupt), which the pool catches as the task's outcome and then
+    waits to send, forever when the result pipe is full, while the driver waits for it."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if sys.platform.startswith("linux"):
         import ctypes
-        import signal
 
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
