@@ -23,7 +23,7 @@ from corpusprep._paths import config_path
 from corpusprep.config import drop_leftovers, use_fast_yaml
 from corpusprep.errors import UserError
 from corpusprep.overrides import available_options, check_overrides, guard_key_overrides
-from corpusprep.redact import RedactedLines, redact_text
+from corpusprep.redact import RedactedLines, redact_override, redact_text
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -103,8 +103,9 @@ def main() -> None:
         run_job(*kept)
         return
     check_overrides(argv)
-    if any(a.split("=", 1)[0] in HYDRA_SHOWS for a in argv):  # the config as Hydra prints it
-        sys.stdout = RedactedLines(sys.stdout)
+    if hydra_prints(argv):  # --cfg, --info, --help: nothing runs, the config is printed
+        sys.argv[1:] = argv = [redact_override(a) for a in argv]  # a secret's value: ***
+        sys.stdout = RedactedLines(sys.stdout)  # and one a config file holds
     guard_key_overrides()
     _guard_hydra_targets()
     _skip_mode_probe(argv)
@@ -114,8 +115,17 @@ def main() -> None:
     _compose_and_run()
 
 
-# Hydra's flags that print the config or the overrides (a secret header's value masked)
-HYDRA_SHOWS = ("--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help")
+def hydra_prints(argv: list[str]) -> bool:
+    """Whether the command line asks Hydra to print the config, its overrides or its help
+    instead of running (--cfg, --info, --help, --hydra-help, --shell-completion; read by
+    Hydra's own parser, so `--cf job` and `-cjob` count too)."""
+    from hydra._internal.utils import get_args_parser
+
+    try:
+        ns, _ = get_args_parser().parse_known_args(argv)
+    except SystemExit:  # not a command line Hydra takes: it says so itself
+        return False
+    return bool(ns.cfg or ns.info or ns.help or ns.hydra_help or ns.shell_completion)
 
 
 def _compose_and_run() -> None:

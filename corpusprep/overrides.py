@@ -67,9 +67,11 @@ def _parse(args: list[str]) -> Optional[tuple[list[Any], bool]]:
     for arg in ns.overrides:  # one at a time: the message names the one at fault
         try:
             overrides.append(parser.parse_override(arg))
-        except HydraException:  # a parse error (an unclosed quote: the lexer's own)
+        except HydraException as e:  # Hydra's reason, unless it could quote a secret
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            reason = f" ({reason})" if reason and redact_override(arg) == arg else ""
             raise UserError(
-                f"{arg}: cannot parse this override; quote a value holding special "
+                f"{arg}: cannot parse this override{reason}; quote a value holding special "
                 """characters, e.g. 'key="<|endoftext|>"' or 'source.url="https://h/x?a=1"'"""
             ) from None
     if any(o.key_or_group.startswith("hydra.searchpath") for o in overrides):

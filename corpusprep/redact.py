@@ -170,25 +170,36 @@ def _is_value(v: Any) -> bool:
 
 class RedactedLines(io.TextIOBase):
     """A text stream that writes each line redact_text'ed to the stream under it (Hydra's
-    --cfg, --info and --help print the config and the overrides as written)."""
+    --cfg, --info and --help print the config as written, a config file's secrets too).
+    A reader that went away (`| head`) ends the output, as for print, not the command."""
 
     def __init__(self, stream: TextIO) -> None:
-        self.stream, self._line = stream, ""
+        self.stream, self._line, self._gone = stream, "", False
 
     def writable(self) -> bool:
         return True
 
     def write(self, text: str) -> int:
         *lines, self._line = (self._line + text).split("\n")
-        for line in lines:
-            self.stream.write(redact_text(line) + "\n")
+        self._send("".join(redact_text(line) + "\n" for line in lines))
         return len(text)
 
     def flush(self) -> None:
         if self._line:
-            self.stream.write(redact_text(self._line))
+            self._send(redact_text(self._line))
             self._line = ""
-        self.stream.flush()
+        self._send("", flush=True)
+
+    def _send(self, text: str, flush: bool = False) -> None:
+        if self._gone:
+            return
+        try:
+            if text:
+                self.stream.write(text)
+            if flush:
+                self.stream.flush()
+        except BrokenPipeError:
+            self._gone = True
 
     def isatty(self) -> bool:
         return self.stream.isatty()

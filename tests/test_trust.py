@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -585,20 +586,50 @@ def test_a_header_value_with_a_comma_is_sent_whole_and_never_shown(tmp_path, fil
     assert _leaks(tmp_path, r.stdout, r.stderr, r2.stdout, r2.stderr) == []
 
 
+LONG_SECRET = "Bearer " + "a" * 70 + " " + "b" * 70 + " SECRETTAIL"  # YAML folds it
+
+
 @pytest.mark.parametrize(
-    "flags", [("--cfg", "job"), ("--cfg", "all"), ("--info",), ("-c", "hydra")]
+    "flags",
+    [
+        ("--cfg", "job"),
+        ("--cfg", "all"),
+        ("--info",),
+        ("-c", "hydra"),
+        ("--cf", "job"),
+        ("-cjob",),
+        ("--inf",),
+    ],  # fmt: skip
 )
 def test_hydras_own_printouts_mask_a_secret_header(tmp_path, flags):
-    """Hydra's --cfg, --info print the config and the overrides as written: each line goes
-    through the redaction, so the header's name is shown and its value is not."""
+    """Hydra's --cfg, --info print the config and the overrides as written (abbreviated
+    flags too): a secret's value is masked before Hydra sees it, whatever its shape (long
+    enough for YAML to fold it, a list, a value with commas), and each printed line goes
+    through the redaction."""
     r = run_cli("source=url", "source.url=http://127.0.0.1:9/a.txt",
-                "+source.headers.Authorization=Bearer hunter2", *flags, cwd=tmp_path)  # fmt: skip
+                f"+source.headers.Authorization={LONG_SECRET}",
+                "+source.headers.X-Api-Key=[hunter2,hunter3]",
+                "+source.headers.Proxy-Authorization='Digest user=bob, realm=r, response=6629'",
+                *flags, cwd=tmp_path)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "Authorization" in r.stdout and "***" in r.stdout
-    assert "hunter2" not in r.stdout + r.stderr
+    for secret in ("SECRETTAIL", "aaaa", "hunter", "6629", "realm"):
+        assert secret not in r.stdout + r.stderr, secret
+
+
+def test_hydras_printout_into_a_closed_pipe_ends_quietly(tmp_path):
+    """`--help | head -1`: the reader goes away; the command still ends with 0, no
+    traceback (as before the printout went through the redaction)."""
+    for flag in ("--help", "--cfg=job"):
+        done = subprocess.run(f"{sys.executable} -m corpusprep {flag} | head -1", shell=True,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+        assert done.stdout.strip() and "Traceback" not in done.stderr, done.stderr
 
 
 def test_an_override_that_cannot_be_parsed_is_named_without_its_secret(tmp_path):
     r = run_cli("source=url", "+source.headers.Authorization='Bearer hunter2", cwd=tmp_path)
     assert_one_line_error(r, "+source.headers.Authorization=***", "cannot parse this override")
     assert "hunter2" not in r.stdout + r.stderr
+    r = run_cli("name=extend_list(1)", cwd=tmp_path)  # no secret: Hydra's reason is kept
+    assert_one_line_error(r, "name=extend_list(1)", "Unknown function 'extend_list'")
