@@ -26,7 +26,13 @@ import numpy as np
 
 from corpusprep.progress import Bar
 from corpusprep.shards import SIDES, EncodeResult
-from corpusprep.writer import GrowingDigest, OutputWriter, check_free_space, copy_range
+from corpusprep.writer import (
+    GrowingDigest,
+    OutputWriter,
+    check_free_space,
+    copy_range,
+    save_array,
+)
 
 GATHER_TOKENS = 1 << 22  # tokens per gather step of the shuffle (about 50 MB with positions)
 LONG_RUN = 1 << 15  # tokens: documents on one side this long on average are copied, not masked
@@ -151,7 +157,7 @@ def _split_documents(out: OutputWriter, parts: list[PartFile], results: list[Enc
     for k, side in enumerate(SIDES):
         mine_lengths = lengths[val_docs == bool(k)]
         index = np.cumsum(mine_lengths) - mine_lengths
-        index.astype(np.uint64).tofile(out.temp(f"{side}.docs.bin"))
+        save_array(index.astype(np.uint64), out.temp(f"{side}.docs.bin"))
         totals[side], docs[side] = int(mine_lengths.sum()), len(mine_lengths)
     return totals, docs
 
@@ -181,7 +187,7 @@ def _concatenate_index(dst_path: Path, sources: list[str], counts: list[int]) ->
     with open(dst_path, "r+b") as dst:
         base = 0
         for path, tokens in zip(sources, counts):
-            (np.fromfile(path, dtype=np.uint64) + np.uint64(base)).tofile(dst)
+            save_array(np.fromfile(path, dtype=np.uint64) + np.uint64(base), dst)
             base += tokens
 
 
@@ -222,7 +228,7 @@ def _reorder(out: OutputWriter, side: str, dtype: str, order: np.ndarray,
             progress(len(positions) * np.dtype(dtype).itemsize)
     os.replace(shuffled, path)
     new_starts = np.concatenate([[0], np.cumsum(lengths[order])[:-1]]).astype(np.uint64)
-    new_starts.tofile(out.path_of(f"{side}.docs.bin"))
+    save_array(new_starts, out.path_of(f"{side}.docs.bin"))
 
 
 def _cut(out: OutputWriter, dtype: str, mode: str, n: int, indexed: bool,
@@ -250,7 +256,7 @@ def _cut(out: OutputWriter, dtype: str, mode: str, n: int, indexed: bool,
     if indexed:
         starts = np.fromfile(out.path_of("train.docs.bin"), dtype=np.uint64).astype(np.int64)
         in_val = (starts >= val_at) & (starts < val_at + n)
-        (starts[in_val] - val_at).astype(np.uint64).tofile(out.path_of("val.docs.bin"))
-        (starts[~in_val] - train_at).astype(np.uint64).tofile(out.path_of("train.docs.bin"))
+        save_array((starts[in_val] - val_at).astype(np.uint64), out.path_of("val.docs.bin"))
+        save_array((starts[~in_val] - train_at).astype(np.uint64), out.path_of("train.docs.bin"))
         docs = {"val": int(in_val.sum()), "train": int((~in_val).sum())}
     return Merged({"train": total - n, "val": n}, docs)

@@ -257,15 +257,17 @@ def plan_shards(run: Run) -> None:
             f"{rule}, by split={settings.split}); drop val_size, or use split_by=document "
             "(or head/tail for tokens)"
         )
-    if settings.order == "shuffle" and run.split_by == "hash":
-        raise UserError(
-            "order=shuffle: needs split_by=document (or head/tail); split_by=hash picks "
-            "each document's side on its own, with no permutation to order by"
-        )
     if settings.order == "shuffle" and run.single:
         raise UserError(
             f"order=shuffle: {run.name} is one text, not documents; use order=source, or "
             "source.doc_separator to cut it into documents"
+        )
+    if settings.order == "shuffle" and run.split_by in ("hash", "position"):
+        why = ("picks each document's side on its own, with no permutation to order by"
+               if run.split_by == "hash" else "cuts the text at one character, through a "
+               "document")  # fmt: skip
+        raise UserError(
+            f"order=shuffle: needs split_by=document (or head/tail); split_by={run.split_by} {why}"
         )
     run.eot = eot_mode(settings.eot, run.single, run.tokenizer)
     run.shards = plan(run.files, settings.shard_bytes, run.tokenizer)

@@ -28,7 +28,7 @@ from corpusprep.sample import Sample, Sampler, SampleRule
 from corpusprep.split import document_key, goes_to_train
 from corpusprep.text import count_chars
 from corpusprep.tokenizers import Tokenizer
-from corpusprep.writer import start_writeback
+from corpusprep.writer import save_array, start_writeback
 
 SIDES = ("train", "val")
 
@@ -300,7 +300,7 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
         setattr(result, f"{side}_keys", np.array(keys[side], dtype=np.uint64))
         index = getattr(task, f"{side}_index")
         if index is not None:
-            np.array(starts[side], dtype=np.uint64).tofile(index)
+            save_array(np.array(starts[side], dtype=np.uint64), index)
     if task.marker is not None:  # the shard is done: a re-run can take it as it is
         _write_marker(task.marker, result)
     return result
@@ -338,7 +338,7 @@ COUNTS = ("train_tokens", "val_tokens", "train_docs", "val_docs", "chars", "skip
 
 
 def _write_marker(marker: str, result: EncodeResult) -> None:
-    np.concatenate([result.train_keys, result.val_keys]).astype("<u8").tofile(f"{marker}.keys")
+    save_array(np.concatenate([result.train_keys, result.val_keys]).astype("<u8"), f"{marker}.keys")
     record = {k: getattr(result, k) for k in COUNTS}
     record["train_keys"] = len(result.train_keys)
     tmp = f"{marker}.{os.getpid()}.tmp"

@@ -83,6 +83,18 @@ def disk_errors(folder: Path | str, needed: Optional[int] = None) -> Iterator[No
         raise
 
 
+def save_array(array: np.ndarray, dst: Path | str | BinaryIO) -> None:
+    """An array's bytes into a file (a path, or an open binary file at its position), as
+    ndarray.tofile writes them; but a full disk raises ENOSPC, where tofile raises a bare
+    OSError ("1260 requested and 512 written") that no one can tell from a bug."""
+    data = memoryview(np.ascontiguousarray(array)).cast("B")
+    if isinstance(dst, (str, Path)):
+        with open(dst, "wb") as f:
+            f.write(data)
+    else:
+        dst.write(data)
+
+
 def check_free_space(folder: Path, needed: int) -> None:
     """Fail before writing when the disk visibly cannot hold `needed` more bytes."""
     try:

@@ -116,3 +116,31 @@ def test_a_good_run_replaces_the_outputs(tmp_path, previous):
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "out" / "train.bin").read_bytes() != previous["train.bin"]
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(OUTPUTS)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")
+@pytest.mark.parametrize("size", [10, 100_000])
+def test_an_index_written_to_a_full_disk_is_the_disk_full_error(tmp_path, size):
+    """numpy's tofile says only "N requested and M written" on a full disk (or nothing, for a
+    small array), an error no one can tell from a bug (a worker's is retried, then a traceback); the document indexes and
+    markers are written so that it is the one-line disk-full error."""
+    import errno
+
+    import numpy as np
+
+    from corpusprep.errors import UserError
+    from corpusprep.writer import disk_errors, save_array
+
+    ids = np.arange(size, dtype=np.uint64)
+    try:  # what numpy gives: a bare OSError, or for a small array (buffered) nothing at all
+        ids.tofile("/dev/full")
+    except OSError as bare:
+        assert bare.errno is None
+    with pytest.raises(OSError) as full:
+        save_array(ids, "/dev/full")
+    assert full.value.errno == errno.ENOSPC
+    full_disk = open("/dev/full", "wb")  # noqa: SIM115 - closed by the with below
+    with pytest.raises(UserError, match="disk"), disk_errors(tmp_path), full_disk as f:
+        save_array(ids, f)
+    save_array(ids, tmp_path / "a.bin")
+    assert (tmp_path / "a.bin").read_bytes() == ids.tobytes()

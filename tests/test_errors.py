@@ -22,6 +22,7 @@ def work(tmp_path):
     (tmp_path / "wide.txt").write_text("".join(chr(c) for c in range(0x10000, 0x10000 + 70_000)))
     (tmp_path / "program").write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4)
     os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "docs.jsonl").write_text("".join(f'{{"text": "doc {i}"}}\n' for i in range(50)))
     return tmp_path
 
 
@@ -38,6 +39,14 @@ CASES = {
         ["sneaky.txt", "not valid UTF-8 at byte 15002 ", "0xc3"],
     ),
     "unknown dataset": (["dataset=nope"], ["dataset=nope", "shakespeare_char"]),
+    "shuffle with a split by hash": (
+        ["source=file", "source.path=docs.jsonl", "split_by=hash", "order=shuffle"],
+        ["order=shuffle", "split_by=document", "no permutation"],
+    ),
+    "shuffle with documents split by position": (
+        ["source=file", "source.path=docs.jsonl", "split_by=position", "order=shuffle"],
+        ["order=shuffle", "split_by=document", "through a document"],
+    ),
     "unknown source": (["source=nope"], ["source=nope", "file", "url"]),
     "unknown tokenizer": (
         ["tokenizer=nope", "dataset=shakespeare_char"],
