@@ -121,9 +121,10 @@ def test_a_good_run_replaces_the_outputs(tmp_path, previous):
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")
 @pytest.mark.parametrize("size", [10, 100_000])
 def test_an_index_written_to_a_full_disk_is_the_disk_full_error(tmp_path, size):
-    """numpy's tofile says only "N requested and M written" on a full disk (or nothing, for a
-    small array), an error no one can tell from a bug (a worker's is retried, then a traceback); the document indexes and
-    markers are written so that it is the one-line disk-full error."""
+    """numpy's tofile says only "N requested and M written" on a full disk (or nothing, for
+    a small array), an error no one can tell from a bug (a worker's is retried, then a
+    traceback); the document indexes and markers are written so that it is the one-line
+    disk-full error."""
     import errno
 
     import numpy as np
