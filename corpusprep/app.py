@@ -22,7 +22,12 @@ from corpusprep import compose_cache
 from corpusprep._paths import config_path
 from corpusprep.config import drop_leftovers, use_fast_yaml
 from corpusprep.errors import UserError
-from corpusprep.overrides import available_options, check_overrides, guard_key_overrides
+from corpusprep.overrides import (
+    available_options,
+    check_overrides,
+    guard_key_overrides,
+    hydra_prints,
+)
 from corpusprep.redact import RedactedLines, redact_override, redact_text
 
 
@@ -113,19 +118,6 @@ def main() -> None:
     global _KEPT_ARGV
     _KEPT_ARGV = argv  # kept by compose_cache.save if it may be
     _compose_and_run()
-
-
-def hydra_prints(argv: list[str]) -> bool:
-    """Whether the command line asks Hydra to print the config, its overrides or its help
-    instead of running (--cfg, --info, --help, --hydra-help, --shell-completion; read by
-    Hydra's own parser, so `--cf job` and `-cjob` count too)."""
-    from hydra._internal.utils import get_args_parser
-
-    try:
-        ns, _ = get_args_parser().parse_known_args(argv)
-    except SystemExit:  # not a command line Hydra takes: it says so itself
-        return False
-    return bool(ns.cfg or ns.info or ns.help or ns.hydra_help or ns.shell_completion)
 
 
 def _compose_and_run() -> None:

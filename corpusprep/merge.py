@@ -72,7 +72,7 @@ def merge(out: OutputWriter, parts: list[PartFile], results: list[EncodeResult],
     follow = not (order or cut)  # a shuffle or a cut rewrites the streams afterwards
     with ExitStack() as stack:
         # each stream's sha256 taken in a thread as it is written: the seal reads it no more
-        streams = [out.temp(f"{side}.bin") for side in SIDES]
+        streams = [out.temp(f"{side}.bin") for side in SIDES]  # registered either way
         digests = [stack.enter_context(GrowingDigest(out, path)) if follow else None
                    for path in streams]  # fmt: skip
         if val_docs is not None:
@@ -82,11 +82,9 @@ def merge(out: OutputWriter, parts: list[PartFile], results: list[EncodeResult],
             with Bar(f"merge {side}.bin", totals[side] * itemsize, show) as bar:
                 _concatenate(out.path_of(f"{side}.bin"), [p.tokens for p in mine],
                              totals[side] * itemsize, bar.update, digest)  # fmt: skip
-    for side in SIDES if val_docs is None else ():
-        mine = sorted((p for p in parts if p.side == side), key=lambda p: p.shard)
-        if indexed:
-            counts = [getattr(r, f"{side}_tokens") for r in results]
-            _concatenate_index(out.temp(f"{side}.docs.bin"), [p.index for p in mine], counts)
+            if indexed:
+                counts = [getattr(r, f"{side}_tokens") for r in results]
+                _concatenate_index(out.temp(f"{side}.docs.bin"), [p.index for p in mine], counts)
     if order:
         for side in SIDES:
             with Bar(f"shuffle {side}.bin", totals[side] * itemsize, show) as bar:

@@ -54,12 +54,29 @@ def _fail(message: str) -> NoReturn:
     fail(message)
 
 
-def _parse(args: list[str]) -> Optional[tuple[list[Any], bool]]:
+def _hydra_args(args: list[str]) -> Any:
+    """The command line as Hydra's own parser reads it (abbreviations included)."""
     from hydra._internal.utils import get_args_parser
+
+    return get_args_parser().parse_known_args(args)[0]
+
+
+def hydra_prints(args: list[str]) -> bool:
+    """Whether the command line asks Hydra to print the config, its overrides or its help
+    instead of running (--cfg, --info, --help, --hydra-help, --shell-completion; `--cf job`
+    and `-cjob` too)."""
+    try:
+        ns = _hydra_args(args)
+    except SystemExit:  # not a command line Hydra takes: it says so itself
+        return False
+    return bool(ns.cfg or ns.info or ns.help or ns.hydra_help or ns.shell_completion)
+
+
+def _parse(args: list[str]) -> Optional[tuple[list[Any], bool]]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
-    ns, _ = get_args_parser().parse_known_args(args)
+    ns = _hydra_args(args)
     if ns.config_dir or ns.help or ns.hydra_help or ns.info or ns.config_path or ns.config_name:
         return None  # other config folders, or no run: Hydra knows best
     parser = OverridesParser.create()

@@ -680,19 +680,21 @@ def _runs(tasks: list[EncodeTask], workers: Optional[int]) -> list[ShardRun]:
     not say its workers gets the shards one by one."""
     if workers is None:
         return [ShardRun((task,)) for task in tasks]
-    left = sum(task.shard.nbytes for task in tasks)
+    left = sum(task.shard.nbytes for task in tasks)  # the work not yet in a run
     runs: list[ShardRun] = []
-    i = 0
-    while i < len(tasks):
-        run, size = [tasks[i]], tasks[i].shard.nbytes
-        budget = left / (GUIDE * workers)
-        while (i + len(run) < len(tasks) and _follows(tasks[i + len(run)], run[-1])
-               and size + tasks[i + len(run)].shard.nbytes <= budget):  # fmt: skip
-            size += tasks[i + len(run)].shard.nbytes
-            run.append(tasks[i + len(run)])
+    run: list[EncodeTask] = []
+    size, budget = 0, 0.0
+    for task in tasks:
+        if run and _follows(task, run[-1]) and size + task.shard.nbytes <= budget:
+            run.append(task)
+            size += task.shard.nbytes
+            continue
+        if run:
+            runs.append(ShardRun(tuple(run)))
+            left -= size
+        run, size, budget = [task], task.shard.nbytes, left / (GUIDE * workers)
+    if run:
         runs.append(ShardRun(tuple(run)))
-        left -= size
-        i += len(run)
     return runs
 
 
