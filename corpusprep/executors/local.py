@@ -56,14 +56,21 @@ class LocalExecutor(Executor):
         # At most 2 tasks per worker in flight: memory stays bounded however many shards.
         todo = iter(enumerate(tasks))
         running: dict[Future, int] = {}
+        unsent: list[int] = []  # refused by a pool that broke as they were submitted
 
         def submit_next() -> None:
             nxt = next(todo, None)
-            if nxt is not None:
+            if nxt is None:
+                return
+            try:
                 running[pool.submit(fn, nxt[1])] = nxt[0]
+            except BrokenProcessPool:  # a worker died since the last result came in
+                unsent.append(nxt[0])
+                self._discard_pool()
 
         for _ in range(2 * self.workers):
-            submit_next()
+            if self._pool is pool:
+                submit_next()
         try:
             while running:
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -75,7 +82,8 @@ class LocalExecutor(Executor):
                         self._discard_pool()  # a worker died: the next attempt gets a new pool
                     elif self._pool is pool:
                         submit_next()
-            for index, _ in todo:  # the pool broke: report the rest so they are retried
+            # the pool broke: report the rest so they are retried
+            for index in [*unsent, *(index for index, _ in todo)]:
                 yield index, BrokenProcessPool("not run: the process pool broke")
         finally:
             for future in running:
