@@ -461,17 +461,21 @@ COUNT_CHUNK = 1 << 20  # ids counted at a time (np.bincount makes a 64-bit copy 
 def measure(run: Run) -> None:
     """What a sweep compares tokenizers by: the val text's UTF-8 bytes (from each id's byte
     length: bits per byte need it), bytes per val token, and how many distinct ids the
-    corpus uses. One pass over the merged ids, in chunks."""
-    sizes = run.tokenizer.token_bytes()
+    corpus uses. The shards count what they can as they write (the ids each wrote; val's
+    bytes, where they choose the sides); the rest in one pass over the merged ids."""
+    sizes = run.token_bytes if run.token_bytes is not None else run.tokenizer.token_bytes()
     used = np.zeros(len(sizes), dtype=bool)
-    val_bytes = 0
     known = run.tokenizer.ids_used()  # char: every id (its characters came from the corpus)
-    if known is None:  # else what the shards wrote, if each said: only val is read
+    if known is None:  # else what the shards wrote, if each said
         known = _ids_seen(run.results, len(sizes))
+    counted = [r.val_bytes for r in run.results]  # val's bytes, if the shards counted them
+    val_bytes = None if None in counted else sum(counted)
+    # read what is not known yet: both sides for the ids used, val for its bytes
+    todo = [side for side in SIDES if known is None or (side == "val" and val_bytes is None)]
     chunk = np.empty(COUNT_CHUNK, dtype=run.dtype)  # read into, not mapped: memory stays flat
-    for side in SIDES:
+    for side in todo:
         path = run.out.path_of(f"{side}.bin")
-        if path is None or run.merged.tokens[side] == 0 or (known is not None and side != "val"):
+        if path is None or run.merged.tokens[side] == 0:
             continue
         counts = np.zeros(len(sizes), dtype=np.int64)
         with open(path, "rb") as f:  # buffered: readinto fills the chunk but at the end
@@ -480,6 +484,7 @@ def measure(run: Run) -> None:
         used |= counts > 0
         if side == "val":
             val_bytes = int(counts @ sizes.astype(np.int64))
+    val_bytes = val_bytes or 0
     run.token_bytes = sizes
     run.stats = {"val_bytes": val_bytes,
                  "bytes_per_token": round(val_bytes / max(run.merged.tokens["val"], 1), 4),
@@ -595,6 +600,16 @@ def balanced_shard_bytes(files: list[InputFile], shard_bytes: int) -> int:
     return max(1, min(shard_bytes, max(text // ENOUGH_SHARDS, MIN_SHARD_BYTES)))
 
 
+def _val_token_bytes(run: Run) -> Optional[np.ndarray]:
+    """Each id's UTF-8 bytes, for the workers to count val's text as they write it, where
+    they decide which side each id goes to (split_by=position or hash; the others split
+    after the merge): in the fewest bytes that hold them, as they go to every worker."""
+    sizes = run.token_bytes
+    if run.split_by not in ("position", "hash") or sizes is None or not len(sizes):
+        return None
+    return sizes.astype(np.uint8) if sizes.min() >= 0 and sizes.max() < 256 else sizes
+
+
 def _encode_tasks(run: Run) -> tuple[list[EncodeTask], list[PartFile]]:
     """Where each shard writes. For one text split by position, when the token count
     follows from the character count (char tokenizer) and the workers share this machine,
@@ -622,8 +637,10 @@ def _encode_tasks(run: Run) -> tuple[list[EncodeTask], list[PartFile]]:
                  for k, side in enumerate(SIDES)]  # fmt: skip
         position = [0, 0]
     doc_keys = {name: digest[:16] for name, digest in run.hashes.items()}
+    run.token_bytes = tokenizer.token_bytes()
     rules = Rules(tokenizer, run.dtype, "stream" if run.split_by == "document" else run.split_by,
-                  settings.split, run.split_char, settings.seed, run.eot, run.eot_id)  # fmt: skip
+                  settings.split, run.split_char, settings.seed, run.eot, run.eot_id,
+                  _val_token_bytes(run))  # fmt: skip
     tasks, parts = [], []
     for shard, first, first_doc, chars, count in zip(run.shards, firsts, first_docs, sides,
                                                      counts):  # fmt: skip

@@ -111,6 +111,9 @@ class Rules:
     seed: int = 0  # hash: the seed of the assignment hash
     eot: str = "none"  # append | prepend | none
     eot_id: Optional[int] = None
+    # position | hash: each id's UTF-8 bytes, to count val's text as it is written (the
+    # manifest's val_bytes, without a pass over val.bin); None: the driver counts it
+    val_token_bytes: Optional[np.ndarray] = field(default=None, compare=False)
 
 
 @dataclass
@@ -150,6 +153,7 @@ class EncodeResult:
     # which ids the shard wrote (np.packbits of one flag per id), for the manifest's
     # vocab_used; None where unknown (a shard resumed from an earlier run)
     ids_seen: Optional[np.ndarray] = None
+    val_bytes: Optional[int] = None  # the UTF-8 bytes of the val ids it wrote; None: not counted
 
     @property
     def docs(self) -> int:
@@ -192,9 +196,13 @@ class _Writer:
     end-of-text token, a short document) are gathered and written a few MB at a time."""
 
     def __init__(self, target: Target, dtype: np.dtype, max_id: Optional[int] = None,
-                 seen: Optional[_Seen] = None) -> None:  # fmt: skip
+                 seen: Optional[_Seen] = None,
+                 token_bytes: Optional[np.ndarray] = None) -> None:  # fmt: skip
         mode = "wb" if target.fresh else "r+b"
         self.seen = seen  # which ids were written (shared by the sides)
+        # each id's UTF-8 bytes: the text written is counted (None: not counted)
+        self.token_bytes = token_bytes
+        self.text_bytes: Optional[int] = None if token_bytes is None else 0
         self.file = open(target.path, mode, buffering=0)  # noqa: SIM115 - closed in close()
         self.start = target.position * dtype.itemsize
         self.file.seek(self.start)
@@ -241,6 +249,11 @@ class _Writer:
     def _write(self, ids: np.ndarray) -> None:
         if self.seen is not None:
             self.seen.add(ids)
+        if self.token_bytes is not None:
+            try:
+                self.text_bytes += int(self.token_bytes[ids].sum(dtype=np.int64))
+            except IndexError:  # an id beyond the vocabulary (a plugin's bug): the driver's
+                self.token_bytes = self.text_bytes = None  # count leaves it out, as it does
         data = memoryview(np.ascontiguousarray(ids)).cast("B")
         while data:
             data = data[self.file.write(data) :]
@@ -261,8 +274,9 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
     # flag per id written costs char a third of its encoding
     counted = max_id is not None and task.rules.tokenizer.ids_used() is None
     seen = _Seen(max_id) if counted else None
-    writers = {side: _Writer(t, dtype, max_id, seen) for side, t in targets.items()
-               if t is not None}  # fmt: skip
+    sizes = task.rules.val_token_bytes
+    writers = {side: _Writer(t, dtype, max_id, seen, sizes if side == "val" else None)
+               for side, t in targets.items() if t is not None}  # fmt: skip
     starts: dict[str, list[int]] = {"train": [], "val": []}
     keys: dict[str, list[int]] = {"train": [], "val": []}
     eot = None if task.rules.eot_id is None else np.array([task.rules.eot_id], dtype=np.uint32)
@@ -291,8 +305,10 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
     finally:
         for w in writers.values():
             w.close()
+    val_bytes = writers["val"].text_bytes if "val" in writers else 0  # no val: none of it
     result = EncodeResult(chars=chars[0], skipped=skipped,
-                          ids_seen=None if seen is None else seen.packed())  # fmt: skip
+                          ids_seen=None if seen is None else seen.packed(),
+                          val_bytes=None if sizes is None else val_bytes)  # fmt: skip
     for side in SIDES:
         if side in writers:
             setattr(result, f"{side}_tokens", writers[side].tokens)
@@ -341,6 +357,7 @@ def _write_marker(marker: str, result: EncodeResult) -> None:
     save_array(np.concatenate([result.train_keys, result.val_keys]).astype("<u8"), f"{marker}.keys")
     record = {k: getattr(result, k) for k in COUNTS}
     record["train_keys"] = len(result.train_keys)
+    record["val_bytes"] = result.val_bytes
     tmp = f"{marker}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(record, f)
@@ -356,13 +373,17 @@ def finished(task: EncodeTask, itemsize: int) -> Optional[EncodeResult]:
             record = json.load(f)
         counts = {k: record[k] for k in COUNTS}
         split = record["train_keys"]
-        if not all(isinstance(v, int) and v >= 0 for v in [*counts.values(), split]):
+        val_bytes = record.get("val_bytes")  # absent from an older marker: not counted
+        if not all(_count(v) for v in [*counts.values(), split]) or not (
+            val_bytes is None or _count(val_bytes)
+        ):
             return None
         keys = np.fromfile(f"{task.marker}.keys", dtype="<u8")
         if len(keys) != counts["train_docs"] + counts["val_docs"] or split > len(keys):
             return None
         result = EncodeResult(**counts, train_keys=keys[:split].astype(np.uint64),
-                              val_keys=keys[split:].astype(np.uint64))  # fmt: skip
+                              val_keys=keys[split:].astype(np.uint64),
+                              val_bytes=val_bytes)  # fmt: skip
         for side in SIDES:
             target = getattr(task, side)
             tokens = getattr(result, f"{side}_tokens")
@@ -375,6 +396,10 @@ def finished(task: EncodeTask, itemsize: int) -> Optional[EncodeResult]:
         return result
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def encode_part(task, part, doc, key, position, writers, starts, keys, eot) -> None:

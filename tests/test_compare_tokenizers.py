@@ -23,7 +23,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import assert_one_line_error, run_cli
+from helpers import REPO, assert_one_line_error, run_cli
+
+FAULTS = {"PYTHONPATH": f"{REPO}:{REPO / 'tests'}"}  # tests/fault_tokenizers.py
 
 TEXT = "Ça, naïve — 日本語 😀 <|endoftext|> and plain ASCII lines.\n" * 300 + "end\n"
 
@@ -54,6 +56,57 @@ def test_token_bytes_sum_to_the_val_texts_bytes(tmp_path, tiktoken_cache, tokeni
     ids = np.concatenate([np.fromfile(out / "train.bin", dtype=dtype), val])
     assert manifest["vocab_used"] == len(np.unique(ids))
     assert "token_bytes.npy" in manifest["files"]
+
+
+@pytest.mark.parametrize(
+    "split",
+    ["split_by=position", "split_by=hash", "split_by=document", "split_by=tail",
+     "split_by=hash executor.workers=1 eot=prepend", "split_by=position tokenizer=char"],
+)  # fmt: skip
+def test_val_bytes_are_the_val_ids_bytes_for_every_split(tmp_path, tiktoken_cache, split):
+    """Where the shards choose the sides (position, hash) they count val's bytes as they
+    write them; elsewhere the driver reads val.bin: the same number either way."""
+    rows = [json.dumps({"text": f"doc {i} Ça {'naïve — 日本語 😀 ' * (i % 5)}{'x' * i}"})
+            for i in range(400)]  # fmt: skip
+    (tmp_path / "d.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    extra = ["val_size=2000"] if "tail" in split else []
+    done = run_cli("source=file", "source.path=d.jsonl", "tokenizer=tiktoken", "eot=append",
+                   "shard_bytes=4000", *split.split(), *extra, "out_dir=out", "quiet=true",
+                   cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "out"
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["shards"]["count"] > 1
+    sizes = np.load(out / "token_bytes.npy", allow_pickle=False)
+    val = np.fromfile(out / "val.bin", dtype=np.dtype(manifest["dtype"]))
+    assert manifest["val_bytes"] == int(sizes[val].sum()) > 0
+
+
+def test_val_bytes_after_a_resume_from_shards_that_did_not_count_them(tmp_path, tiktoken_cache):
+    """A marker from an earlier version has no val_bytes: the driver counts val.bin."""
+    rows = [json.dumps({"text": f"doc {i} {'é' * (i % 7)}{'y' * i}"}) for i in range(300)]
+    (tmp_path / "d.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    args = ["source=file", "source.path=d.jsonl", "tokenizer=tiktoken", "split_by=hash",
+            "shard_bytes=4000", "executor.workers=1", "quiet=true"]  # fmt: skip
+    done = run_cli(*args, "out_dir=ref", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    # the one process dies after 150 documents, its finished shards' markers left behind
+    args += ["tokenizer._target_=fault_tokenizers.CrashLaterTiktokenTokenizer",
+             f"+tokenizer.flag={tmp_path / 'flag'}", "+tokenizer.after=150"]  # fmt: skip
+    crash = run_cli(*args, "out_dir=out", cwd=tmp_path, env=FAULTS)
+    assert crash.returncode != 0
+    markers = list((tmp_path / "out").rglob("*.done"))
+    assert markers
+    for marker in markers:
+        record = json.loads(marker.read_text())
+        assert isinstance(record.pop("val_bytes"), int)
+        marker.write_text(json.dumps(record))
+    again = run_cli(*args, "out_dir=out", cwd=tmp_path, env=FAULTS)
+    assert again.returncode == 0, again.stderr
+    assert "resuming" in again.stderr
+    ref = json.loads((tmp_path / "ref" / "manifest.json").read_text())
+    made = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert made["val_bytes"] == ref["val_bytes"] > 0
 
 
 def test_special_tokens_have_no_bytes(tiktoken_cache):
