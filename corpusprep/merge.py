@@ -52,16 +52,18 @@ class Merged:
 
     tokens: dict[str, int]
     docs: dict[str, int]
+    val_bytes: Optional[int] = None  # val's UTF-8 bytes, where the split counted them
 
 
 def merge(out: OutputWriter, parts: list[PartFile], results: list[EncodeResult], dtype: str,
           order: Optional[dict[str, np.ndarray]] = None,
           cut: Optional[tuple[str, int]] = None, val_docs: Optional[np.ndarray] = None,
-          show: bool = False) -> Merged:  # fmt: skip
+          token_bytes: Optional[np.ndarray] = None, show: bool = False) -> Merged:  # fmt: skip
     """Write train.bin / val.bin (and *.docs.bin) under temporary names in `out`.
     order: per side, its documents' new order (indices into the side's corpus order);
     cut: ("head" | "tail", n): val is the first | last n tokens of the one stream;
-    val_docs: split_by=document: which documents of the one stream go to val;
+    val_docs: split_by=document: which documents of the one stream go to val (and
+    token_bytes: each id's UTF-8 bytes, to count val's as it is split off);
     show: progress bars (on a terminal)."""
     itemsize = np.dtype(dtype).itemsize
     totals = {side: sum(getattr(r, f"{side}_tokens") for r in results) for side in SIDES}
@@ -75,8 +77,10 @@ def merge(out: OutputWriter, parts: list[PartFile], results: list[EncodeResult],
         streams = [out.temp(f"{side}.bin") for side in SIDES]  # registered either way
         digests = [stack.enter_context(GrowingDigest(out, path)) if follow else None
                    for path in streams]  # fmt: skip
+        val_bytes = None
         if val_docs is not None:
-            totals, docs = _split_documents(out, parts, results, dtype, val_docs, show, digests)
+            totals, docs, val_bytes = _split_documents(out, parts, results, dtype, val_docs,
+                                                       token_bytes, show, digests)  # fmt: skip
         for side, digest in zip(SIDES, digests) if val_docs is None else ():
             mine = sorted((p for p in parts if p.side == side), key=lambda p: p.shard)
             with Bar(f"merge {side}.bin", totals[side] * itemsize, show) as bar:
@@ -91,17 +95,28 @@ def merge(out: OutputWriter, parts: list[PartFile], results: list[EncodeResult],
                 _reorder(out, side, dtype, order[side], bar.update)
     if cut:
         return _cut(out, dtype, *cut, indexed, show)
-    return Merged(totals, docs)
+    return Merged(totals, docs, val_bytes)
 
 
 def _split_documents(out: OutputWriter, parts: list[PartFile], results: list[EncodeResult],
-                     dtype: str, val_docs: np.ndarray, show: bool,
-                     digests: list[Optional[GrowingDigest]],
-                     ) -> tuple[dict[str, int], dict[str, int]]:  # fmt: skip
+                     dtype: str, val_docs: np.ndarray, token_bytes: Optional[np.ndarray],
+                     show: bool, digests: list[Optional[GrowingDigest]],
+                     ) -> tuple[dict[str, int], dict[str, int], Optional[int]]:  # fmt: skip
     """The one stream (every shard's part, in plan order) into train.bin and val.bin, each
     document whole on its side: read GATHER_TOKENS at a time, each block's ids picked by a
-    mask of its documents' sides (memory: the document index and one block)."""
+    mask of its documents' sides (memory: the document index and one block). Also val's
+    UTF-8 bytes, from the ids it reads (None: some went by a copy, unread)."""
     dt = np.dtype(dtype)
+    val_bytes = None if token_bytes is None else 0
+
+    def count(ids: np.ndarray) -> None:
+        nonlocal val_bytes
+        if val_bytes is not None:
+            try:
+                val_bytes += int(token_bytes[ids].sum(dtype=np.int64))
+            except IndexError:  # an id beyond the vocabulary (a plugin's bug): measure's
+                val_bytes = None  # count leaves it out, as it does
+
     mine = sorted(parts, key=lambda p: p.shard)
     counts = [r.train_tokens for r in results]
     offsets = np.cumsum([0, *counts])
@@ -134,6 +149,8 @@ def _split_documents(out: OutputWriter, parts: list[PartFile], results: list[Enc
                         )
                         copy_range(src, dst[int(run_side[k])], (a - int(offset)) * dt.itemsize,
                                    (b - a) * dt.itemsize, bar.update)  # fmt: skip
+                        if run_side[k] and b > a:
+                            val_bytes = None  # copied unread: measure counts val
                     _grown(dst, digests)
                     continue
                 for a in range(int(offset), int(offset) + n, GATHER_TOKENS):
@@ -144,11 +161,14 @@ def _split_documents(out: OutputWriter, parts: list[PartFile], results: list[Enc
                     i, j = np.searchsorted(run_end, a, "right"), np.searchsorted(run_start, b)
                     if j - i == 1:  # the block lies in one run: all to one side
                         dst[int(run_side[i])].write(memoryview(block))
+                        if run_side[i]:
+                            count(block)
                     else:
                         within = np.minimum(run_end[i:j], b) - np.maximum(run_start[i:j], a)
                         to_val = np.repeat(run_side[i:j], within)
                         dst[0].write(memoryview(block[~to_val]))
-                        dst[1].write(memoryview(block[to_val]))
+                        dst[1].write(memoryview(to_val_ids := block[to_val]))
+                        count(to_val_ids)
                     bar.update((b - a) * dt.itemsize)
                     _grown(dst, digests)
     totals, docs = {}, {}
@@ -157,7 +177,7 @@ def _split_documents(out: OutputWriter, parts: list[PartFile], results: list[Enc
         index = np.cumsum(mine_lengths) - mine_lengths
         save_array(index.astype(np.uint64), out.temp(f"{side}.docs.bin"))
         totals[side], docs[side] = int(mine_lengths.sum()), len(mine_lengths)
-    return totals, docs
+    return totals, docs, val_bytes
 
 
 def _grown(files: list[BinaryIO], digests: list[Optional[GrowingDigest]]) -> None:

@@ -425,7 +425,7 @@ def merge_parts(run: Run) -> None:
             )
         with disk_errors(run.out.label, sum(r.tokens for r in results) * run.itemsize):
             run.merged = merge(run.out, run.parts, results, run.dtype, order, cut,
-                               run.val_docs, show=shown(settings.quiet))  # fmt: skip
+                               run.val_docs, run.token_bytes, shown(settings.quiet))  # fmt: skip
     run.clock.lap("encode")
     for side in SIDES:
         if run.merged.tokens[side] == 0:
@@ -461,15 +461,18 @@ COUNT_CHUNK = 1 << 20  # ids counted at a time (np.bincount makes a 64-bit copy 
 def measure(run: Run) -> None:
     """What a sweep compares tokenizers by: the val text's UTF-8 bytes (from each id's byte
     length: bits per byte need it), bytes per val token, and how many distinct ids the
-    corpus uses. The shards count what they can as they write (the ids each wrote; val's
-    bytes, where they choose the sides); the rest in one pass over the merged ids."""
+    corpus uses. Counted where the ids go by (the ids each shard wrote; val's bytes by the
+    shards where they choose the sides, else by the split); the rest in one pass over the
+    merged ids."""
     sizes = run.token_bytes if run.token_bytes is not None else run.tokenizer.token_bytes()
     used = np.zeros(len(sizes), dtype=bool)
     known = run.tokenizer.ids_used()  # char: every id (its characters came from the corpus)
     if known is None:  # else what the shards wrote, if each said
         known = _ids_seen(run.results, len(sizes))
-    counted = [r.val_bytes for r in run.results]  # val's bytes, if the shards counted them
-    val_bytes = None if None in counted else sum(counted)
+    val_bytes = run.merged.val_bytes  # counted as documents were split to val, or by the
+    counted = [r.val_bytes for r in run.results]  # shards that chose the sides as they wrote
+    if val_bytes is None and None not in counted:
+        val_bytes = sum(counted)
     # read what is not known yet: both sides for the ids used, val for its bytes
     todo = [side for side in SIDES if known is None or (side == "val" and val_bytes is None)]
     chunk = np.empty(COUNT_CHUNK, dtype=run.dtype)  # read into, not mapped: memory stays flat
