@@ -31,7 +31,12 @@ _HOST_PORT = re.compile(r"(\[[^\]]*\]|[^:\[\]]*)(:\d*)?")  # host, host:port, [:
 # It ends before a comma that starts another override or URL (Hydra joins a job's overrides
 # with commas: "source.url=http://h/x,+source.headers.X-Api-Key=...").
 _NEXT = r",(?=[+~]*[A-Za-z0-9_.-]+=|[A-Za-z][A-Za-z0-9+.-]*\\?://)"
-_URL = re.compile(rf"""[A-Za-z][A-Za-z0-9+.-]*\\?://(?:(?!{_NEXT})[^\s'"<>(){{}}])*(?<![.,;:!?])""")
+# A user:password before an "@" is the URL's whatever it holds: a password may have ' ( )
+# in it, unencoded, where the rest of a URL in a message would end
+_USERINFO = r"(?:[^\s/?#@]*@)?"
+_URL = re.compile(
+    rf"""[A-Za-z][A-Za-z0-9+.-]*\\?://{_USERINFO}(?:(?!{_NEXT})[^\s'"<>(){{}}])*(?<![.,;:!?])"""
+)
 
 
 # words of a config key or header name that say it holds a secret (Authorization,
@@ -95,8 +100,10 @@ def redact_override(arg: str) -> str:
 
 
 def is_secret_key(name: str) -> bool:
+    """Whether a URL's query (or fragment) key holds a secret: the names URLs use, and any
+    a header or config key of that name would be hidden for (api-key, access_key, ...)."""
     key = name.strip().lower()
-    return key in SECRET_KEYS or any(word in key for word in SECRET_WORDS)
+    return key in SECRET_KEYS or any(word in key for word in SECRET_WORDS) or is_secret_name(name)
 
 
 def _params(text: str) -> str:

@@ -418,6 +418,30 @@ def test_redact():
     assert redact_text(r"source.url=http\://u:p@h/x") == r"source.url=http\://***@h/x"
 
 
+@pytest.mark.parametrize("password", ["s3cret(1)", "it's3cret", "{s3cret}", "a=b;c!*$"])
+def test_redact_a_password_with_characters_that_end_a_url_in_text(password):
+    """' ( ) are legal in a URL's password, unencoded: the redaction still takes it all."""
+    for text in (f"source.url='http://user:{password}@127.0.0.1:9/x.txt'",
+                 f"could not download http://user:{password}@h/x.txt (HTTP 404)"):  # fmt: skip
+        assert "s3cret" not in redact_text(text) and "c!*$" not in redact_text(text), text
+        assert "***@" in redact_text(text)
+    assert redact_text("see http://host/x (from a@b)") == "see http://host/x (from a@b)"
+
+
+@pytest.mark.parametrize("name", ["api-key", "x-api-key", "access_key", "private_key",
+                                  "auth_code", "bearer", "Ocp-Apim-Subscription-Key"])  # fmt: skip
+def test_redact_every_secret_query_name_a_header_of_that_name_would_hide(name):
+    assert redact(f"http://h/x.txt?{name}=abc&page=2") == f"http://h/x.txt?{name}=***&page=2"
+
+
+def test_hydras_multiline_error_hides_a_secret_header(tmp_path):
+    header = "+source.headers.Authorization='Bearer hunter2'"
+    r = run_cli("source=url", "source.url=http://127.0.0.1:9/x.txt", header, header,
+                cwd=tmp_path, env={"CORPUSPREP_COMPOSE_CACHE": "0"})  # fmt: skip
+    assert r.returncode == 1 and "Could not append" in r.stderr, r.stderr
+    assert "hunter2" not in r.stdout + r.stderr
+
+
 def _leaks(root: Path, *outputs: str) -> list[str]:
     """Every file (name or content) under root, and every output, holding a secret."""
     found = [f"output {i}" for i, text in enumerate(outputs) if any(s in text for s in SECRETS)]
@@ -446,6 +470,26 @@ def test_url_credentials_not_in_manifest_summary_or_inspect(tmp_path, files):
     i = inspect_cli(tmp_path / "out", cwd=tmp_path)
     assert i.returncode == 0, i.stderr
     assert _leaks(tmp_path, r.stdout, r.stderr, i.stdout, i.stderr) == []
+
+
+def test_a_password_with_brackets_and_quotes_is_written_nowhere(tmp_path, files):
+    """`(`, `)` and `'` end a URL in running text, but not its password: the summary, the
+    manifest, the compose cache (not even written: the command holds a secret) and a
+    sweep's folders and tables never show it."""
+    url = f"http://user:s3cret(1)'x@127.0.0.1:{files.port}/a.txt"
+    env = {"CORPUSPREP_CACHE_DIR": str(tmp_path / "cache"),
+           "CORPUSPREP_COMPOSE_CACHE": str(tmp_path / "compose")}  # fmt: skip
+    r = run_cli("source=url", f'source.url="{url}"', "out_dir=out", cwd=tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    m = run_cli("-m", "source=url", f'source.url="{url}"', "split=0.8,0.9",
+                "hydra.sweep.dir=sweep", cwd=tmp_path, env=env)  # fmt: skip
+    assert m.returncode == 0, m.stderr
+    c = run_cli("source=url", f'source.url="{url}"', "--cfg", "job", cwd=tmp_path, env=env)
+    assert c.returncode == 0, c.stderr
+    outputs = r.stdout + r.stderr + m.stdout + m.stderr + c.stdout + c.stderr
+    assert "s3cret" not in outputs and "***@127.0.0.1" in r.stdout
+    assert [p for p in tmp_path.rglob("*") if "s3cret" in str(p) or
+            (p.is_file() and b"s3cret" in p.read_bytes())] == []  # fmt: skip
 
 
 def test_url_credentials_not_in_an_error_line(tmp_path, files):
