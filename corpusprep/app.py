@@ -1,7 +1,8 @@
 """The command line: `python -m corpusprep KEY=VALUE ...`, configured by Hydra.
 
-User mistakes end with one line on stderr ("corpusprep: error: ...") and exit code 1,
-never a traceback; bugs still show theirs.
+User mistakes, and shards that failed more often than executor.retries allows, end with
+one line on stderr ("corpusprep: error: ...") and exit code 1, never a traceback; bugs
+still show theirs (with any credential hidden, as in every line corpusprep prints).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from corpusprep import compose_cache
 from corpusprep._paths import config_path
-from corpusprep.config import drop_leftovers, use_fast_yaml
-from corpusprep.errors import UserError
+from corpusprep.config import check_flags, drop_leftovers, use_fast_yaml
+from corpusprep.errors import TaskFailed, UserError
 from corpusprep.overrides import (
     available_options,
     check_overrides,
@@ -42,13 +43,27 @@ def _hydra_job(cfg: DictConfig) -> Any:
 
     from corpusprep.sweep import job_dir
 
-    overrides = list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    overrides = _task_overrides() if HydraConfig.initialized() else []
     if _KEPT_ARGV is not None and HydraConfig.initialized():
-        compose_cache.save(_KEPT_ARGV, cfg, HydraConfig.get(), overrides)
-    return run_job(cfg, overrides, job_dir())
+        with contextlib.suppress(OmegaConfBaseException):  # ${oc.env:UNSET}: not kept, and
+            compose_cache.save(_KEPT_ARGV, cfg, HydraConfig.get(), overrides)  # said below
+    with _job_stderr():
+        return run_job(cfg, overrides, job_dir())
 
 
 _KEPT_ARGV: Optional[list[str]] = None  # the command line whose composed config is kept
+
+
+def _task_overrides() -> list[str]:
+    """The job's overrides as Hydra resolved them (${oc.env:X} -> X's value); as typed where
+    one cannot resolve (an unset variable: the job's one-line error says which)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    task = HydraConfig.get().overrides.task
+    try:
+        return list(task)
+    except OmegaConfBaseException:
+        return [str(o) for o in OmegaConf.to_container(task, resolve=False)]
 
 
 def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None) -> Any:
@@ -56,6 +71,7 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
     failed job is recorded and the others go on."""
     try:
         _check_required(cfg)
+        check_flags(cfg)  # dry_run and quiet are read before the rest
         drop_leftovers(cfg, overrides)
         if cfg.get("dry_run"):
             from corpusprep.estimate import estimate
@@ -65,8 +81,11 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
             from corpusprep.prepare import prepare
 
             result = prepare(cfg, overrides)
-    except (UserError, OmegaConfBaseException) as e:
+    except (UserError, OmegaConfBaseException, TaskFailed) as e:
         message = str(e) if isinstance(e, UserError) else f"config: {str(e).splitlines()[0]}"
+        if isinstance(e, TaskFailed):
+            message = (f"{e}; run the same command again (it resumes from the shards that "
+                       "finished), or allow more tries with executor.retries=N")  # fmt: skip
         message = redact_text(message)  # a URL's user:password or ?token= never shown
         if folder is None:
             fail(message)
@@ -76,9 +95,11 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
     except KeyboardInterrupt:
         fail("interrupted; the previous outputs in out_dir are untouched", code=130)
     except Exception as e:
-        if folder is None:
-            raise  # a bug: its traceback is the useful report
+        # a bug: its traceback is the useful report, printed here with any credential
+        # hidden (Hydra's own report would show the overrides as they were typed)
         print(redact_text(traceback.format_exc()), end="", file=sys.stderr)
+        if folder is None:
+            sys.exit(1)
         _record(folder, cfg, "failed", reason=redact_text(f"{type(e).__name__}: {e}"))
         return None
     status = "estimate" if cfg.get("dry_run") else "skipped" if result.get("skipped") else "ok"
@@ -124,7 +145,31 @@ def _compose_and_run() -> None:
     import hydra  # only here: a command whose config is kept never imports Hydra
 
     task = hydra.main(version_base="1.3", config_path=config_path(), config_name="config")
-    task(_hydra_job)()
+    # what Hydra prints itself (an error in composing quotes the overrides as they were
+    # typed; a sweep's log lists each job's) has its credentials hidden, line by line
+    stderr = sys.stderr
+    sys.stderr = RedactedLines(stderr)
+    try:
+        task(_hydra_job)()
+    finally:
+        sys.stderr.flush()
+        sys.stderr = stderr
+
+
+@contextlib.contextmanager
+def _job_stderr() -> Any:
+    """The job writes to stderr itself, unbuffered (progress bars redraw a line in place);
+    everything it prints is redacted already."""
+    wrapped = sys.stderr
+    if not isinstance(wrapped, RedactedLines):
+        yield
+        return
+    wrapped.flush()
+    sys.stderr = wrapped.stream
+    try:
+        yield
+    finally:
+        sys.stderr = wrapped
 
 
 def cli() -> NoReturn:

@@ -412,7 +412,30 @@ class Settings:
     order: str = "source"  # source | shuffle (seeded by seed)
 
 
+FLAGS = ("quiet", "force", "dry_run")
+
+
+def check_flags(cfg: DictConfig) -> None:
+    """quiet, force and dry_run are true or false: a quoted 'false' is a string, and any
+    string would read as true."""
+    for key in FLAGS:
+        value = cfg.get(key)
+        if not isinstance(value, bool):
+            raise UserError(f"{key}={value!r}: must be true or false, e.g. {key}=true")
+
+
+def check_name(name: object) -> None:
+    """`name` names the output folder (data/NAME) and files in it: a plain folder name."""
+    text = str(name) if isinstance(name, (str, int)) and not isinstance(name, bool) else ""
+    if not text or text in (".", "..") or "/" in text or "\\" in text:
+        raise UserError(
+            f"name={name!r}: must be a folder name (no / or \\, not . or ..), e.g. name=mycorpus"
+        )
+
+
 def read_settings(cfg: DictConfig) -> Settings:
+    check_flags(cfg)
+    check_name(cfg.get("name"))
     split = cfg.get("split")
     if isinstance(split, bool) or not isinstance(split, (int, float)) or not 0 < split < 1:
         raise UserError(
@@ -428,6 +451,8 @@ def read_settings(cfg: DictConfig) -> Settings:
     out_dir = cfg.get("out_dir")
     if not out_dir:
         raise UserError("out_dir is empty: set out_dir=PATH")
+    if not isinstance(out_dir, str):
+        raise UserError(f"out_dir={out_dir!r}: must be a path, e.g. out_dir=data/mycorpus")
     split_by = str(cfg.get("split_by", "auto"))
     if split_by not in SPLIT_BY:
         raise UserError(f"split_by={split_by}: use one of {', '.join(SPLIT_BY)}")
@@ -470,7 +495,7 @@ def read_settings(cfg: DictConfig) -> Settings:
         dtype=dtype,
         out_dir=str(out_dir),
         shard_bytes=shard_bytes,
-        quiet=bool(cfg.get("quiet")),
-        force=bool(cfg.get("force")),
-        dry_run=bool(cfg.get("dry_run")),
+        quiet=cfg.get("quiet"),
+        force=cfg.get("force"),
+        dry_run=cfg.get("dry_run"),
     )

@@ -1,5 +1,12 @@
-"""The exception for user mistakes: the CLI prints its message on one line, no traceback."""
+"""The exceptions the CLI reports in one line, no traceback: user mistakes, and work that
+failed more times than it may be tried."""
 
 
 class UserError(Exception):
     """A problem the user can fix: the message says what is wrong, where, and what to do."""
+
+
+class TaskFailed(RuntimeError):
+    """A task (a shard) failed more than executor.retries times: a worker killed each time
+    (memory, a lost node) rather than a mistake in the input. Reported in one line; the
+    shards that finished are kept where a re-run can resume from them."""

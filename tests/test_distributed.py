@@ -132,7 +132,55 @@ def test_a_pool_that_breaks_as_a_task_is_submitted_gets_its_tasks_retried(monkey
     tries = []
     monkeypatch.setattr(executor, "on_retry", lambda what, error: tries.append(what))
     assert list(executor.map(abs, range(-9, 0))) == list(range(9, 0, -1))
-    assert tries and not pools  # the tasks that never ran were retried in a new pool
+    assert not pools  # the tasks that never ran went to a new pool...
+    assert tries == []  # ... and did not count as failed attempts (no "trying again")
+
+
+def test_tasks_that_never_ran_are_not_charged_a_failed_attempt(monkeypatch):
+    """Each break of the pool fails the tasks in flight, not the ones never sent: with
+    retries=1, four breaks in a row still finish, each task having failed at most once."""
+    executor = LocalExecutor(workers=2, retries=1)
+    pools = [_PoolThatBreaksAfter(n) for n in (4, 4, 4, 4)] + [ThreadPoolExecutor(2)]
+
+    def get_pool():
+        executor._pool = executor._pool or pools.pop(0)
+        return executor._pool
+
+    monkeypatch.setattr(executor, "_get_pool", get_pool)
+    monkeypatch.setattr(executor, "_discard_pool", lambda: setattr(executor, "_pool", None))
+    assert list(executor.map(abs, range(-30, 0))) == list(range(30, 0, -1))
+
+
+def test_a_pool_that_never_starts_a_task_fails_after_the_retries(monkeypatch):
+    from corpusprep.errors import TaskFailed
+
+    executor = LocalExecutor(workers=2, retries=2)
+
+    def get_pool():  # each new pool breaks at its first task
+        executor._pool = executor._pool or _PoolThatBreaksAfter(0)
+        return executor._pool
+
+    monkeypatch.setattr(executor, "_get_pool", get_pool)
+    monkeypatch.setattr(executor, "_discard_pool", lambda: setattr(executor, "_pool", None))
+    monkeypatch.setattr(executor, "on_retry", lambda what, error: None)
+    with pytest.raises(TaskFailed, match="task 0 failed 3 times"):
+        list(executor.map(abs, range(-5, 0)))
+
+
+def test_shards_that_fail_more_than_retries_are_one_line_and_hide_secrets(corpus):
+    """A worker killed more often than executor.retries allows (here once, retries=0):
+    one line naming the shard and the fix, no traceback, and not Hydra's own report of a
+    failed job (which prints the overrides as typed, a URL's password with them)."""
+    flag = corpus / "crashed-once.flag"
+    flag.unlink(missing_ok=True)
+    r = run_cli(*ARGS, "executor.workers=2", "executor.retries=0", "out_dir=failed",
+                "tokenizer._target_=fault_tokenizers.CrashOnceCharTokenizer",
+                f"+tokenizer.flag={flag}", cwd=corpus, env=ENV)  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("corpusprep: error: shard"), r.stderr
+    assert "failed 1 times" in lines[0] and "executor.retries=N" in lines[0]
+    assert "Traceback" not in r.stderr and "Error executing job" not in r.stderr
 
 
 def test_a_failing_shard_is_retried_then_reported(corpus):

@@ -48,6 +48,25 @@ CASES = {
         ["order=shuffle", "split_by=document", "through a document"],
     ),
     "unknown source": (["source=nope"], ["source=nope", "file", "url"]),
+    # a quoted 'false' is a string, which would read as true
+    "a flag given as a string": (
+        ["source=file", "source.path=good.txt", "dry_run='false'"],
+        ["dry_run='false'", "true or false"],
+    ),
+    "quiet as a word": (["source=file", "source.path=good.txt", "quiet=maybe"], ["quiet='maybe'"]),
+    "force as a string": (["source=file", "source.path=good.txt", "force='no'"], ["force='no'"]),
+    "negative retries": (
+        ["source=file", "source.path=good.txt", "executor.retries=-1"],
+        ["executor.retries=-1", "0 or more"],
+    ),
+    "out_dir a list": (["source=file", "source.path=good.txt", "out_dir=[1]"], ["out_dir=[1]"]),
+    "name up a folder": (
+        ["source=file", "source.path=good.txt", "name=..", "out_dir=data/x"],
+        ["name='..'", "folder name"],
+    ),
+    "name a path": (["source=file", "source.path=good.txt", "name=a/b"], ["name='a/b'"]),
+    "name empty": (["source=file", "source.path=good.txt", "name="], ["name=''"]),
+    "name null": (["source=file", "source.path=good.txt", "name=null"], ["name=None"]),
     "unknown tokenizer": (
         ["tokenizer=nope", "dataset=shakespeare_char"],
         ["tokenizer=nope", "char"],
@@ -187,3 +206,18 @@ def test_user_mistake(work, case):
 def test_hydra_grammar_errors_still_have_no_traceback(work):
     r = run_cli("source=file", "source.path=good.txt", "nosuchkey=1", cwd=work)
     assert r.returncode == 1 and "Traceback" not in r.stderr and "nosuchkey" in r.stderr
+
+
+def test_an_unreadable_file_among_many_is_one_line(work, monkeypatch):
+    """A file a glob lists but nobody may read (chmod 000; root reads it anyway, so the
+    refusal is what the first read raises)."""
+    from corpusprep import compression
+    from corpusprep.errors import UserError
+    from corpusprep.sources import ReadOptions, input_files
+
+    def refuse(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(compression, "detect", refuse)
+    with pytest.raises(UserError, match=r"good.txt: cannot read it \(Permission denied\)"):
+        input_files([work / "good.txt"], ReadOptions())

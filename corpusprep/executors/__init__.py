@@ -15,11 +15,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar, Union
 
-from corpusprep.errors import UserError
+from corpusprep.errors import TaskFailed, UserError
 from corpusprep.writer import NO_SPACE
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+class NotRun(Exception):
+    """A task an executor never started (its pool broke first): run again, but not counted
+    as one of its failed attempts."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,13 @@ def release_freed_memory() -> None:
         _malloc_trim(0)
 
 
+def checked_retries(value: Any, key: str = "executor.retries") -> int:
+    """How many times a failed task is tried again: a whole number, 0 or more."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UserError(f"{key}={value!r}: must be a whole number, 0 or more (2 by default)")
+    return value
+
+
 class Executor(ABC):
     """Use as a context manager: workers (or a cluster connection) live across map() calls."""
 
@@ -95,8 +107,12 @@ class Executor(ABC):
         while remaining:
             order = sorted(remaining)
             failed: dict[int, BaseException] = {}
+            not_run: list[int] = []
             for k, outcome in self.run(_Guarded(fn), [remaining[i] for i in order]):
                 index = order[k]
+                if isinstance(outcome, NotRun):
+                    not_run.append(index)
+                    continue
                 if isinstance(outcome, _UserFailure):
                     raise UserError(outcome.message)
                 if isinstance(outcome, _NoSpace):
@@ -111,11 +127,13 @@ class Executor(ABC):
                 while following in done:  # hand results over in order, as soon as possible
                     yield done.pop(following)
                     following += 1
+            if not_run and not failed and len(not_run) == len(order):  # none could start:
+                failed = dict.fromkeys(not_run, RuntimeError("the workers did not start"))
             for index, error in failed.items():
                 attempts[index] += 1
                 what = getattr(tasks[index], "label", None) or f"task {index}"
                 if attempts[index] > self.retries:
-                    raise RuntimeError(
+                    raise TaskFailed(
                         f"{what} failed {attempts[index]} times; last: {error!r}"
                     ) from error
                 self.on_retry(what, error)

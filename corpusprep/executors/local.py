@@ -12,7 +12,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Optional, Union
 
 from corpusprep.errors import UserError
-from corpusprep.executors import Executor, R, T
+from corpusprep.executors import Executor, NotRun, R, T, checked_retries
 
 
 def available_cores() -> int:
@@ -36,7 +36,7 @@ class LocalExecutor(Executor):
             )
         self.workers = int(workers) if workers is not None else available_cores()
         self.start_method = start_method
-        self.retries = int(retries)
+        self.retries = checked_retries(retries)
         self._pool: Optional[ProcessPoolExecutor] = None
 
     def describe(self) -> dict[str, Any]:
@@ -82,9 +82,9 @@ class LocalExecutor(Executor):
                         self._discard_pool()  # a worker died: the next attempt gets a new pool
                     elif self._pool is pool:
                         submit_next()
-            # the pool broke: report the rest so they are retried
+            # the pool broke: the rest never ran, and go again without a failed attempt
             for index in [*unsent, *(index for index, _ in todo)]:
-                yield index, BrokenProcessPool("not run: the process pool broke")
+                yield index, NotRun()
         finally:
             for future in running:
                 future.cancel()

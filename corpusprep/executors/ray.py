@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Callable, Optional, Union
 
 from corpusprep.errors import UserError
-from corpusprep.executors import Executor, R, T
+from corpusprep.executors import Executor, R, T, checked_retries
 
 
 def _ray() -> Any:
@@ -47,8 +47,8 @@ class RayExecutor(Executor):
         self.address = address
         self.node_ip_address = node_ip_address
         self.cpus_per_task = float(cpus_per_task)
-        self.retries = int(retries)
-        self.node_retries = int(node_retries)
+        self.retries = checked_retries(retries)
+        self.node_retries = checked_retries(node_retries, "executor.node_retries")
         self._started = False
 
     def describe(self) -> dict[str, Any]:

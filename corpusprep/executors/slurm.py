@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from corpusprep.errors import UserError
-from corpusprep.executors import Executor, R, T
+from corpusprep.executors import Executor, R, T, checked_retries
 
 
 class _NoSacctNoise(logging.Filter):
@@ -47,7 +47,7 @@ class SlurmExecutor(Executor):
         self.timeout_min = int(timeout_min)
         self.cpus_per_task = int(cpus_per_task)
         self.mem_gb = float(mem_gb)
-        self.retries = int(retries)
+        self.retries = checked_retries(retries)
         self.poll_seconds = float(poll_seconds)
         self.extra = dict(slurm or {})  # any other submitit slurm_* parameter
         self.folder: Optional[Path] = None

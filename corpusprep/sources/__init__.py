@@ -65,7 +65,13 @@ def input_files(paths: list[Path], options: ReadOptions) -> list[InputFile]:
         get_format(options.format)  # an unknown format fails here, before any work
     files = []
     for path in paths:
-        compression = detect(path)
+        try:
+            compression = detect(path)
+        except OSError as e:  # unreadable (permissions), or gone since it was listed
+            raise UserError(
+                f"{path}: cannot read it ({e.strerror}); check that it exists and that you "
+                "may read it, or leave it out of the source"
+            ) from None
         cap = options.max_bytes
         if cap is not None and compression == "none" and path.stat().st_size > cap:
             raise UserError(
