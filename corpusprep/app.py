@@ -145,15 +145,57 @@ def _compose_and_run() -> None:
     import hydra  # only here: a command whose config is kept never imports Hydra
 
     task = hydra.main(version_base="1.3", config_path=config_path(), config_name="config")
-    # what Hydra prints itself (an error in composing quotes the overrides as they were
-    # typed; a sweep's log lists each job's) has its credentials hidden, line by line
     stderr = sys.stderr
-    sys.stderr = RedactedLines(stderr)
+    hydra_stderr = sys.stderr = _HydraStderr(stderr)
     try:
         task(_hydra_job)()
-    finally:
-        sys.stderr.flush()
+    except SystemExit as e:
+        message = hydra_stderr.error() if e.code else None
+        if message is None:
+            raise
         sys.stderr = stderr
+        fail(message)
+    finally:
+        hydra_stderr.release()
+        sys.stderr = stderr
+
+
+class _HydraStderr(RedactedLines):
+    """What Hydra prints itself, its credentials hidden line by line (an error quotes the
+    overrides as they were typed; a sweep's log lists each job's). Held until the first
+    job starts: a mistake Hydra finds while composing (several lines, then "Set the
+    environment variable HYDRA_FULL_ERROR=1...") becomes corpusprep's one line."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self.held: Optional[list[str]] = []
+
+    def write(self, text: str) -> int:
+        if self.held is None:
+            return super().write(text)
+        self.held.append(text)
+        return len(text)
+
+    def release(self) -> None:
+        """Print what was held, as it was, and from now on pass everything on."""
+        held, self.held = self.held, None
+        if held:
+            super().write("".join(held))
+        self.flush()
+
+    def error(self) -> Optional[str]:
+        """Hydra's error message in one line (what is held is then dropped), or None (an
+        error of corpusprep's own, already one line, is then printed by release())."""
+        lines = [line.strip() for line in "".join(self.held or ()).splitlines()]
+        lines = [line for line in lines if line and "HYDRA_FULL_ERROR" not in line]
+        if not lines or any(line.startswith("corpusprep: ") for line in lines):
+            return None
+        self.held = None
+        if "Available options in" in "\n".join(lines):  # a group's options: name them
+            at = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
+            options = [line for line in lines[at + 1 :] if ":" not in line and "=" not in line]
+            return f"{lines[0].rstrip('.')}; {lines[at].rstrip(':')}: {', '.join(options)}"
+        return "; ".join(line.rstrip(".") for line in lines[:2])
 
 
 @contextlib.contextmanager
@@ -161,10 +203,10 @@ def _job_stderr() -> Any:
     """The job writes to stderr itself, unbuffered (progress bars redraw a line in place);
     everything it prints is redacted already."""
     wrapped = sys.stderr
-    if not isinstance(wrapped, RedactedLines):
+    if not isinstance(wrapped, _HydraStderr):
         yield
         return
-    wrapped.flush()
+    wrapped.release()
     sys.stderr = wrapped.stream
     try:
         yield

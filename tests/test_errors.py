@@ -48,6 +48,19 @@ CASES = {
         ["order=shuffle", "split_by=document", "through a document"],
     ),
     "unknown source": (["source=nope"], ["source=nope", "file", "url"]),
+    # what Hydra finds itself while composing: its message, in one line
+    "a hydra key that does not exist": (
+        ["source=file", "source.path=good.txt", "hydra.foo=1"],
+        ["Could not override 'hydra.foo'", "+hydra.foo=1"],
+    ),
+    "deleting a key that does not exist": (
+        ["source=file", "source.path=good.txt", "~source.nope"],
+        ["'source.nope' does not exist"],
+    ),
+    "an unknown hydra group option": (
+        ["source=file", "source.path=good.txt", "hydra/launcher=nope"],
+        ["hydra/launcher/nope", "basic, joblib"],
+    ),
     # a quoted 'false' is a string, which would read as true
     "a flag given as a string": (
         ["source=file", "source.path=good.txt", "dry_run='false'"],
