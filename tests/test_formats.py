@@ -256,6 +256,39 @@ def test_megatron_long_documents_become_several_sequences(tmp_path):
         assert list(doc) == list(range(bounds[i], bounds[i + 1]))
 
 
+def test_megatron_a_side_that_begins_inside_a_document(tmp_path):
+    """split_by=position (or head / tail) can cut through a document: the rest of it that
+    begins the side is a document of its own (also when longer than a sequence)."""
+    from corpusprep.exporters.megatron import write_index
+
+    with open(tmp_path / "x.idx", "wb") as f:
+        assert write_index(f, np.array([23, 30], np.uint64), 42, "uint16", max_len=10) == (6, 3)
+    np.arange(42, dtype=np.uint16).tofile(tmp_path / "x.bin")
+    ds = read_megatron(tmp_path / "x")
+    assert list(ds["lengths"]) == [10, 10, 3, 7, 10, 2]
+    assert list(ds["document_indices"]) == [0, 3, 4, 6]
+    with open(tmp_path / "y.idx", "wb") as f:  # no document starts in the side at all
+        assert write_index(f, np.zeros(0, np.uint64), 8, "uint16") == (1, 1)
+
+
+@pytest.mark.parametrize("split", [["split_by=position"], ["split_by=tail", "val_size=300"],
+                                   ["split_by=head", "val_size=300"]])  # fmt: skip
+def test_megatron_documents_split_through_one(tmp_path, tiktoken_cache, split):
+    rows = "".join(json.dumps({"text": f"document {i} " + "words " * (i % 40)}) + "\n"
+                   for i in range(200))  # fmt: skip
+    (tmp_path / "d.jsonl").write_text(rows)
+    ref = run(tmp_path / "d.jsonl", tmp_path / "ref", "tokenizer=tiktoken", *split)
+    out = run(tmp_path / "d.jsonl", tmp_path / "out", "tokenizer=tiktoken", "format=megatron",
+              *split)  # fmt: skip
+    for side in ("train", "val"):
+        ds = read_megatron(out / f"d_{side}_text_document")
+        ids = nanogpt(ref, side)
+        assert np.array_equal(ds["data"], ids)
+        assert np.array_equal(np.concatenate(ds["documents"]), ids)
+        starts = np.fromfile(ref / "doc_index" / f"{side}.docs.bin", np.uint64)
+        assert len(ds["documents"]) == len(starts) + (len(starts) == 0 or starts[0] != 0)
+
+
 # --- corpusprep.load reads every format --------------------------------------------------
 
 

@@ -55,26 +55,32 @@ def sequences(
     starts: Optional[np.ndarray], total: int, max_len: int = MAX_SEQUENCE
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """From where documents start (token offsets; None: one document), chunk by chunk:
-    (sequence starts, sequence lengths, whether each sequence begins a document)."""
-    if starts is None:
+    (sequence starts, sequence lengths, whether each sequence begins a document). A side
+    that begins inside a document (split_by=position, head or tail cut through one) has
+    that document's rest first: a document of its own."""
+    if starts is None or len(starts) == 0:  # no document starts in it: one document
         starts = np.zeros(1, dtype=np.uint64)
     n = len(starts)
-    if n and int(starts[0]) != 0:
-        raise RuntimeError(f"the document index starts at {int(starts[0])}, not 0")
+    if int(starts[0]) != 0:
+        yield _pieces(np.zeros(1, dtype=np.int64), np.array([int(starts[0])]), max_len)
     for a in range(0, n, CHUNK):
         b = min(a + CHUNK, n)
         first = np.asarray(starts[a:b], dtype=np.int64)
         ends = np.append(first[1:], int(starts[b]) if b < n else total)
-        lengths = ends - first
-        pieces = np.maximum(1, -(-lengths // max_len))  # ceil; an empty document: one piece
-        if (pieces == 1).all():
-            yield first, lengths, np.ones(len(first), dtype=bool)
-            continue
-        doc = np.repeat(np.arange(len(first)), pieces)
-        k = np.arange(len(doc)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
-        seq_starts = first[doc] + k * max_len
-        seq_lengths = np.minimum(max_len, lengths[doc] - k * max_len)
-        yield seq_starts, seq_lengths, k == 0
+        yield _pieces(first, ends - first, max_len)
+
+
+def _pieces(first: np.ndarray, lengths: np.ndarray,
+            max_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """Documents as sequences: each one, or several where it is longer than max_len."""
+    pieces = np.maximum(1, -(-lengths // max_len))  # ceil; an empty document: one piece
+    if (pieces == 1).all():
+        return first, lengths, np.ones(len(first), dtype=bool)
+    doc = np.repeat(np.arange(len(first)), pieces)
+    k = np.arange(len(doc)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    seq_starts = first[doc] + k * max_len
+    seq_lengths = np.minimum(max_len, lengths[doc] - k * max_len)
+    return seq_starts, seq_lengths, k == 0
 
 
 def write_index(f: BinaryIO, starts: Optional[np.ndarray], total: int, dtype: str,
