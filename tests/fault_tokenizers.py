@@ -57,6 +57,23 @@ class CrashOnceCharTokenizer(CharTokenizer):
         yield from super().encode_pieces(pieces)
 
 
+class CrashOnTextCharTokenizer(CharTokenizer):
+    """Kills its worker process whenever it is to encode a text holding `poison`: a shard
+    that takes its worker down every time (memory, a crash in native code)."""
+
+    def __init__(self, poison: str = "", **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.poison = poison
+
+    def encode_pieces(self, pieces):
+        import os
+
+        for piece in pieces:
+            if self.poison and self.poison in piece:
+                os._exit(3)
+            yield from super().encode_pieces([piece])
+
+
 class FailOnceCharTokenizer(CrashOnceCharTokenizer):
     """Raises (a bug, not an input error) the first time, once per `flag` file."""
 

@@ -167,20 +167,49 @@ def test_a_pool_that_never_starts_a_task_fails_after_the_retries(monkeypatch):
         list(executor.map(abs, range(-5, 0)))
 
 
-def test_shards_that_fail_more_than_retries_are_one_line_and_hide_secrets(corpus):
-    """A worker killed more often than executor.retries allows (here once, retries=0):
-    one line naming the shard and the fix, no traceback, and not Hydra's own report of a
-    failed job (which prints the overrides as typed, a URL's password with them)."""
-    flag = corpus / "crashed-once.flag"
-    flag.unlink(missing_ok=True)
-    r = run_cli(*ARGS, "executor.workers=2", "executor.retries=0", "out_dir=failed",
-                "tokenizer._target_=fault_tokenizers.CrashOnceCharTokenizer",
-                f"+tokenizer.flag={flag}", cwd=corpus, env=ENV)  # fmt: skip
+def test_a_shard_that_kills_its_worker_every_time_is_one_line(tmp_path):
+    """One shard takes its worker down at every try, its pool's other tasks with it: they
+    finish (by themselves if need be), and it ends the run with one line naming it and
+    the fix, no traceback, and not Hydra's report of a failed job (which prints the
+    overrides as typed, a URL's password with them)."""
+    (tmp_path / "corpus").mkdir()
+    for f in range(3):
+        rows = [json.dumps({"text": f"file {f} doc {i} " + "words " * 30}) for i in range(60)]
+        rows[30] = json.dumps({"text": "POISON " * 10}) if f == 1 else rows[30]
+        (tmp_path / "corpus" / f"part{f}.jsonl").write_text("\n".join(rows) + "\n")
+    r = run_cli(*ARGS, "executor.workers=2", "executor.retries=1", "out_dir=failed",
+                "tokenizer._target_=fault_tokenizers.CrashOnTextCharTokenizer",
+                "+tokenizer.poison=POISON", cwd=tmp_path, env=ENV)  # fmt: skip
     assert r.returncode == 1, r.stderr
     lines = [line for line in r.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("corpusprep: error: shard"), r.stderr
-    assert "failed 1 times" in lines[0] and "executor.retries=N" in lines[0]
+    assert lines[-1].startswith("corpusprep: error: shard"), r.stderr
+    assert "failed 4 times" in lines[-1] and "executor.retries=N" in lines[-1]
+    assert all("trying again" in line for line in lines[:-1]), r.stderr
     assert "Traceback" not in r.stderr and "Error executing job" not in r.stderr
+
+
+def _dies_once_at(task: tuple[int, str]) -> int:
+    """Kills its worker the first time it runs tasks 5, 7, 9 and 11."""
+    index, flags = task
+    flag = os.path.join(flags, str(index))
+    if index in (5, 7, 9, 11) and not os.path.exists(flag):
+        open(flag, "w").close()
+        os._exit(3)
+    time.sleep(0.01)
+    return index
+
+
+def test_a_neighbours_death_never_fails_a_task(tmp_path):
+    """A worker's death fails every task in the pool: a task charged with it more often
+    than retries allows runs by itself, where only its own deaths count (here: one at
+    most, within retries=1). It failed about 1 run in 5 when every death counted."""
+    for attempt in range(4):
+        flags = tmp_path / str(attempt)
+        flags.mkdir()
+        with LocalExecutor(workers=2, retries=1, start_method="fork") as executor:
+            executor.on_retry = lambda what, error: None
+            tasks = [(i, str(flags)) for i in range(16)]
+            assert list(executor.map(_dies_once_at, tasks)) == list(range(16))
 
 
 def test_a_failing_shard_is_retried_then_reported(corpus):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar, Union
+from typing import Any, Callable, Optional, TypeVar, Union
 
 from corpusprep.errors import TaskFailed, UserError
 from corpusprep.writer import NO_SPACE
@@ -87,6 +87,18 @@ def checked_retries(value: Any, key: str = "executor.retries") -> int:
     return value
 
 
+def _settled(outcome: Any) -> Any:
+    """A task's outcome: raised here if the input's fault (or the disk's), or interrupted;
+    else its result, or the exception that may be tried again."""
+    if isinstance(outcome, _UserFailure):
+        raise UserError(outcome.message)
+    if isinstance(outcome, _NoSpace):
+        raise OSError(outcome.errno, outcome.strerror, outcome.filename)
+    if isinstance(outcome, (UserError, KeyboardInterrupt)):
+        raise outcome
+    return outcome
+
+
 class Executor(ABC):
     """Use as a context manager: workers (or a cluster connection) live across map() calls."""
 
@@ -99,7 +111,10 @@ class Executor(ABC):
         """Run fn on every task; yield (task index, result or exception) as each finishes."""
 
     def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[R]:
-        """fn on every task; results in task order (never finishing order)."""
+        """fn on every task; results in task order (never finishing order). A task that
+        fails more than `retries` times is run once more by itself where its failures may
+        have been a neighbour's (run_alone) before the run gives up on it."""
+        guarded = _Guarded(fn)
         remaining = dict(enumerate(tasks))
         attempts = dict.fromkeys(remaining, 0)
         done: dict[int, R] = {}
@@ -108,22 +123,15 @@ class Executor(ABC):
             order = sorted(remaining)
             failed: dict[int, BaseException] = {}
             not_run: list[int] = []
-            for k, outcome in self.run(_Guarded(fn), [remaining[i] for i in order]):
+            for k, outcome in self.run(guarded, [remaining[i] for i in order]):
                 index = order[k]
                 if isinstance(outcome, NotRun):
                     not_run.append(index)
-                    continue
-                if isinstance(outcome, _UserFailure):
-                    raise UserError(outcome.message)
-                if isinstance(outcome, _NoSpace):
-                    raise OSError(outcome.errno, outcome.strerror, outcome.filename)
-                if isinstance(outcome, BaseException):
-                    if isinstance(outcome, (UserError, KeyboardInterrupt)):
-                        raise outcome
+                elif isinstance(outcome := _settled(outcome), BaseException):
                     failed[index] = outcome
-                    continue
-                done[index] = outcome
-                del remaining[index]
+                else:
+                    done[index] = outcome
+                    del remaining[index]
                 while following in done:  # hand results over in order, as soon as possible
                     yield done.pop(following)
                     following += 1
@@ -132,11 +140,44 @@ class Executor(ABC):
             for index, error in failed.items():
                 attempts[index] += 1
                 what = getattr(tasks[index], "label", None) or f"task {index}"
-                if attempts[index] > self.retries:
-                    raise TaskFailed(
-                        f"{what} failed {attempts[index]} times; last: {error!r}"
-                    ) from error
-                self.on_retry(what, error)
+                if attempts[index] <= self.retries:
+                    self.on_retry(what, error)
+                    continue
+                outcome = self._alone(guarded, tasks[index], what, error)
+                if isinstance(outcome, BaseException):
+                    tries = attempts[index] + getattr(outcome, "alone_tries", 0)
+                    raise TaskFailed(f"{what} failed {tries} times; last: {outcome!r}") from outcome
+                done[index] = outcome  # the failures were a neighbour's
+                del remaining[index]
+            while following in done:
+                yield done.pop(following)
+                following += 1
+
+    def _alone(
+        self, fn: Callable[[T], R], task: T, what: str, error: BaseException
+    ) -> Union[R, BaseException]:
+        """A task past its retries, where its failures may have been a neighbour's: run by
+        itself, where only its own count, up to `retries` + 1 of them. Its result, or its
+        last exception (with alone_tries: how often it ran by itself)."""
+        for tries in range(1, self.retries + 2):
+            outcome = self.run_alone(fn, task, error)
+            if outcome is None:  # its failures were its own: no more tries
+                return error
+            outcome = _settled(outcome)
+            if not isinstance(outcome, BaseException):
+                return outcome
+            error = outcome
+            error.alone_tries = tries  # type: ignore[attr-defined]
+            if tries <= self.retries:
+                self.on_retry(f"{what} (by itself)", error)
+        return error
+
+    def run_alone(self, fn: Callable[[T], R], task: T,
+                  error: BaseException) -> Optional[Union[R, BaseException]]:  # fmt: skip
+        """Run one task by itself, when its failures (`error` the last) may have been
+        another task's: a pool whose worker died fails every task it holds. Its result or
+        exception; None: this executor's failures are each task's own (never run)."""
+        return None
 
     def attach(self, work: Any) -> None:  # noqa: B027 - optional hook
         """Given the run's work folder (in out_dir) before tasks start: engines keep logs there."""

@@ -92,20 +92,38 @@ class LocalExecutor(Executor):
     def on_retry(self, what: str, error: BaseException) -> None:
         print(f"corpusprep: {what} failed ({error!r}); trying again", file=sys.stderr)
 
+    def run_alone(self, fn: Callable[[T], R], task: T,
+                  error: BaseException) -> Optional[Union[R, BaseException]]:  # fmt: skip
+        """A worker's death fails every task in the pool (the one on the other worker, the
+        ones queued): a task charged with it once too often runs once more in a pool of
+        its own, where a death is its own."""
+        if not isinstance(error, BrokenProcessPool):
+            return None
+        pool = self._new_pool(1)
+        try:
+            return pool.submit(fn, task).result()
+        except Exception as e:
+            return e
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            context = multiprocessing.get_context(self.start_method)
-            if context.get_start_method() == "fork":
-                # forked workers inherit the driver's objects (the tokenizer's ranks, the
-                # config, modules): frozen, their collections never walk them, and so never
-                # copy the pages they share with the driver (3-4% of a run's CPU)
-                gc.freeze()
-            self._pool = ProcessPoolExecutor(
-                self.workers, mp_context=context, initializer=die_with_parent,
-                # a forkserver's workers are its children, not ours
-                initargs=(None if context.get_start_method() == "forkserver" else os.getpid(),),
-            )  # fmt: skip
+            self._pool = self._new_pool(self.workers)
         return self._pool
+
+    def _new_pool(self, workers: int) -> ProcessPoolExecutor:
+        context = multiprocessing.get_context(self.start_method)
+        if context.get_start_method() == "fork":
+            # forked workers inherit the driver's objects (the tokenizer's ranks, the
+            # config, modules): frozen, their collections never walk them, and so never
+            # copy the pages they share with the driver (3-4% of a run's CPU)
+            gc.freeze()
+        return ProcessPoolExecutor(
+            workers, mp_context=context, initializer=die_with_parent,
+            # a forkserver's workers are its children, not ours
+            initargs=(None if context.get_start_method() == "forkserver" else os.getpid(),),
+        )  # fmt: skip
 
     def _discard_pool(self) -> None:
         if self._pool is not None:
