@@ -53,8 +53,15 @@ NOT_SECRET_TOKEN = {"per", "bos", "eos", "eot", "pad", "unk", "sep", "cls", "mas
                     "max", "min", "num", "first", "last", "start", "end"}  # fmt: skip
 
 
+# names that end in "key" and hold none: where OmegaConf's and Hydra's messages say which
+# config key they are about ("full_key: source.nope")
+NOT_SECRET_KEYS = {"full_key", "fullkey", "parent_key", "dict_key", "sort_key"}
+
+
 def is_secret_name(name: str) -> bool:
     """Whether a config key or HTTP header of this name holds a secret."""
+    if name.lower() in NOT_SECRET_KEYS:
+        return False
     words = [w.lower() for w in _WORDS.findall(name)]
     joined = "".join(words)
     secret = [

@@ -523,7 +523,8 @@ SECRET_NAMES = ["Authorization", "X-Api-Key", "hf_token", "client_secret", "Cook
                 "Ocp-Apim-Subscription-Key"]  # fmt: skip
 PLAIN_NAMES = ["tokenizer", "shard_tokens", "add_special_tokens", "text_field", "url", "headers",
                "encoding", "author", "keys", "monkey", "key", "tokens_per_doc", "bytes_per_token",
-               "bos_token", "eosToken", "pad_token_id", "max_token_length"]  # fmt: skip
+               "bos_token", "eosToken", "pad_token_id", "max_token_length",
+               "full_key"]  # fmt: skip
 REDACTED = [  # (text, as written or printed)
     ("+source.headers.Authorization=Bearer hunter2", "+source.headers.Authorization=***"),
     (
