@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -149,8 +150,8 @@ def _compose_and_run() -> None:
     hydra_stderr = sys.stderr = _HydraStderr(stderr)
     try:
         task(_hydra_job)()
-    except SystemExit as e:
-        message = hydra_stderr.error() if e.code else None
+    except SystemExit as e:  # Hydra's own error (argparse's usage errors exit with 2)
+        message = hydra_stderr.error() if e.code == 1 else None
         if message is None:
             raise
         sys.stderr = stderr
@@ -158,6 +159,9 @@ def _compose_and_run() -> None:
     finally:
         hydra_stderr.release()
         sys.stderr = stderr
+
+
+_WARNING = re.compile(r"^\S.*:\d+: \w*Warning: ")  # "path.py:28: UserWarning: ..."
 
 
 class _HydraStderr(RedactedLines):
@@ -186,8 +190,14 @@ class _HydraStderr(RedactedLines):
     def error(self) -> Optional[str]:
         """Hydra's error message in one line (what is held is then dropped), or None (an
         error of corpusprep's own, already one line, is then printed by release())."""
-        lines = [line.strip() for line in "".join(self.held or ()).splitlines()]
-        lines = [line for line in lines if line and "HYDRA_FULL_ERROR" not in line]
+        lines, warned = [], False
+        for line in "".join(self.held or ()).splitlines():
+            if _WARNING.match(line):  # a warning printed before the error, and its source
+                warned = True  # line: not the message
+            elif not (warned and line[:1].isspace()) and line.strip():
+                lines.append(line.strip())
+                warned = False
+        lines = [line for line in lines if "HYDRA_FULL_ERROR" not in line]
         if not lines or any(line.startswith("corpusprep: ") for line in lines):
             return None
         self.held = None

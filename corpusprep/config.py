@@ -426,7 +426,7 @@ def check_flags(cfg: DictConfig) -> None:
 
 def check_name(name: object) -> None:
     """`name` names the output folder (data/NAME) and files in it: a plain folder name."""
-    text = str(name) if isinstance(name, (str, int)) and not isinstance(name, bool) else ""
+    text = str(name) if isinstance(name, (str, int, float)) and not isinstance(name, bool) else ""
     if not text or text in (".", "..") or "/" in text or "\\" in text:
         raise UserError(
             f"name={name!r}: must be a folder name (no / or \\, not . or ..), e.g. name=mycorpus"
@@ -451,7 +451,7 @@ def read_settings(cfg: DictConfig) -> Settings:
     out_dir = cfg.get("out_dir")
     if not out_dir:
         raise UserError("out_dir is empty: set out_dir=PATH")
-    if not isinstance(out_dir, str):
+    if isinstance(out_dir, bool) or not isinstance(out_dir, (str, int, float)):  # 2024 is one
         raise UserError(f"out_dir={out_dir!r}: must be a path, e.g. out_dir=data/mycorpus")
     split_by = str(cfg.get("split_by", "auto"))
     if split_by not in SPLIT_BY:

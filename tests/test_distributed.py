@@ -188,6 +188,48 @@ def test_a_shard_that_kills_its_worker_every_time_is_one_line(tmp_path):
     assert "Traceback" not in r.stderr and "Error executing job" not in r.stderr
 
 
+def test_a_last_shard_that_kills_its_worker_never_runs_in_the_driver(tmp_path):
+    """Tried again alone (one task left), a shard whose worker died runs in a worker all
+    the same: in the driver it took the whole run down (exit 3, the lock left behind)."""
+    rows = [json.dumps({"text": f"doc {i} " + "words " * 30}) for i in range(40)]
+    rows[-1] = json.dumps({"text": "POISON " * 10})
+    (tmp_path / "p.jsonl").write_text("\n".join(rows) + "\n")
+    r = run_cli("source=file", "source.path=p.jsonl", "shard_bytes=4096", "quiet=true",
+                "executor.workers=2", "executor.retries=1", "out_dir=out",
+                "tokenizer._target_=fault_tokenizers.CrashOnTextCharTokenizer",
+                "+tokenizer.poison=POISON", cwd=tmp_path, env=ENV)  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.splitlines()[-1].startswith("corpusprep: error: shard"), r.stderr
+    assert not (tmp_path / "out" / ".corpusprep.lock").exists()
+
+
+def _sleeps(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def test_an_interrupt_stops_a_task_run_by_itself_at_once():
+    """Ctrl-C (or SIGTERM, which corpusprep turns into one) while a task runs by itself:
+    its worker is killed, not waited for."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    executor = LocalExecutor(workers=2)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, interrupt)
+    signal.alarm(1)
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            executor.run_alone(_sleeps, 30, BrokenProcessPool("a worker died"))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert time.monotonic() - started < 10
+
+
 def _dies_once_at(task: tuple[int, str]) -> int:
     """Kills its worker the first time it runs tasks 5, 7, 9 and 11."""
     index, flags = task

@@ -234,3 +234,28 @@ def test_an_unreadable_file_among_many_is_one_line(work, monkeypatch):
     monkeypatch.setattr(compression, "detect", refuse)
     with pytest.raises(UserError, match=r"good.txt: cannot read it \(Permission denied\)"):
         input_files([work / "good.txt"], ReadOptions())
+
+
+def test_an_unknown_flag_is_argparses_message(work):
+    r = run_cli("source=file", "source.path=good.txt", "--bogus", cwd=work)
+    assert r.returncode == 2 and "unrecognized arguments: --bogus" in r.stderr, r.stderr
+
+
+def test_a_warning_before_hydras_error_is_not_the_message():
+    import io
+
+    from corpusprep.app import _HydraStderr
+
+    held = _HydraStderr(io.StringIO())
+    held.write("/x/hydra/_internal/callbacks.py:28: UserWarning: Callback raised\n")
+    held.write("  warnings.warn(\n")
+    held.write("Could not override 'tokenizer.fail_after'.\nTo append use +tokenizer.x=1\n")
+    held.write("\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n")
+    assert held.error() == "Could not override 'tokenizer.fail_after'; To append use +tokenizer.x=1"
+
+
+@pytest.mark.parametrize("key", ["out_dir=2024", "name=1.5"])
+def test_a_number_is_a_folder_name(work, key):
+    r = run_cli("source=file", "source.path=good.txt", key, "quiet=true", cwd=work)
+    assert r.returncode == 0, r.stderr
+    assert (work / ("2024" if key.startswith("out_dir") else "data/1.5") / "train.bin").is_file()

@@ -38,6 +38,7 @@ class LocalExecutor(Executor):
         self.start_method = start_method
         self.retries = checked_retries(retries)
         self._pool: Optional[ProcessPoolExecutor] = None
+        self._broke = False  # a worker died: tasks never run in this process from then on
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "local", "workers": self.workers, "start_method": self.start_method}
@@ -45,7 +46,9 @@ class LocalExecutor(Executor):
     def run(
         self, fn: Callable[[T], R], tasks: Sequence[T]
     ) -> Iterator[tuple[int, Union[R, BaseException]]]:
-        if self.workers == 1 or len(tasks) <= 1:  # no process start-up for small jobs
+        # no process start-up for small jobs; but a task tried again after a worker died
+        # may be what killed it: it must not take this process with it
+        if self.workers == 1 or (len(tasks) <= 1 and not self._broke):
             for i, task in enumerate(tasks):
                 try:
                     yield i, fn(task)
@@ -66,6 +69,7 @@ class LocalExecutor(Executor):
                 running[pool.submit(fn, nxt[1])] = nxt[0]
             except BrokenProcessPool:  # a worker died since the last result came in
                 unsent.append(nxt[0])
+                self._broke = True
                 self._discard_pool()
 
         for _ in range(2 * self.workers):
@@ -79,6 +83,7 @@ class LocalExecutor(Executor):
                     error = future.exception()
                     yield index, future.result() if error is None else error
                     if isinstance(error, BrokenProcessPool):
+                        self._broke = True
                         self._discard_pool()  # a worker died: the next attempt gets a new pool
                     elif self._pool is pool:
                         submit_next()
@@ -104,6 +109,9 @@ class LocalExecutor(Executor):
             return pool.submit(fn, task).result()
         except Exception as e:
             return e
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM): its worker stops now
+            _kill(pool)
+            raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
@@ -140,14 +148,18 @@ class LocalExecutor(Executor):
         """Kill the workers (a task may be halfway through a shard) and wait for them."""
         pool, self._pool = self._pool, None
         gc.unfreeze()
-        if pool is None:
-            return
-        processes = list((getattr(pool, "_processes", None) or {}).values())
-        for process in processes:
-            process.kill()
-        pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            process.join(5)
+        if pool is not None:
+            _kill(pool)
+
+
+def _kill(pool: ProcessPoolExecutor) -> None:
+    """Kill a pool's workers and wait for them."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        process.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.join(5)
 
 
 def die_with_parent(parent: Optional[int]) -> None:
