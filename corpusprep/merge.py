@@ -25,7 +25,7 @@ from typing import BinaryIO, Optional
 import numpy as np
 
 from corpusprep.progress import Bar
-from corpusprep.shards import SIDES, EncodeResult
+from corpusprep.shards import SIDES, EncodeResult, add_text_bytes
 from corpusprep.writer import (
     GrowingDigest,
     OutputWriter,
@@ -108,15 +108,6 @@ def _split_documents(out: OutputWriter, parts: list[PartFile], results: list[Enc
     UTF-8 bytes, from the ids it reads (None: some went by a copy, unread)."""
     dt = np.dtype(dtype)
     val_bytes = None if token_bytes is None else 0
-
-    def count(ids: np.ndarray) -> None:
-        nonlocal val_bytes
-        if val_bytes is not None:
-            try:
-                val_bytes += int(token_bytes[ids].sum(dtype=np.int64))
-            except IndexError:  # an id beyond the vocabulary (a plugin's bug): measure's
-                val_bytes = None  # count leaves it out, as it does
-
     mine = sorted(parts, key=lambda p: p.shard)
     counts = [r.train_tokens for r in results]
     offsets = np.cumsum([0, *counts])
@@ -162,13 +153,13 @@ def _split_documents(out: OutputWriter, parts: list[PartFile], results: list[Enc
                     if j - i == 1:  # the block lies in one run: all to one side
                         dst[int(run_side[i])].write(memoryview(block))
                         if run_side[i]:
-                            count(block)
+                            val_bytes = add_text_bytes(val_bytes, block, token_bytes)
                     else:
                         within = np.minimum(run_end[i:j], b) - np.maximum(run_start[i:j], a)
                         to_val = np.repeat(run_side[i:j], within)
                         dst[0].write(memoryview(block[~to_val]))
                         dst[1].write(memoryview(to_val_ids := block[to_val]))
-                        count(to_val_ids)
+                        val_bytes = add_text_bytes(val_bytes, to_val_ids, token_bytes)
                     bar.update((b - a) * dt.itemsize)
                     _grown(dst, digests)
     totals, docs = {}, {}

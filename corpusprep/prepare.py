@@ -464,7 +464,7 @@ def measure(run: Run) -> None:
     corpus uses. Counted where the ids go by (the ids each shard wrote; val's bytes by the
     shards where they choose the sides, else by the split); the rest in one pass over the
     merged ids."""
-    sizes = run.token_bytes if run.token_bytes is not None else run.tokenizer.token_bytes()
+    sizes = run.token_bytes  # the tokenizer's, taken once as the encode pass was planned
     used = np.zeros(len(sizes), dtype=bool)
     known = run.tokenizer.ids_used()  # char: every id (its characters came from the corpus)
     if known is None:  # else what the shards wrote, if each said
@@ -488,7 +488,6 @@ def measure(run: Run) -> None:
         if side == "val":
             val_bytes = int(counts @ sizes.astype(np.int64))
     val_bytes = val_bytes or 0
-    run.token_bytes = sizes
     run.stats = {"val_bytes": val_bytes,
                  "bytes_per_token": round(val_bytes / max(run.merged.tokens["val"], 1), 4),
                  "vocab_used": int(used.sum()) if known is None else known}  # fmt: skip

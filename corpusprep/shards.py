@@ -249,11 +249,8 @@ class _Writer:
     def _write(self, ids: np.ndarray) -> None:
         if self.seen is not None:
             self.seen.add(ids)
-        if self.token_bytes is not None:
-            try:
-                self.text_bytes += int(self.token_bytes[ids].sum(dtype=np.int64))
-            except IndexError:  # an id beyond the vocabulary (a plugin's bug): the driver's
-                self.token_bytes = self.text_bytes = None  # count leaves it out, as it does
+        if self.text_bytes is not None:
+            self.text_bytes = add_text_bytes(self.text_bytes, ids, self.token_bytes)
         data = memoryview(np.ascontiguousarray(ids)).cast("B")
         while data:
             data = data[self.file.write(data) :]
@@ -264,6 +261,18 @@ class _Writer:
             start_writeback(self.file.fileno(), self.start, self.file.tell() - self.start)
         finally:
             self.file.close()
+
+
+def add_text_bytes(total: Optional[int], ids: np.ndarray,
+                   token_bytes: np.ndarray) -> Optional[int]:  # fmt: skip
+    """`total` plus the UTF-8 bytes of `ids` (each id's from token_bytes); None once unknown:
+    an id beyond the vocabulary (a plugin's bug), which measure's own count leaves out."""
+    if total is None:
+        return None
+    try:
+        return total + int(token_bytes[ids].sum(dtype=np.int64))
+    except IndexError:
+        return None
 
 
 def encode_shard(task: EncodeTask) -> EncodeResult:

@@ -143,9 +143,9 @@ class Executor(ABC):
                 if attempts[index] <= self.retries:
                     self.on_retry(what, error)
                     continue
-                outcome = self._alone(guarded, tasks[index], what, error)
+                outcome, alone = self._alone(guarded, tasks[index], what, error)
                 if isinstance(outcome, BaseException):
-                    tries = attempts[index] + getattr(outcome, "alone_tries", 0)
+                    tries = attempts[index] + alone
                     raise TaskFailed(f"{what} failed {tries} times; last: {outcome!r}") from outcome
                 done[index] = outcome  # the failures were a neighbour's
                 del remaining[index]
@@ -155,22 +155,21 @@ class Executor(ABC):
 
     def _alone(
         self, fn: Callable[[T], R], task: T, what: str, error: BaseException
-    ) -> Union[R, BaseException]:
+    ) -> tuple[Union[R, BaseException], int]:
         """A task past its retries, where its failures may have been a neighbour's: run by
-        itself, where only its own count, up to `retries` + 1 of them. Its result, or its
-        last exception (with alone_tries: how often it ran by itself)."""
-        for tries in range(1, self.retries + 2):
+        itself, where only its own count, up to `retries` + 1 of them. (Its result or its
+        last exception, how many of its tries by itself failed.)"""
+        for tries in range(self.retries + 1):
             outcome = self.run_alone(fn, task, error)
             if outcome is None:  # its failures were its own: no more tries
-                return error
+                return error, tries
             outcome = _settled(outcome)
             if not isinstance(outcome, BaseException):
-                return outcome
+                return outcome, tries
             error = outcome
-            error.alone_tries = tries  # type: ignore[attr-defined]
-            if tries <= self.retries:
+            if tries < self.retries:
                 self.on_retry(f"{what} (by itself)", error)
-        return error
+        return error, self.retries + 1
 
     def run_alone(self, fn: Callable[[T], R], task: T,
                   error: BaseException) -> Optional[Union[R, BaseException]]:  # fmt: skip
