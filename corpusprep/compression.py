@@ -230,7 +230,28 @@ def text_size(path: Path, compression: str, member: Optional[str], size: int) ->
         return known
     if size * GUESSED_RATIO < 4 * SAMPLE_TEXT:  # small: packed with others, a guess will do
         return size * GUESSED_RATIO
-    return _size_from_its_start(path, compression, size)
+    guess = _size_from_its_start(path, compression, size)
+    bound = text_bound(path, compression, member, size)
+    # full blocks (as zstd writes a stream): the bound is within a block per frame of the
+    # size, and no piece can run past it (see InputFile.size_bounded)
+    return bound if 0 < bound <= guess * BOUND_SLACK else guess
+
+
+BOUND_SLACK = 1.5  # a bound above this many times the guess is taken for what it is: loose
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def text_bound(path: Path, compression: str, member: Optional[str], size: int) -> int:
+    """The most text a zstd file's frames can hold, from their headers (_walk_frames); 0
+    for other formats, or where the walk gives up."""
+    if compression != "zstd":
+        return 0
+    try:
+        with open(path, "rb") as f:
+            walked = _walk_frames(f.fileno())
+    except OSError:  # reading it reports that, in one line
+        return 0
+    return walked[1] if walked is not None and walked[0] == size else 0
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -404,6 +425,14 @@ def _frames_whole(fd: int) -> Optional[int]:
     per 128 KiB of text (about 1 ms per 10 MB); None, to be read by _ZstdStepReader, when
     the blocks are tiny (a walk in Python would cost more than decompressing) or a frame
     is not one this walk knows (zstd then reports it, or reads a legacy frame)."""
+    walked = _walk_frames(fd)
+    return None if walked is None else walked[0]
+
+
+def _walk_frames(fd: int) -> Optional[tuple[int, int]]:
+    """(_frames_whole's answer, the most text the frames can hold): a frame that records
+    its size holds that, else each block at most its own size (raw, RLE) or the frame's
+    largest block, min(window, 128 KiB) (compressed). None as for _frames_whole."""
     if not hasattr(os, "pread"):  # Windows: the exact reader
         return None
     size = os.fstat(fd).st_size
@@ -411,28 +440,40 @@ def _frames_whole(fd: int) -> Optional[int]:
     def at(offset: int, n: int) -> bytes:
         return os.pread(fd, n, offset)  # the file's position stays where zstd reads
 
-    pos = blocks = 0
+    pos = blocks = bound = 0
     while pos < size:
-        head = at(pos, 5)
+        head = at(pos, 18)  # magic, descriptor, window, dictionary id, content size
         if len(head) < 4:
-            return -1
+            return -1, bound
         magic = int.from_bytes(head[:4], "little")
         if magic in SKIPPABLE:
-            length = at(pos + 4, 4)
-            if len(length) < 4:
-                return -1
-            pos += 8 + int.from_bytes(length, "little")
+            if len(head) < 8:
+                return -1, bound
+            pos += 8 + int.from_bytes(head[4:8], "little")
             continue
         if magic != ZSTD_MAGIC or len(head) < 5:
-            return None if magic != ZSTD_MAGIC else -1
+            return None if magic != ZSTD_MAGIC else (-1, bound)
         flags = head[4]  # the frame header descriptor
         single = flags >> 5 & 1
-        pos += 5 + (not single) + (0, 1, 2, 4)[flags & 3] + (single, 2, 4, 8)[flags >> 6]
+        at_size = 5 + (not single) + (0, 1, 2, 4)[flags & 3]
+        size_bytes = (single, 2, 4, 8)[flags >> 6]
+        if len(head) < at_size + size_bytes:
+            return -1, bound
+        recorded = int.from_bytes(head[at_size : at_size + size_bytes], "little")
+        recorded += 256 if size_bytes == 2 else 0
+        if single:  # the window is the content
+            window = recorded
+        else:
+            exponent, mantissa = head[5] >> 3, head[5] & 7
+            window = (1 << 10 + exponent) + ((1 << 10 + exponent) >> 3) * mantissa
+        largest = min(window, 1 << 17)
+        frame_bound = 0
+        pos += at_size + size_bytes
         last = 0
         while not last:
             block = at(pos, 3)
             if len(block) < 3:
-                return -1
+                return -1, bound
             header = int.from_bytes(block, "little")
             last, kind, block_size = header & 1, header >> 1 & 3, header >> 3
             blocks += 1
@@ -440,9 +481,11 @@ def _frames_whole(fd: int) -> Optional[int]:
                 return None  # corrupt: zstd itself says so
             if blocks > 64 + pos // BYTES_PER_BLOCK:  # tiny blocks
                 return None
+            frame_bound += largest if kind == 2 else block_size  # raw, RLE: their size
             pos += 3 + (1 if kind == 1 else block_size)  # an RLE block: one byte
+        bound += recorded if size_bytes else frame_bound
         pos += 4 * (flags >> 2 & 1)  # the content checksum
-    return size if 0 < pos == size else -1
+    return (size if 0 < pos == size else -1), bound
 
 
 class _ZstdReader(io.RawIOBase):

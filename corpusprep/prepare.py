@@ -680,9 +680,9 @@ def _taking_order(tasks: list[EncodeTask]) -> list[EncodeTask]:
 
 
 def _runs_long(task: EncodeTask) -> bool:
-    """A compressed file's last piece, when the file does not record its text's size: its
-    end is the file's, wherever the guess put its start."""
-    return any(s.piece and s.end == STREAM_END and not s.file.size_recorded
+    """A compressed file's last piece, when its text's size is a guess: its end is the
+    file's, wherever the guess put its start."""
+    return any(s.piece and s.end == STREAM_END and not s.file.size_bounded
                for s in task.shard.segments)  # fmt: skip
 
 

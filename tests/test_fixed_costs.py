@@ -274,14 +274,15 @@ def test_pieces_cover_the_file():
     assert compressed_pieces(_File(100), 10**6) == [(0, STREAM_END, 100)]
 
 
-def _piece_tasks(tmp_path: Path, names: tuple[str, ...], compress) -> list:
+def _piece_tasks(tmp_path: Path, names: tuple[str, ...], compress, compression="zstd") -> list:
     from corpusprep.formats import Segment
     from corpusprep.shards import EncodeTask, Shard
 
     shards = []
     for name in names:
         (tmp_path / name).write_bytes(compress(_text(2_000_000)))
-        file = InputFile(str(tmp_path / name), "jsonl", "zstd", (tmp_path / name).stat().st_size)
+        file = InputFile(str(tmp_path / name), "jsonl", compression,
+                         (tmp_path / name).stat().st_size)  # fmt: skip
         for start, end, nbytes in compressed_pieces(file, 10**5):
             shards.append(Shard(len(shards), (Segment(file, start, end, nbytes, None),)))
     plain = InputFile(str(tmp_path / "c.jsonl"), "jsonl", "none", 10)
@@ -290,24 +291,83 @@ def _piece_tasks(tmp_path: Path, names: tuple[str, ...], compress) -> list:
 
 
 def test_workers_take_the_last_pieces_first_then_the_plan_order(tmp_path: Path):
-    """Files that do not record their text's size: each one's last piece (a guess: maybe
-    the longest) first, then the plan order."""
+    """Files whose text's size is a guess (xz records none, and has no blocks to bound it):
+    each one's last piece (maybe the longest) first, then the plan order."""
     from corpusprep.prepare import _taking_order
 
-    tasks = _piece_tasks(tmp_path, ("a.jsonl.zst", "b.jsonl.zst"), _streamed_zstd)
+    tasks = _piece_tasks(tmp_path, ("a.jsonl.xz", "b.jsonl.xz"), lzma.compress, "xz")
     order = [t.shard.index for t in _taking_order(tasks)]
     n = (len(tasks) - 1) // 2  # pieces per file
     assert n > 2
     assert order == [n - 1, 2 * n - 1, *range(n - 1), *range(n, 2 * n - 1), 2 * n]
 
 
-def test_a_file_that_records_its_size_is_taken_in_plan_order(tmp_path: Path):
-    """Its last piece is no guess: no worker decompresses the whole file first to get it."""
+@pytest.mark.parametrize("compress", [zstandard.compress, _streamed_zstd])
+def test_a_file_whose_size_is_known_or_bounded_is_taken_in_plan_order(tmp_path: Path, compress):
+    """Its last piece is no guess (the size recorded, or a streamed zstd file's blocks bound
+    it): no worker decompresses the whole file first to get it."""
     from corpusprep.prepare import _taking_order
 
-    tasks = _piece_tasks(tmp_path, ("a.jsonl.zst", "b.jsonl.zst"), zstandard.compress)
+    tasks = _piece_tasks(tmp_path, ("a.jsonl.zst", "b.jsonl.zst"), compress)
     assert len(tasks) == 2 * MAX_PIECES + 1
     assert [t.shard.index for t in _taking_order(tasks)] == list(range(len(tasks)))
+
+
+def _zstd_in_blocks(data: bytes, step: int) -> bytes:
+    """Streamed zstd with a block ended every `step` bytes (as a writer that flushes)."""
+    stream = zstandard.ZstdCompressor().compressobj()
+    flush = zstandard.COMPRESSOBJ_FLUSH_BLOCK
+    body = b"".join(stream.compress(data[i : i + step]) + stream.flush(flush)
+                    for i in range(0, len(data), step))  # fmt: skip
+    return body + stream.flush()
+
+
+@pytest.mark.parametrize("frames", [1, 3])
+def test_a_streamed_zstd_files_blocks_bound_its_text(tmp_path: Path, frames: int):
+    """Full blocks (as zstd writes a stream): the bound is within a block per frame of the
+    text's size, never under it, and the plan takes it for the size: no piece can run past
+    it, so none runs long (InputFile.size_bounded)."""
+    from corpusprep.compression import text_bound
+
+    data = _text(12 * SAMPLE_TEXT)
+    cut = len(data) // frames
+    parts = [data[i * cut : (i + 1) * cut if i < frames - 1 else None] for i in range(frames)]
+    path = tmp_path / "a.jsonl.zst"
+    path.write_bytes(b"".join(_streamed_zstd(p) for p in parts))
+    size = path.stat().st_size
+    bound = text_bound(path, "zstd", None, size)
+    assert len(data) <= bound <= len(data) + frames * (1 << 17)
+    assert text_size(path, "zstd", None, size) == bound
+    assert InputFile(str(path), "jsonl", "zstd", size).size_bounded
+
+
+def test_a_loose_bound_leaves_the_guess(tmp_path: Path):
+    """Blocks ended every 40 KB hold a third of what they could: the bound is 3x the size,
+    the guess from the start is kept, and its last piece goes first again."""
+    from corpusprep.compression import text_bound
+
+    data = _text(12 * SAMPLE_TEXT)
+    path = tmp_path / "a.jsonl.zst"
+    path.write_bytes(_zstd_in_blocks(data, 40_000))
+    size = path.stat().st_size
+    assert text_bound(path, "zstd", None, size) > 2 * len(data)
+    guess = text_size(path, "zstd", None, size)
+    assert abs(guess - len(data)) < 0.05 * len(data)  # the sample: from the start
+    assert not InputFile(str(path), "jsonl", "zstd", size).size_bounded
+
+
+def test_a_cut_or_damaged_zstd_file_has_no_bound(tmp_path: Path):
+    """A file that ends inside a frame (or is not zstd) bounds nothing: the guess stays,
+    and reading it reports the damage."""
+    from corpusprep.compression import text_bound
+
+    packed = _streamed_zstd(_text(12 * SAMPLE_TEXT))
+    cut = tmp_path / "cut.zst"
+    cut.write_bytes(packed[: len(packed) // 2])
+    assert text_bound(cut, "zstd", None, cut.stat().st_size) == 0
+    junk = tmp_path / "junk.zst"
+    junk.write_bytes(b"not zstd at all" * (SAMPLE_TEXT // 4))
+    assert text_bound(junk, "zstd", None, junk.stat().st_size) == 0
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3, 8, 64])

@@ -61,13 +61,19 @@ class InputFile:
         return (0, STREAM_END, text)  # to the end of the text, whatever its size
 
     @property
-    def size_recorded(self) -> bool:
-        """Whether whole() gives the text's size as the file records it (else a guess)."""
+    def size_bounded(self) -> bool:
+        """Whether the text can be no longer than whole() says: its size as the file
+        records it, or the most its zstd frames can hold (else a guess, that a last piece
+        running to STREAM_END may overrun by any amount)."""
         if self.seekable:
             return True
-        from corpusprep.compression import recorded_text_size
+        from corpusprep.compression import recorded_text_size, text_bound, text_size
 
-        return recorded_text_size(Path(self.path), self.compression, self.member, self.size) > 0
+        where = (Path(self.path), self.compression, self.member, self.size)
+        if recorded_text_size(*where) > 0:
+            return True
+        bound = text_bound(*where)
+        return 0 < bound <= text_size(*where)
 
 
 STREAM_END = 2**63 - 1  # the end of a compressed file's last piece: the end of its text
