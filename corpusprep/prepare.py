@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import ExitStack, suppress
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from functools import partial
@@ -346,10 +346,8 @@ def decide(run: Run) -> None:
             run.tokenizer.fit(charset, eot=eot)
     run.eot_id = run.tokenizer.eot_id if run.eot != "none" else None
     run.dtype = run.dtype or choose_dtype(settings.dtype, run.tokenizer.max_id)
-    # documents read in pieces (over several shards) are keyed by their file's hash: known
-    # first; without them the files are hashed while the workers encode
-    pieced = any(get_format(f.format).pieced(f) for f in run.files)
-    if run.split_by in ("document", "hash") and pieced and not run.hashes:
+    # documents spread over several shards are keyed by their file's hash: known first
+    if run.split_by in ("document", "hash") and not run.hashes:
         run.hashes = _hashes(run.files)
 
 
@@ -369,34 +367,24 @@ def encode(run: Run) -> None:
         print(f"corpusprep: resuming: {len(done)} of {len(tasks)} shards were done by an "
               "earlier run (same input sha256)", file=sys.stderr)  # fmt: skip
     with disk_errors(run.out.label, _space_needed(run)):
-        if work and run.hashes:  # a resume: the input is known and recorded as it is
+        if work:  # what the shards' markers are made from, for a resume: before any is
+            run.hashes = run.hashes or _hashes(run.files)
             _record_inputs(work, run.hashes)
-        elif work:  # recorded once hashed; until then no marker passes for another input's
-            (work / INPUTS).unlink(missing_ok=True)
         runs = _runs(todo, getattr(run.executor, "workers", None))
         fresh = (result for results in run.executor.map(encode_run, runs) for result in results)
-        # the input's sha256 while the workers encode, not before they start
-        known = run.hashes
-        hashing = Meanwhile(lambda: known or _hashes(run.files))
-        fresh = hashing.once_started(fresh)
-        if work is None:  # shards write in place (no resume): the outputs' sha256 as they are
-            written = DigestWhileWriting(todo, run.itemsize, run.out)  # written
-            fresh = written.following(fresh, todo)
-        elif not known:
-            fresh = _recording_inputs(fresh, hashing, work)
+        hashing = written = None
+        if work is None:  # shards write in place (no resume): the input's sha256 while the
+            # workers encode, not before they start, and the outputs' as they are written
+            hashing = Meanwhile(lambda: run.hashes or _hashes(run.files))
+            written = DigestWhileWriting(todo, run.itemsize, run.out)
+            fresh = written.following(hashing.once_started(fresh), todo)
         # read to the end: the bar closes drawn full, even for one shard
         try:
             fresh = list(_progress(fresh, [t.shard for t in todo], "encode", run.settings.quiet))
-        except Exception:  # a shard that failed for good: those done stay resumable
-            if work and not known:
-                with suppress(Exception):  # (the shard's error is the one to report)
-                    _record_inputs(work, hashing.result())
-            raise
         finally:
             STREAMS.close()
-        run.hashes = hashing.result()
-        if work and not known:
-            _record_inputs(work, run.hashes)  # (again if done already: the same bytes)
+        if hashing is not None:
+            run.hashes = hashing.result()
         done.update(zip((t.shard.index for t in todo), fresh))
         run.results = [done[t.shard.index] for t in tasks]
         _check_unchanged(run.before)
@@ -824,18 +812,6 @@ def _record_inputs(work: Path, hashes: dict[str, bytes]) -> None:
     os.replace(tmp, work / INPUTS)
 
 
-def _recording_inputs(results: Iterable[Any], hashing: Meanwhile, work: Path) -> Iterator[Any]:
-    """The results as they come; the input's record written as soon as its sha256 is
-    known (by this thread: never into a work folder being removed), so that a run killed
-    later can be resumed from its markers."""
-    recorded = False
-    for result in results:
-        yield result
-        if not recorded and hashing.done():
-            _record_inputs(work, hashing.result())
-            recorded = True
-
-
 def _recorded_inputs(work: Path) -> Optional[dict[str, str]]:
     try:
         return json.loads((work / INPUTS).read_text(encoding="utf-8"))
@@ -922,9 +898,6 @@ class Meanwhile:
             yield result
             self._start()
         self._start()
-
-    def done(self) -> bool:
-        return bool(self._outcome)
 
     def result(self) -> Any:
         self._start()  # no result came (nothing to run): the job runs now

@@ -155,102 +155,6 @@ def test_the_input_sha256_is_the_files_when_hashed_in_a_thread(tmp_path: Path, t
     assert manifest["shards"]["count"] > 2
 
 
-def _hashed_where(monkeypatch) -> list[str]:
-    """Records which thread hashes the input files: the driver's own, or the one that
-    runs beside the workers (Meanwhile)."""
-    import corpusprep.prepare as prepare_module
-
-    where, real = [], prepare_module._hashes
-
-    def hashes(files):
-        where.append("driver" if threading.current_thread() is threading.main_thread()
-                     else "beside the workers")  # fmt: skip
-        return real(files)
-
-    monkeypatch.setattr(prepare_module, "_hashes", hashes)
-    return where
-
-
-@pytest.mark.parametrize("workers", [1, 2])
-def test_json_documents_are_hashed_while_the_workers_encode(
-    tmp_path: Path, monkeypatch, tiktoken_cache, workers: int
-):
-    """Split by document, JSON lines (each document whole, keyed by its own text): the
-    workers need no file hash, so the files are hashed beside them, not before they start;
-    the manifest's sha256 and the resume record are the same."""
-    from helpers import compose
-
-    from corpusprep.prepare import prepare
-
-    data = _text(300_000)
-    (tmp_path / "a.jsonl").write_bytes(data)
-    where = _hashed_where(monkeypatch)
-    manifest = prepare(compose("source=file", f"source.path={tmp_path / 'a.jsonl'}",
-                               "tokenizer=tiktoken", "eot=prepend", "split_by=document",
-                               "shard_bytes=50000", f"executor.workers={workers}",
-                               f"out_dir={tmp_path / 'out'}", "quiet=true"))  # fmt: skip
-    assert where == ["beside the workers"]
-    assert manifest["source"]["sha256"] == hashlib.sha256(data).hexdigest()
-    assert manifest["shards"]["count"] > 2
-
-
-def test_a_text_file_as_one_document_is_hashed_first(tmp_path: Path, monkeypatch, tiktoken_cache):
-    """A plain text file is one document, read in pieces over several shards: its key is
-    its file's sha256, so the file is hashed before the workers start, once."""
-    from helpers import compose
-
-    from corpusprep.prepare import prepare
-
-    for name in "ab":
-        (tmp_path / f"{name}.txt").write_bytes(_text(120_000))
-    where = _hashed_where(monkeypatch)
-    prepare(compose("source=files", f"source.glob={tmp_path}/*.txt", "tokenizer=tiktoken",
-                    "eot=prepend", "split_by=document", "shard_bytes=20000",
-                    f"out_dir={tmp_path / 'out'}", "quiet=true"))  # fmt: skip
-    assert where == ["driver"]
-
-
-def test_a_stale_input_record_is_removed_before_the_workers_start(
-    tmp_path: Path, monkeypatch, tiktoken_cache
-):
-    """No marker to resume from: a record left in the work folder (by a run of other
-    bytes with the same name, size and times) is removed before any shard writes its
-    marker, so markers never pass for that record's input; the run's own is written once
-    its input is hashed."""
-    from helpers import compose
-
-    import corpusprep.prepare as prepare_module
-    import corpusprep.shards as shards_module
-    from corpusprep.prepare import prepare
-
-    (tmp_path / "a.txt").write_bytes(_text(200_000))
-    settings = compose("source=file", f"source.path={tmp_path / 'a.txt'}", "tokenizer=tiktoken",
-                       "shard_bytes=20000", "executor.workers=1",
-                       f"out_dir={tmp_path / 'out'}", "quiet=true")  # fmt: skip
-    planted = []
-    real_tasks = prepare_module._encode_tasks
-
-    def with_a_planted_record(run):
-        tasks, parts = real_tasks(run)
-        work = Path(tasks[0].marker).parent
-        (work / prepare_module.INPUTS).write_text(json.dumps({"a.txt": "00" * 32}))
-        planted.append(work)
-        return tasks, parts
-
-    seen_records = []
-    real_encode = shards_module.encode_shard
-
-    def looking(task):
-        seen_records.append(prepare_module._recorded_inputs(Path(task.marker).parent))
-        return real_encode(task)
-
-    monkeypatch.setattr(prepare_module, "_encode_tasks", with_a_planted_record)
-    monkeypatch.setattr(shards_module, "encode_shard", looking)
-    prepare(settings)
-    assert planted and seen_records
-    assert all(r is None or "00" * 32 not in r.values() for r in seen_records)
-
-
 # --- a compressed file's size, from its start -------------------------------------------
 
 
@@ -651,9 +555,8 @@ def test_without_every_shards_flags_the_ids_are_counted():
 def test_a_run_that_fails_early_can_still_be_resumed(
     tmp_path: Path, monkeypatch, capsys, tiktoken_cache
 ):
-    """The record of the input the shards' markers come from is written once the input is
-    hashed (while the workers encode), and at the latest when a shard fails for good: a run
-    whose first shard fails still leaves the others resumable."""
+    """The record of the input the shards' markers come from is written before any shard
+    runs: a run whose first shard fails for good still leaves the others resumable."""
     from helpers import compose
 
     import corpusprep.shards as shards_module

@@ -195,11 +195,6 @@ class Format(ABC):
     def parts(self, segment: Segment) -> Iterator[Part]:
         """The segment's documents (or document pieces), in order."""
 
-    def pieced(self, file: InputFile) -> bool:
-        """Whether a document of this file may come in pieces (Part.whole None), perhaps
-        over several shards: such a document is keyed by its file's sha256, not its text."""
-        return False
-
     def scan(self, segment: Segment, sampler: Optional[Sampler] = None) -> Census:
         """Count, collect the characters, check; a `sampler` takes its training units."""
         census = Census()

@@ -42,9 +42,6 @@ class TextFormat(Format):
             return [file.whole()]
         return [(a, b, b - a) for a, b in plan_shards(file.path, file.size, shard_bytes, boundary)]
 
-    def pieced(self, file: InputFile) -> bool:
-        return not (file.doc_separator or file.doc_end)  # a file is one document, streamed
-
     def raw(self, segment: Segment) -> Iterator[tuple[int, bytes]]:
         file = segment.file
         if file.seekable:
