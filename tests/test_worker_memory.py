@@ -110,28 +110,3 @@ def test_without_the_freeze_a_workers_collection_copies_them(monkeypatch):
     monkeypatch.setattr(gc, "freeze", lambda: None)
     frozen, copied = _pages_a_workers_collection_copies()
     assert frozen == 0 and copied > 12 * MB, (frozen, copied // MB)
-
-
-def test_a_task_that_leaves_little_free_keeps_it_for_the_next(monkeypatch):
-    """The heap is trimmed only once more than KEEP_FREE of it is free: trimming after every
-    task made the next one fault the same pages back in."""
-    executors.release_freed_memory()  # the glibc functions looked up
-    trims = []
-    monkeypatch.setattr(executors, "_malloc_trim", lambda pad: trims.append(pad))
-    for free, trimmed in ((executors.KEEP_FREE // 4, 0), (executors.KEEP_FREE + 1, 1)):
-        monkeypatch.setattr(executors, "_heap_free", lambda free=free: free)
-        executors.release_freed_memory()
-        assert len(trims) == trimmed
-
-
-def test_glibc_reports_the_heaps_free_bytes():
-    """mallinfo2 is read as glibc lays it out: 64 MB freed in holes shows as free."""
-    trim, heap_free = executors._glibc_heap()
-    if heap_free is None:
-        pytest.skip("glibc before 2.33: no mallinfo2 (trimmed after every task)")
-    blocks = [bytearray(60_000) for _ in range(64 * MB // 60_000)]
-    pins = blocks[::100]
-    before = heap_free()
-    del blocks
-    assert heap_free() - before > 48 * MB
-    del pins

@@ -62,44 +62,22 @@ class _Guarded:
 
 
 _malloc_trim: Any = None
-_heap_free: Any = None  # glibc's free heap bytes (mallinfo2's fordblks), None: unknown
-KEEP_FREE = 16 << 20  # free heap a worker keeps for its next task rather than trimming
 
 
 def release_freed_memory() -> None:
-    """Give the heap's free pages back to the system after a task (glibc's malloc_trim)
-    once more than KEEP_FREE of it is free: a task frees nearly all it made, but glibc
-    keeps the freed blocks, and over 120 shards of a 1 GB text each worker grew by 12 MB
-    (bench/bench_scale.py). Not after every task: the next one takes those pages again,
-    and faulting them back in cost a 50 MB BPE run a tenth of its encode time. A no-op
-    elsewhere."""
-    global _malloc_trim, _heap_free
+    """Give the heap's free pages back to the system after a task (glibc's malloc_trim):
+    a task frees nearly all it made, but glibc keeps the freed blocks, and over 120 shards
+    of a 1 GB text each worker grew by 12 MB (bench/bench_scale.py). A no-op elsewhere."""
+    global _malloc_trim
     if _malloc_trim is None:
-        _malloc_trim, _heap_free = _glibc_heap()
-    if _malloc_trim and (_heap_free is None or _heap_free() > KEEP_FREE):
+        import ctypes
+
+        try:
+            _malloc_trim = ctypes.CDLL(None).malloc_trim
+        except (AttributeError, OSError):  # not glibc
+            _malloc_trim = False
+    if _malloc_trim:
         _malloc_trim(0)
-
-
-def _glibc_heap() -> tuple[Any, Any]:
-    """(malloc_trim, a function giving the heap's free bytes or None), or (False, None)."""
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None)
-        trim = libc.malloc_trim
-    except (AttributeError, OSError):  # not glibc
-        return False, None
-    fields = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
-
-    class Mallinfo2(ctypes.Structure):
-        _fields_ = [(name, ctypes.c_size_t) for name in fields.split()]
-
-    try:
-        mallinfo2 = libc.mallinfo2  # glibc 2.33 on; before it, trim after every task
-    except AttributeError:
-        return trim, None
-    mallinfo2.restype = Mallinfo2
-    return trim, lambda: mallinfo2().fordblks
 
 
 def checked_retries(value: Any, key: str = "executor.retries") -> int:
