@@ -300,6 +300,8 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
             for part in _held_first(get_format(segment.file.format).parts(segment), batch):
                 doc += part.starts
                 skipped += part.skipped
+                if part.skipped:  # counted, and nothing to write or key a side by
+                    continue
                 if part.whole is not None:  # one piece (pieces == [whole]): counted now
                     chars[0] += len(part.whole)
                     if batch is not None and part.starts and part.ends and batch.add(doc, part):
