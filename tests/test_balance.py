@@ -167,27 +167,22 @@ def test_documents_left_out_take_no_side_in_a_hash_split(tmp_path: Path):
     rows = [json.dumps({"text": f"document {i} " + "words " * (i % 17)}).encode()
             for i in range(2000)]  # fmt: skip
     bad = {7: b'{"text": "\\ud800 lone"}', 900: b'{"text": "bad \xff byte"}'}
-    (tmp_path / "clean.jsonl").write_bytes(b"\n".join(rows) + b"\n")
-    (tmp_path / "mixed.jsonl").write_bytes(b"\n".join(bad.get(i, r) for i, r in
-                                                      enumerate(rows)) + b"\n")  # fmt: skip
-    made = {}
-    for name in ("clean", "mixed"):
+    files = {"clean": rows, "mixed": [bad.get(i, r) for i, r in enumerate(rows)],
+             "kept": [r for i, r in enumerate(rows) if i not in bad]}  # fmt: skip
+
+    def hash_split(name: str) -> dict[str, bytes]:
+        (tmp_path / f"{name}.jsonl").write_bytes(b"\n".join(files[name]) + b"\n")
         out = tmp_path / f"out-{name}"
         r = run_cli("source=file", f"source.path={name}.jsonl", "tokenizer=byte",
                     "split_by=hash", "source.skip_invalid=true", "shard_bytes=20000",
                     f"out_dir={out}", "quiet=true", cwd=tmp_path)  # fmt: skip
         assert r.returncode == 0, r.stderr
-        made[name] = {f: (out / f).read_bytes() for f in ("train.bin", "val.bin")}
-    assert made["mixed"] != made["clean"]  # the bad rows' documents are missing
-    kept = {i for i in range(2000) if i not in bad}
-    expected = tmp_path / "kept.jsonl"
-    expected.write_bytes(b"\n".join(rows[i] for i in sorted(kept)) + b"\n")
-    out = tmp_path / "out-kept"
-    r = run_cli("source=file", "source.path=kept.jsonl", "tokenizer=byte", "split_by=hash",
-                "shard_bytes=20000", f"out_dir={out}", "quiet=true", cwd=tmp_path)  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    assert made["mixed"] == {f: (out / f).read_bytes() for f in ("train.bin", "val.bin")}
-    assert made["mixed"]["val.bin"], "the hash split sent nothing to val"
+        return {f: (out / f).read_bytes() for f in ("train.bin", "val.bin")}
+
+    mixed = hash_split("mixed")
+    assert mixed != hash_split("clean")  # the bad rows' documents are missing
+    assert mixed == hash_split("kept")
+    assert mixed["val.bin"], "the hash split sent nothing to val"
 
 
 def test_documents_go_to_their_side_the_same_by_copy_or_by_mask(tmp_path: Path, monkeypatch):
