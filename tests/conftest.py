@@ -12,16 +12,32 @@ import pytest
 # CLI tests name tests/fault_tokenizers.py's classes in tokenizer._target_: this suite's own
 # code, trusted as a plugin would be (corpusprep refuses classes of any other package)
 os.environ.setdefault("CORPUSPREP_PLUGIN_PACKAGES", "fault_tokenizers")
-# the configs CLI runs keep (corpusprep.compose_cache) go to a folder of this test process,
-# not the user's ~/.cache; a test that needs an empty one takes the compose_dir fixture
-_SESSION_COMPOSE = tempfile.mkdtemp(prefix="corpusprep-test-compose-")
-os.environ.setdefault("CORPUSPREP_COMPOSE_CACHE", _SESSION_COMPOSE)
+_COMPOSE_FOLDER = pytest.StashKey[str]()  # the compose cache folder this process made
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO.parent / "shared" / "data"
 SHAKESPEARE_URL = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The configs CLI runs keep (corpusprep.compose_cache) go to a folder of this test
+    session, not the user's ~/.cache (a test that needs an empty one takes the compose_dir
+    fixture). Made by the process that starts the session; xdist's workers inherit it."""
+    if "CORPUSPREP_COMPOSE_CACHE" not in os.environ:
+        folder = tempfile.mkdtemp(prefix="corpusprep-test-compose-")
+        config.stash[_COMPOSE_FOLDER] = folder
+        os.environ["CORPUSPREP_COMPOSE_CACHE"] = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The session's compose folder is removed by the process that made it (also after
+    --collect-only, where no session fixture runs)."""
+    folder = config.stash.get(_COMPOSE_FOLDER, None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+        del os.environ["CORPUSPREP_COMPOSE_CACHE"]
 
 
 @pytest.fixture(autouse=True)
@@ -117,4 +133,3 @@ def _cli_server():
 
     yield
     stop_cli_servers()
-    shutil.rmtree(_SESSION_COMPOSE, ignore_errors=True)
