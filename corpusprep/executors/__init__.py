@@ -10,6 +10,7 @@ times) unless the failure is the user's (a UserError: trying again cannot help).
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -61,23 +62,65 @@ class _Guarded:
             release_freed_memory()
 
 
-_malloc_trim: Any = None
+_heap: Any = None  # _GlibcHeap once looked up; False: not glibc
+KEEP_FREE = 0.2  # of a worker's resident memory: free heap it keeps for its next task
 
 
 def release_freed_memory() -> None:
-    """Give the heap's free pages back to the system after a task (glibc's malloc_trim):
-    a task frees nearly all it made, but glibc keeps the freed blocks, and over 120 shards
-    of a 1 GB text each worker grew by 12 MB (bench/bench_scale.py). A no-op elsewhere."""
-    global _malloc_trim
-    if _malloc_trim is None:
+    """Give the heap's free pages back to the system after a task (glibc's malloc_trim)
+    once more than KEEP_FREE of the worker's memory is free heap. A task frees nearly all
+    it made, but glibc keeps the freed blocks, and over 120 shards of a 1 GB text each
+    worker grew by 12 MB (bench/bench_scale.py). Not after every task: the next one takes
+    those pages again, and faulting them back in cost a 50 MB BPE run with splintr a tenth
+    of its encode time (9 MB free of a 65 MB worker after each 1 MB shard), where the char
+    tokenizer's workers at times keep 13 MB free of 43. A no-op elsewhere."""
+    global _heap
+    if _heap is None:
+        _heap = _GlibcHeap.load() or False
+    if _heap and _heap.free() > KEEP_FREE * _heap.resident():
+        _heap.trim(0)
+
+
+class _GlibcHeap:
+    """glibc's malloc_trim, and the heap's free bytes (mallinfo2's fordblks: glibc 2.33
+    on; before it, free() reports everything free, so the heap is trimmed after every
+    task), against the process's resident memory (Linux's /proc/self/statm)."""
+
+    FIELDS = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+
+    def __init__(self, trim: Any, mallinfo2: Any) -> None:
+        self.trim, self._mallinfo2 = trim, mallinfo2
+        self._page = os.sysconf("SC_PAGE_SIZE")
+
+    @classmethod
+    def load(cls) -> Optional[_GlibcHeap]:
         import ctypes
 
         try:
-            _malloc_trim = ctypes.CDLL(None).malloc_trim
+            libc = ctypes.CDLL(None)
+            trim = libc.malloc_trim
         except (AttributeError, OSError):  # not glibc
-            _malloc_trim = False
-    if _malloc_trim:
-        _malloc_trim(0)
+            return None
+        try:
+            mallinfo2 = libc.mallinfo2
+        except AttributeError:
+            return cls(trim, None)
+
+        class Mallinfo2(ctypes.Structure):
+            _fields_ = [(name, ctypes.c_size_t) for name in cls.FIELDS.split()]
+
+        mallinfo2.restype = Mallinfo2
+        return cls(trim, mallinfo2)
+
+    def free(self) -> float:
+        return float("inf") if self._mallinfo2 is None else self._mallinfo2().fordblks
+
+    def resident(self) -> int:
+        try:
+            with open("/proc/self/statm", "rb") as statm:
+                return int(statm.read().split()[1]) * self._page
+        except (OSError, IndexError, ValueError):  # no /proc: trimmed after every task
+            return 0
 
 
 def checked_retries(value: Any, key: str = "executor.retries") -> int:
