@@ -124,15 +124,20 @@ class _FakeHeap:
 
 
 @pytest.mark.parametrize(
-    ("free", "trimmed"),
-    [(9 * MB, False), (13 * MB, True), (0, False), (float("inf"), True)],
-    ids=["bpe-churn-kept", "char-surplus-trimmed", "nothing-free", "glibc-before-2.33"],
-)
-def test_a_worker_keeps_a_fifth_of_its_memory_free_for_the_next_task(monkeypatch, free, trimmed):
-    """Trimmed only once more than KEEP_FREE of the worker's memory is free heap: the
-    splintr worker's 9 MB of each 1 MB shard (of 61 MB) stays for the next shard instead of
-    being faulted back in; 13 MB left free by a char worker of 43 MB goes back."""
-    heap = _FakeHeap(free, 50 * MB)
+    ("free", "resident", "trimmed"),
+    [(9 * MB, 61 * MB, False), (13 * MB, 43 * MB, True), (0, 43 * MB, False),
+     (float("inf"), 61 * MB, True), (64 * MB, 500 * MB, True)],
+    ids=["bpe-churn-kept", "char-surplus-trimmed", "nothing-free", "glibc-before-2.33",
+         "big-process-capped"],
+)  # fmt: skip
+def test_a_worker_keeps_a_fifth_of_its_memory_free_for_the_next_task(
+    monkeypatch, free, resident, trimmed
+):
+    """Trimmed only once more than KEEP_FREE of the worker's memory is free heap (and never
+    more than KEEP_FREE_MAX): the splintr worker's 9 MB of each 1 MB shard (of 61 MB) stays
+    for the next shard instead of being faulted back in; 13 MB left free by a char worker
+    of 43 MB goes back, and so do 64 MB in a 500 MB process (workers=1 runs in the driver)."""
+    heap = _FakeHeap(free, resident)
     monkeypatch.setattr(executors, "_heap", heap)
     executors.release_freed_memory()
     assert heap.trims == ([0] if trimmed else [])

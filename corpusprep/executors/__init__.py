@@ -63,21 +63,23 @@ class _Guarded:
 
 
 _heap: Any = None  # _GlibcHeap once looked up; False: not glibc
-KEEP_FREE = 0.2  # of a worker's resident memory: free heap it keeps for its next task
+KEEP_FREE = 0.2  # of a worker's resident memory: free heap it keeps for its next task...
+KEEP_FREE_MAX = 16 << 20  # ... and never more: a big process (workers=1 runs in the driver)
 
 
 def release_freed_memory() -> None:
     """Give the heap's free pages back to the system after a task (glibc's malloc_trim)
-    once more than KEEP_FREE of the worker's memory is free heap. A task frees nearly all
-    it made, but glibc keeps the freed blocks, and over 120 shards of a 1 GB text each
-    worker grew by 12 MB (bench/bench_scale.py). Not after every task: the next one takes
-    those pages again, and faulting them back in cost a 50 MB BPE run with splintr a tenth
-    of its encode time (9 MB free of a 65 MB worker after each 1 MB shard), where the char
-    tokenizer's workers at times keep 13 MB free of 43. A no-op elsewhere."""
+    once more than KEEP_FREE of the worker's memory (at most KEEP_FREE_MAX) is free heap.
+    A task frees nearly all it made, but glibc keeps the freed blocks, and over 120 shards
+    of a 1 GB text each worker grew by 12 MB (bench/bench_scale.py). Not after every task:
+    the next one takes those pages again, and faulting them back in cost a 50 MB BPE run
+    with splintr a tenth of its encode time (9 MB free of a 61 MB worker after each 1 MB
+    shard), where the char tokenizer's workers at times keep 13 MB free of 43. A no-op
+    elsewhere."""
     global _heap
     if _heap is None:
         _heap = _GlibcHeap.load() or False
-    if _heap and _heap.free() > KEEP_FREE * _heap.resident():
+    if _heap and _heap.free() > min(KEEP_FREE * _heap.resident(), KEEP_FREE_MAX):
         _heap.trim(0)
 
 
