@@ -79,7 +79,10 @@ def release_freed_memory() -> None:
     global _heap
     if _heap is None:
         _heap = _GlibcHeap.load() or False
-    if _heap and _heap.free() > min(KEEP_FREE * _heap.resident(), KEEP_FREE_MAX):
+    if not _heap:
+        return
+    free = _heap.free()  # /proc is read only when the cap does not decide alone
+    if free > KEEP_FREE_MAX or free > KEEP_FREE * _heap.resident():
         _heap.trim(0)
 
 
