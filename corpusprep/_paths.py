@@ -51,14 +51,14 @@ def plugin_config_packages() -> list[tuple[str, str]]:
     return sorted((ep.name, ep.value) for ep in found)
 
 
-def config_dirs() -> list[Any]:
+def config_dirs(plugins: bool = True) -> list[Any]:
     """The folders Hydra composes from, as importlib.resources Traversables, corpusprep first,
-    then installed plugins' config packages."""
+    then (plugins=True) installed plugins' config packages."""
     from importlib.resources import files
 
     cp = config_path()
     dirs = [files(cp[len("pkg://") :])] if cp.startswith("pkg://") else [Path(cp)]
-    for _, package in plugin_config_packages():
+    for _, package in plugin_config_packages() if plugins else ():
         with suppress(ModuleNotFoundError, TypeError):  # a broken plugin: Hydra skips it too
             dirs.append(files(package))
     return dirs

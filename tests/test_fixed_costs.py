@@ -719,3 +719,89 @@ def test_keys_in_counts_as_numpys_isin():
         assert keys_in(keys, others) == int(np.isin(keys, others).sum())
     top = np.array([2**64 - 1], dtype=np.uint64)
     assert keys_in(top, top) == 1 and keys_in(top, np.array([0], np.uint64)) == 0
+
+
+# --- start-up: what every run pays before its first shard ---------------------------------
+
+
+def test_a_source_with_corpusprep_own_defaults_reads_no_plugin_list(monkeypatch):
+    """refuse_env allows conf/source/url.yaml's ${oc.env:CORPUSPREP_CACHE_DIR,null} from
+    corpusprep's own files: the installed packages' entry points (0.02-0.1 s) are scanned
+    only for a value corpusprep does not ship."""
+    from omegaconf import OmegaConf
+
+    import corpusprep._paths as paths
+    from corpusprep.config import refuse_env
+
+    def scanned():
+        raise AssertionError("the plugin list was read")
+
+    monkeypatch.setattr(paths, "plugin_config_packages", scanned)
+    node = OmegaConf.create({"_target_": "corpusprep.sources.url.UrlSource", "url": "http://h/x",
+                             "cache_dir": "${oc.env:CORPUSPREP_CACHE_DIR,null}"})  # fmt: skip
+    refuse_env(node, "source")  # allowed, without the scan
+    node.url = "http://h/x?k=${oc.env:HOME}"
+    with pytest.raises(AssertionError, match="plugin list"):  # not corpusprep's: asks plugins
+        refuse_env(node, "source")
+
+
+def test_a_plugins_shipped_interpolation_is_still_allowed(tmp_path: Path, monkeypatch):
+    from omegaconf import OmegaConf
+
+    import corpusprep._paths as paths
+    from corpusprep.config import refuse_env
+    from corpusprep.errors import UserError
+
+    package = tmp_path / "cp_plugin_env" / "conf"
+    (package / "source").mkdir(parents=True)
+    for folder in (package.parent, package):
+        (folder / "__init__.py").write_text("")
+    (package / "source" / "mirror.yaml").write_text(
+        "_target_: cp_plugin_env.Mirror\nroot: ${oc.env:MIRROR_ROOT,/srv}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(paths, "plugin_config_packages", lambda: [("env", "cp_plugin_env.conf")])
+    refuse_env(OmegaConf.create({"root": "${oc.env:MIRROR_ROOT,/srv}"}), "source")
+    with pytest.raises(UserError, match="environment"):  # the plugin ships no other
+        refuse_env(OmegaConf.create({"root": "${oc.env:HOME,/srv}"}), "source")
+
+
+@pytest.mark.parametrize("encoding", ["gpt2", "cl100k_base"])
+def test_token_bytes_are_tiktokens_own_token_lengths(tiktoken_cache, encoding: str):
+    """Each id's UTF-8 length, as tiktoken's decode_single_token_bytes gives it; 0 for a
+    special token and for an id that is neither (cl100k_base has such gaps)."""
+    import tiktoken
+
+    from corpusprep.tokenizers.tiktoken import TiktokenTokenizer
+
+    enc = tiktoken.get_encoding(encoding)
+    ours = TiktokenTokenizer(encoding).token_bytes()
+    specials = set(enc._special_tokens.values())
+    ranks = set(enc._mergeable_ranks.values())
+    expected = [len(enc.decode_single_token_bytes(i)) if i in ranks else 0
+                for i in range(enc.n_vocab)]  # fmt: skip
+    assert ours.dtype == np.int32 and ours.tolist() == expected
+    assert all(ours[i] == 0 for i in specials)
+
+
+def test_the_bundled_ranks_are_gzip_and_a_damaged_copy_is_not_used(tmp_path, monkeypatch):
+    """GPT-2's shipped ranks open in a few ms (gzip); a copy cut short or altered is
+    never used (tiktoken then loads its own), whatever its damage."""
+    import gzip
+    import importlib.resources
+    from importlib.resources import files
+
+    import corpusprep.tokenizers.tiktoken as tk
+
+    name, sha256 = tk.BUNDLED_RANKS
+    packed = files("corpusprep.data").joinpath(name).read_bytes()
+    assert packed[:2] == b"\x1f\x8b"
+    assert hashlib.sha256(gzip.decompress(packed)).hexdigest() == sha256 == tk.R50K_SHA256
+    assert tk.bundled_file("gpt2") == gzip.decompress(packed)
+    data = tmp_path / "data"
+    data.mkdir()
+    monkeypatch.setattr(importlib.resources, "files", lambda package: data)  # read at call
+    altered = gzip.compress(gzip.decompress(packed).replace(b" 0\n", b" 1\n", 1))
+    for damaged in (packed[: len(packed) // 2], packed[:-8], b"not gzip", altered):
+        (data / name).write_bytes(damaged)
+        assert tk.bundled_file("gpt2") is None
