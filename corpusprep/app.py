@@ -229,6 +229,7 @@ def cli() -> NoReturn:
     then the end Python gives a process, but without freeing every object of Hydra,
     OmegaConf and the encoder one by one (a quarter of a second of every run). A bug's
     traceback still ends the process the usual way."""
+    quiet_blas()
     try:
         main()
     except SystemExit as e:
@@ -240,6 +241,15 @@ def cli() -> NoReturn:
             print(code, file=sys.stderr)
         code = 0 if code is None else 1
     exit_now(code)
+
+
+def quiet_blas() -> None:
+    """No BLAS threads in this process or its workers: corpusprep does no linear algebra,
+    but the OpenBLAS inside numpy's wheels starts a thread per core when numpy is imported,
+    and they spin, waiting for work, while the workers encode (2-3% of a 2-core run's
+    CPU; more cores, more threads). Read once, when numpy loads it: set before that."""
+    if "numpy" not in sys.modules:
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 
 def exit_now(code: int) -> NoReturn:

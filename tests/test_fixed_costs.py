@@ -805,3 +805,21 @@ def test_the_bundled_ranks_are_gzip_and_a_damaged_copy_is_not_used(tmp_path, mon
     for damaged in (packed[: len(packed) // 2], packed[:-8], b"not gzip", altered):
         (data / name).write_bytes(damaged)
         assert tk.bundled_file("gpt2") is None
+
+
+def test_the_cli_starts_no_blas_threads(tmp_path: Path):
+    """numpy's OpenBLAS starts a thread per core at import, and they spin while the
+    workers encode: the command line's process (and so its forked workers) has none."""
+    probe = (
+        "import os, numpy\n"
+        "print(len(os.listdir('/proc/self/task')), os.environ.get('OPENBLAS_NUM_THREADS'))"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    plain = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                           env=env, check=True)  # fmt: skip
+    if (os.cpu_count() or 1) > 1:  # without it, numpy's import starts threads here
+        assert int(plain.stdout.split()[0]) > 1, plain.stdout
+    body = f"app.main = lambda: exec({probe!r})\napp.cli()"
+    r = subprocess.run([sys.executable, "-c", f"import corpusprep.app as app\n{body}"],
+                       capture_output=True, text=True, cwd=tmp_path, env=env)  # fmt: skip
+    assert (r.returncode, r.stdout.split()) == (0, ["1", "1"]), r.stderr
