@@ -20,9 +20,13 @@ from __future__ import annotations
 import io
 import json
 import multiprocessing as mp
+import os
 import sys
 import time
 from pathlib import Path
+
+# as corpusprep's command line does: no BLAS threads spinning beside the encoder
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 PIECE = 1 << 20  # characters per piece
 SENTENCEPIECE_PIECE = 1 << 14  # sentencepiece's BPE is fastest on short calls
