@@ -23,6 +23,16 @@ def _glibc() -> bool:
 
 pytestmark = pytest.mark.skipif(not _glibc(), reason="malloc_trim is glibc's")
 
+
+@pytest.fixture(autouse=True)
+def _clean_heap():
+    """Each test starts on a trimmed heap: the tests an xdist worker ran before may have
+    left free heap, which the first task's reading would count (and a task would reuse)."""
+    import ctypes
+
+    ctypes.CDLL(None).malloc_trim(0)
+
+
 MB = 1 << 20
 _pins: list[bytearray] = []  # blocks that stay alive between the freed ones
 
