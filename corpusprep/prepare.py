@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -367,20 +368,30 @@ def encode(run: Run) -> None:
         print(f"corpusprep: resuming: {len(done)} of {len(tasks)} shards were done by an "
               "earlier run (same input sha256)", file=sys.stderr)  # fmt: skip
     with disk_errors(run.out.label, _space_needed(run)):
-        if work:  # what the shards' markers are made from, for a resume: before any is
-            run.hashes = run.hashes or _hashes(run.files)
-            _record_inputs(work, run.hashes)
+        hashing = written = None
+        if work and run.hashes:  # known (documents are keyed by them; a resume checked
+            _record_inputs(work, run.hashes)  # them): what the markers come from, first
+        elif work:  # one text: its sha256 while the workers encode (0.1 s per 100 MB that
+            # no core could share), recorded for a resume once taken
+            (work / INPUTS).unlink(missing_ok=True)  # an earlier run's: of other bytes
+            hashing = Meanwhile(partial(_hash_and_record, run, work))
         runs = _runs(todo, getattr(run.executor, "workers", None))
         fresh = (result for results in run.executor.map(encode_run, runs) for result in results)
-        hashing = written = None
         if work is None:  # shards write in place (no resume): the input's sha256 while the
             # workers encode, not before they start, and the outputs' as they are written
             hashing = Meanwhile(lambda: run.hashes or _hashes(run.files))
             written = DigestWhileWriting(todo, run.itemsize, run.out)
             fresh = written.following(hashing.once_started(fresh), todo)
+        elif hashing is not None:
+            fresh = hashing.once_started(fresh)
         # read to the end: the bar closes drawn full, even for one shard
         try:
             fresh = list(_progress(fresh, [t.shard for t in todo], "encode", run.settings.quiet))
+        except Exception:  # a shard failed for good: the ones that finished stay resumable
+            if work and hashing is not None:
+                with contextlib.suppress(Exception):  # the shard's error is the one to say
+                    hashing.result()
+            raise
         finally:
             STREAMS.close()
         if hashing is not None:
@@ -810,6 +821,23 @@ def _record_inputs(work: Path, hashes: dict[str, bytes]) -> None:
     tmp = work / f".{INPUTS}.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(_input_digests(hashes)), encoding="utf-8")
     os.replace(tmp, work / INPUTS)
+
+
+def _hash_and_record(run: Run, work: Path) -> dict[str, bytes]:
+    """The input's sha256, recorded for a resume only if no input file was touched since
+    the run first looked at them (before any shard read it): a file changed in place while
+    it was hashed (even with its size and mtime put back) leaves no record, and shards made
+    from it are never reused."""
+    hashes = _hashes(run.files)
+    if all(_identity(os.stat(path)) == _identity(stat) for path, stat in run.before.items()):
+        _record_inputs(work, hashes)
+    return hashes
+
+
+def _identity(stat: os.stat_result) -> tuple[int, ...]:
+    """What any change to a file changes: a write sets the ctime, which nothing can put
+    back (utime sets only atime and mtime)."""
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
 
 
 def _recorded_inputs(work: Path) -> Optional[dict[str, str]]:

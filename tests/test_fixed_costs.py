@@ -155,6 +155,94 @@ def test_the_input_sha256_is_the_files_when_hashed_in_a_thread(tmp_path: Path, t
     assert manifest["shards"]["count"] > 2
 
 
+def _one_text(tmp_path: Path, copies: int = 3) -> list[str]:
+    text = (SHARED / "tinyshakespeare" / "input.txt").read_bytes()
+    (tmp_path / "in.txt").write_bytes(text * copies)
+    return ["source=file", f"source.path={tmp_path / 'in.txt'}", "tokenizer=tiktoken",
+            "shard_bytes=100000", f"out_dir={tmp_path / 'out'}", "quiet=true"]  # fmt: skip
+
+
+def test_one_texts_sha256_is_taken_while_the_workers_encode(tmp_path, monkeypatch,
+                                                           tiktoken_cache):  # fmt: skip
+    """BPE on one text writes resumable parts: its sha256 (0.1 s per 100 MB) is taken while
+    the workers encode, not before the first shard starts, and recorded for a resume."""
+    from helpers import compose
+
+    import corpusprep.prepare as prepare_module
+
+    seen = []
+    real = prepare_module._hashes
+
+    def hashes(files):
+        work = next((tmp_path / "out").glob(".corpusprep-work/*"))
+        seen.append((len(list(work.glob("*.done"))), (work / "inputs.json").exists()))
+        return real(files)
+
+    monkeypatch.setattr(prepare_module, "_hashes", hashes)
+    manifest = prepare_module.prepare(compose(*_one_text(tmp_path), "executor.workers=2"))
+    assert manifest["shards"]["count"] > 4
+    assert len(seen) == 1 and seen[0][0] >= 1  # a shard was done before the hash began
+    assert seen[0][1] is False  # and the record came after it
+    text = (tmp_path / "in.txt").read_bytes()
+    assert manifest["source"]["sha256"] == hashlib.sha256(text).hexdigest()
+
+
+def test_an_input_touched_while_hashed_leaves_no_record(tmp_path: Path):
+    """A record is written only if nothing changed the file since the run first looked
+    at it: the same size and mtime put back (cp -p, touch -d) still leaves none."""
+    from types import SimpleNamespace
+
+    from corpusprep.formats import InputFile
+    from corpusprep.prepare import INPUTS, _hash_and_record, _recorded_inputs
+
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"hello\n" * 1000)
+    file = InputFile(str(path), "text", size=path.stat().st_size)
+    work = tmp_path / "work"
+    work.mkdir()
+    run = SimpleNamespace(files=[file], before={str(path): os.stat(path)})
+    digests = _hash_and_record(run, work)
+    expected = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert digests[str(path)].hex() == expected
+    assert _recorded_inputs(work) == {str(path): expected}
+    (work / INPUTS).unlink()
+    st = path.stat()
+    path.write_bytes(b"HELLO\n" * 1000)  # other bytes, then its size and mtime put back
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    _hash_and_record(run, work)
+    assert not (work / INPUTS).exists()
+
+
+def test_one_text_whose_shard_fails_for_good_is_still_resumable(tmp_path, monkeypatch, capsys,
+                                                                 tiktoken_cache):  # fmt: skip
+    """The input is recorded once hashed, also when a shard fails before any result came
+    in: the shards that finished are reused by the next run."""
+    from helpers import compose
+
+    import corpusprep.shards as shards_module
+    from corpusprep.prepare import prepare
+
+    real = shards_module.encode_shard
+
+    def first_fails(task):
+        if task.shard.index == 0:
+            raise RuntimeError("a disk that fails on shard 0")
+        return real(task)
+
+    settings = (*_one_text(tmp_path), "executor.workers=1")
+    monkeypatch.setattr(shards_module, "encode_shard", first_fails)
+    with pytest.raises(RuntimeError, match="shard 0 failed"):
+        prepare(compose(*settings))
+    assert list((tmp_path / "out").glob(".corpusprep-work/*/inputs.json"))
+    monkeypatch.setattr(shards_module, "encode_shard", real)
+    capsys.readouterr()
+    manifest = prepare(compose(*settings))
+    assert "resuming: " in capsys.readouterr().err
+    fresh = prepare(compose(*settings[:-2], f"out_dir={tmp_path / 'fresh'}", "quiet=true"))
+    assert manifest["files"] == fresh["files"]
+
+
 # --- a compressed file's size, from its start -------------------------------------------
 
 
