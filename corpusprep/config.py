@@ -250,12 +250,14 @@ def refuse_env(node: DictConfig, what: str) -> None:
     shipped: dict[bool, set[tuple[str, str]]] = {}  # by plugins: read once, if needed
 
     def is_shipped(key: str, value: Any) -> bool:
+        if not isinstance(value, str):
+            return False
         # corpusprep's own files first; the plugins' (a scan of every installed package's
         # entry points: 0.02-0.1 s) only for a value corpusprep does not ship
         for plugins in (False, True):
             if plugins not in shipped:
                 shipped[plugins] = _shipped_interpolations(what, plugins)
-            if isinstance(value, str) and (key, value) in shipped[plugins]:
+            if (key, value) in shipped[plugins]:
                 return True
         return False
 
@@ -361,7 +363,8 @@ def _shipped_interpolations(group: str, plugins: bool) -> set[tuple[str, str]]:
     from corpusprep._paths import config_dirs
 
     pairs = set()
-    for root in config_dirs()[1:] if plugins else config_dirs(plugins=False):
+    roots = config_dirs()[1:] if plugins else config_dirs(plugins=False)  # [0]: corpusprep's
+    for root in roots:
         folder = root / group
         if not folder.is_dir():
             continue
