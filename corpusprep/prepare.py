@@ -607,10 +607,13 @@ MIN_SHARD_BYTES = 1 << 20
 def balanced_shard_bytes(files: list[InputFile], shard_bytes: int) -> int:
     """The shard size used: shard_bytes, or less for a corpus under ENOUGH_SHARDS of them,
     so that uneven text (code, prose, data: shards of very different cost) still spreads
-    over every worker; never under MIN_SHARD_BYTES (a shard costs a few ms of its own).
-    From the input's size alone: the plan never depends on the workers."""
+    over every worker; never under MIN_SHARD_BYTES (a shard costs a few ms of its own),
+    and a corpus under two of those is one shard, encoded without starting any worker
+    (which would cost more than it saves). From the input's size alone: the plan never
+    depends on the workers."""
     text = sum(file.whole()[2] for file in files)
-    return max(1, min(shard_bytes, max(text // ENOUGH_SHARDS, MIN_SHARD_BYTES)))
+    least = text if text < 2 * MIN_SHARD_BYTES else MIN_SHARD_BYTES
+    return max(1, min(shard_bytes, max(text // ENOUGH_SHARDS, least)))
 
 
 def _val_token_bytes(run: Run) -> Optional[np.ndarray]:

@@ -239,9 +239,37 @@ def test_a_small_corpus_is_still_cut_into_enough_shards(tmp_path: Path):
     assert balanced_shard_bytes(files(50 * 10**6), 8 << 20) == MIN_SHARD_BYTES
     assert balanced_shard_bytes(files(100 * 10**6, 100 * 10**6), 8 << 20) == 200 * 10**6 // 64
     assert balanced_shard_bytes(files(10**10), 8 << 20) == 8 << 20
-    assert balanced_shard_bytes(files(10**4), 8 << 20) == MIN_SHARD_BYTES
     assert balanced_shard_bytes(files(10**9), 4096) == 4096  # asked for smaller: kept
     assert ENOUGH_SHARDS == 64
+    # under two of MIN_SHARD_BYTES: one shard, whatever shard_bytes allows above that
+    assert balanced_shard_bytes(files(10**4), 8 << 20) == 10**4
+    assert balanced_shard_bytes(files(2 * MIN_SHARD_BYTES - 1), 8 << 20) == 2 * MIN_SHARD_BYTES - 1
+    assert balanced_shard_bytes(files(2 * MIN_SHARD_BYTES), 8 << 20) == MIN_SHARD_BYTES
+    assert balanced_shard_bytes(files(10**6, 10**6), 100_000) == 100_000
+
+
+def test_tiny_shakespeare_is_one_shard_encoded_without_workers(tmp_path, shakespeare, monkeypatch):
+    """nanoGPT's 1.1 MB corpus is one shard: no worker is started for it (two shards of 1
+    MiB and 67 KB cost more in process start-up than they saved); the files are the same."""
+    import corpusprep.executors.local as local
+
+    def no_pool(self, workers):
+        raise AssertionError("a worker pool was started")
+
+    monkeypatch.setattr(local.LocalExecutor, "_new_pool", no_pool)
+    from helpers import compose
+
+    from corpusprep.prepare import prepare
+
+    one = prepare(compose("dataset=shakespeare_char", f"out_dir={tmp_path / 'one'}", "quiet=true"))
+    assert one["shards"]["count"] == 1
+    assert one["tokens"] == {"train": 1_003_854, "val": 111_540}
+    monkeypatch.undo()
+    more = prepare(compose("dataset=shakespeare_char", f"out_dir={tmp_path / 'more'}",
+                           "shard_bytes=200000", "executor.workers=2", "quiet=true"))  # fmt: skip
+    assert more["shards"]["count"] > 2
+    for name in ("train.bin", "val.bin", "meta.pkl"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "more" / name).read_bytes()
 
 
 def test_characters_counted_from_bytes_are_the_scans(tmp_path: Path, monkeypatch):
