@@ -168,6 +168,8 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
     """The input files (a download first); the previous manifest if out_dir is up to date."""
     run.files = run.source.files(progress=not run.settings.quiet)
     run.clock.lap("source")
+    # what every input is before anything reads it: a change from here on fails the run
+    run.before = {f.path: os.stat(f.path) for f in run.files}
     previous = None if run.settings.force else finished_manifest(run.settings.out_dir)
     if previous is not None:  # a finished run is there: redo it only if something changed
         run.hashes = _hashes(run.files)
@@ -179,7 +181,6 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
         run.replacing = replacing(run, previous, input_checked=True)
     elif run.settings.force and (made := _read_manifest(Path(run.settings.out_dir))):
         run.replacing = replacing(run, made, input_checked=False)  # force: no hashing
-    run.before = {f.path: os.stat(f.path) for f in run.files}
     return None
 
 
@@ -359,7 +360,7 @@ def encode(run: Run) -> None:
     done = {}
     if work and any(work.glob("*.done")):  # an earlier run's shards: reuse them only
         run.hashes = run.hashes or _hashes(run.files)  # if the input is still the same
-        if _recorded_inputs(work) == _input_digests(run.hashes):
+        if _recorded_inputs(work) == _inputs_record(run.hashes, run.before):
             done = {t.shard.index: r for t in tasks if (r := finished(t, run.itemsize))}
         for stale in () if done else work.glob("*.done"):
             stale.unlink()
@@ -370,7 +371,7 @@ def encode(run: Run) -> None:
     with disk_errors(run.out.label, _space_needed(run)):
         hashing = written = None
         if work and run.hashes:  # known (documents are keyed by them; a resume checked
-            _record_inputs(work, run.hashes)  # them): what the markers come from, first
+            _record_inputs(work, _inputs_record(run.hashes, run.before))  # them): first
         elif work:  # one text: its sha256 while the workers encode (0.1 s per 100 MB that
             # no core could share), recorded for a resume once taken
             (work / INPUTS).unlink(missing_ok=True)  # an earlier run's: of other bytes
@@ -750,7 +751,10 @@ def _hashes(files: list[InputFile]) -> dict[str, bytes]:
     digests: dict[str, bytes] = {}
     for file in files:
         if file.path not in digests:
-            digests[file.path] = bytes.fromhex(sha256_file(Path(file.path)))
+            try:
+                digests[file.path] = bytes.fromhex(sha256_file(Path(file.path)))
+            except FileNotFoundError:
+                raise _removed(file.path) from None
     # by name for documents (a zip member's own key), by path for the files on disk
     return {**digests, **{f.name: _member_digest(digests[f.path], f.member) for f in files}}
 
@@ -813,16 +817,22 @@ def finished_manifest(out_dir: str) -> Optional[dict[str, Any]]:
     return manifest if whole else None
 
 
-INPUTS = "inputs.json"  # in a work folder: the sha256 of the input its shards come from
+INPUTS = "inputs.json"  # in a work folder: the input its shards come from
 
 
-def _input_digests(hashes: dict[str, bytes]) -> dict[str, str]:
-    return {name: digest.hex() for name, digest in sorted(hashes.items())}
+def _inputs_record(hashes: dict[str, bytes], before: dict[str, os.stat_result]) -> dict:
+    """What a resume must find again to reuse the shards: every input's sha256, and its
+    identity when the run began (a file written since, even with the same bytes put back
+    before the resume, has another ctime: shards may have read anything in between)."""
+    return {
+        "sha256": {name: digest.hex() for name, digest in sorted(hashes.items())},
+        "identity": {path: list(_identity(stat)) for path, stat in sorted(before.items())},
+    }
 
 
-def _record_inputs(work: Path, hashes: dict[str, bytes]) -> None:
+def _record_inputs(work: Path, record: dict) -> None:
     tmp = work / f".{INPUTS}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(_input_digests(hashes)), encoding="utf-8")
+    tmp.write_text(json.dumps(record), encoding="utf-8")
     os.replace(tmp, work / INPUTS)
 
 
@@ -832,15 +842,27 @@ def _hash_and_record(run: Run, work: Path) -> dict[str, bytes]:
     it was hashed (even with its size and mtime put back) leaves no record, and shards made
     from it are never reused."""
     hashes = _hashes(run.files)
-    if all(_identity(os.stat(path)) == _identity(stat) for path, stat in run.before.items()):
-        _record_inputs(work, hashes)
+    if all(_identity(_stat(path)) == _identity(stat) for path, stat in run.before.items()):
+        _record_inputs(work, _inputs_record(hashes, run.before))
     return hashes
 
 
 def _identity(stat: os.stat_result) -> tuple[int, ...]:
     """What any change to a file changes: a write sets the ctime, which nothing can put
-    back (utime sets only atime and mtime)."""
-    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
+    back (utime sets only atime and mtime); its inode if it was replaced. Not the device:
+    a network file system's can differ from one mount to the next."""
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
+
+
+def _stat(path: str) -> os.stat_result:
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        raise _removed(path) from None
+
+
+def _removed(path: str) -> UserError:
+    return UserError(f"{path}: the file was removed while it was being read; run again")
 
 
 def _recorded_inputs(work: Path) -> Optional[dict[str, str]]:
@@ -886,9 +908,10 @@ def _member_digest(digest: bytes, member: Optional[str]) -> bytes:
 
 
 def _check_unchanged(before: dict[str, os.stat_result]) -> None:
+    """Every input is as the run found it: not written meanwhile, even with its size and
+    mtime put back (cp -p, rsync -a, touch -r), nor replaced."""
     for path, stat in before.items():
-        after = os.stat(path)
-        if (after.st_size, after.st_mtime_ns) != (stat.st_size, stat.st_mtime_ns):
+        if _identity(_stat(path)) != _identity(stat):
             raise UserError(f"{path}: the file changed while it was being read; run again")
 
 

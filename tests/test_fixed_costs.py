@@ -204,7 +204,7 @@ def test_an_input_touched_while_hashed_leaves_no_record(tmp_path: Path):
     digests = _hash_and_record(run, work)
     expected = hashlib.sha256(path.read_bytes()).hexdigest()
     assert digests[str(path)].hex() == expected
-    assert _recorded_inputs(work) == {str(path): expected}
+    assert _recorded_inputs(work)["sha256"] == {str(path): expected}
     (work / INPUTS).unlink()
     st = path.stat()
     path.write_bytes(b"HELLO\n" * 1000)  # other bytes, then its size and mtime put back
@@ -241,6 +241,106 @@ def test_one_text_whose_shard_fails_for_good_is_still_resumable(tmp_path, monkey
     assert "resuming: " in capsys.readouterr().err
     fresh = prepare(compose(*settings[:-2], f"out_dir={tmp_path / 'fresh'}", "quiet=true"))
     assert manifest["files"] == fresh["files"]
+
+
+def _rewrite_keeping_size_and_mtime(path: Path, old: bytes, new: bytes) -> None:
+    """Other bytes in place, its size and mtime put back (as cp -p, rsync -a, touch -r)."""
+    st = path.stat()
+    path.write_bytes(path.read_bytes().replace(old, new))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+
+
+def _after_shard(monkeypatch, index: int, act) -> None:
+    """`act()` once shard `index` is encoded (executor.workers=1: in this process)."""
+    import corpusprep.shards as shards_module
+
+    real = shards_module.encode_shard
+
+    def encode_shard(task):
+        result = real(task)
+        if task.shard.index == index:
+            act()
+        return result
+
+    monkeypatch.setattr(shards_module, "encode_shard", encode_shard)
+
+
+def test_a_text_rewritten_during_the_run_fails_it(tmp_path, monkeypatch, tiktoken_cache):
+    """Its size and mtime put back or not, a text written while the run reads it ends the
+    run with one line, before anything is committed (its shards read two texts)."""
+    from helpers import compose
+
+    from corpusprep.errors import UserError
+    from corpusprep.prepare import prepare
+
+    settings = (*_one_text(tmp_path), "executor.workers=1")
+    text = tmp_path / "in.txt"
+    _after_shard(monkeypatch, 2, lambda: _rewrite_keeping_size_and_mtime(text, b"the", b"THE"))
+    with pytest.raises(UserError, match="in.txt: the file changed while it was being read"):
+        prepare(compose(*settings))
+    assert not (tmp_path / "out" / "train.bin").exists()
+
+
+def test_a_resume_never_reuses_shards_of_a_text_rewritten_and_put_back(
+    tmp_path, monkeypatch, capsys, tiktoken_cache
+):
+    """Run 1 records the text's sha256, then the text is rewritten in place (size and mtime
+    put back), more shards read it, and the run fails; the text is then put back as it
+    was. Its sha256 is the recorded one again, but the shards read other bytes: the next
+    run redoes them all, and its files are a fresh run's."""
+    import time
+
+    from helpers import compose
+
+    import corpusprep.shards as shards_module
+    from corpusprep.prepare import prepare
+
+    settings = (*_one_text(tmp_path), "executor.workers=1")
+    text = tmp_path / "in.txt"
+    original = text.read_bytes()
+
+    def rewrite_once_recorded():
+        deadline = time.monotonic() + 30
+        while not list((tmp_path / "out").glob(".corpusprep-work/*/inputs.json")):
+            assert time.monotonic() < deadline, "the input was never recorded"
+            time.sleep(0.01)
+        _rewrite_keeping_size_and_mtime(text, b"the", b"THE")
+
+    _after_shard(monkeypatch, 1, rewrite_once_recorded)
+    real = shards_module.encode_shard
+
+    def fails_late(task):
+        if task.shard.index == 5:
+            raise RuntimeError("a disk that fails on shard 5")
+        return real(task)
+
+    monkeypatch.setattr(shards_module, "encode_shard", fails_late)
+    with pytest.raises(RuntimeError, match="shard 5 failed"):
+        prepare(compose(*settings))
+    assert len(list((tmp_path / "out").glob(".corpusprep-work/*/*.done"))) >= 4
+    monkeypatch.undo()
+    st = text.stat()
+    text.write_bytes(original)  # as it was when run 1 recorded it
+    os.utime(text, ns=(st.st_atime_ns, st.st_mtime_ns))
+    capsys.readouterr()
+    again = prepare(compose(*settings))
+    assert "resuming" not in capsys.readouterr().err
+    fresh = prepare(compose(*settings[:-2], f"out_dir={tmp_path / 'fresh'}", "quiet=true"))
+    assert again["files"] == fresh["files"]
+
+
+def test_a_text_removed_during_the_run_is_one_line(tmp_path, monkeypatch, tiktoken_cache):
+    from helpers import compose
+
+    from corpusprep.errors import UserError
+    from corpusprep.prepare import prepare
+
+    settings = [s for s in _one_text(tmp_path, copies=1) if not s.startswith("shard_bytes=")]
+    text = tmp_path / "in.txt"  # 1.1 MB: one shard, encoded in this process
+    _after_shard(monkeypatch, 0, text.unlink)  # the shard read it: then it is gone
+    with pytest.raises(UserError, match="in.txt: the file was removed while it was being read"):
+        prepare(compose(*settings))
 
 
 # --- a compressed file's size, from its start -------------------------------------------
