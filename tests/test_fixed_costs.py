@@ -214,35 +214,6 @@ def test_an_input_touched_while_hashed_leaves_no_record(tmp_path: Path):
     assert not (work / INPUTS).exists()
 
 
-def test_one_text_whose_shard_fails_for_good_is_still_resumable(tmp_path, monkeypatch, capsys,
-                                                                 tiktoken_cache):  # fmt: skip
-    """The input is recorded once hashed, also when a shard fails before any result came
-    in: the shards that finished are reused by the next run."""
-    from helpers import compose
-
-    import corpusprep.shards as shards_module
-    from corpusprep.prepare import prepare
-
-    real = shards_module.encode_shard
-
-    def first_fails(task):
-        if task.shard.index == 0:
-            raise RuntimeError("a disk that fails on shard 0")
-        return real(task)
-
-    settings = (*_one_text(tmp_path), "executor.workers=1")
-    monkeypatch.setattr(shards_module, "encode_shard", first_fails)
-    with pytest.raises(RuntimeError, match="shard 0 failed"):
-        prepare(compose(*settings))
-    assert list((tmp_path / "out").glob(".corpusprep-work/*/inputs.json"))
-    monkeypatch.setattr(shards_module, "encode_shard", real)
-    capsys.readouterr()
-    manifest = prepare(compose(*settings))
-    assert "resuming: " in capsys.readouterr().err
-    fresh = prepare(compose(*settings[:-2], f"out_dir={tmp_path / 'fresh'}", "quiet=true"))
-    assert manifest["files"] == fresh["files"]
-
-
 def _rewrite_keeping_size_and_mtime(path: Path, old: bytes, new: bytes) -> None:
     """Other bytes in place, its size and mtime put back (as cp -p, rsync -a, touch -r)."""
     st = path.stat()
@@ -262,6 +233,20 @@ def _after_shard(monkeypatch, index: int, act) -> None:
         if task.shard.index == index:
             act()
         return result
+
+    monkeypatch.setattr(shards_module, "encode_shard", encode_shard)
+
+
+def _fails_at(monkeypatch, index: int) -> None:
+    """Shard `index` fails every time it runs (executor.workers=1: in this process)."""
+    import corpusprep.shards as shards_module
+
+    real = shards_module.encode_shard
+
+    def encode_shard(task):
+        if task.shard.index == index:
+            raise RuntimeError(f"a disk that fails on shard {index}")
+        return real(task)
 
     monkeypatch.setattr(shards_module, "encode_shard", encode_shard)
 
@@ -293,7 +278,6 @@ def test_a_resume_never_reuses_shards_of_a_text_rewritten_and_put_back(
 
     from helpers import compose
 
-    import corpusprep.shards as shards_module
     from corpusprep.prepare import prepare
 
     settings = (*_one_text(tmp_path), "executor.workers=1")
@@ -307,19 +291,12 @@ def test_a_resume_never_reuses_shards_of_a_text_rewritten_and_put_back(
             time.sleep(0.01)
         _rewrite_keeping_size_and_mtime(text, b"the", b"THE")
 
-    _after_shard(monkeypatch, 1, rewrite_once_recorded)
-    real = shards_module.encode_shard
-
-    def fails_late(task):
-        if task.shard.index == 5:
-            raise RuntimeError("a disk that fails on shard 5")
-        return real(task)
-
-    monkeypatch.setattr(shards_module, "encode_shard", fails_late)
-    with pytest.raises(RuntimeError, match="shard 5 failed"):
-        prepare(compose(*settings))
+    with monkeypatch.context() as patched:
+        _after_shard(patched, 1, rewrite_once_recorded)
+        _fails_at(patched, 5)
+        with pytest.raises(RuntimeError, match="shard 5 failed"):
+            prepare(compose(*settings))
     assert len(list((tmp_path / "out").glob(".corpusprep-work/*/*.done"))) >= 4
-    monkeypatch.undo()
     st = text.stat()
     text.write_bytes(original)  # as it was when run 1 recorded it
     os.utime(text, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -740,37 +717,37 @@ def test_without_every_shards_flags_the_ids_are_counted():
     assert seen.packed() is None
 
 
-def test_a_run_that_fails_early_can_still_be_resumed(
-    tmp_path: Path, monkeypatch, capsys, tiktoken_cache
-):
-    """The record of the input the shards' markers come from is written before any shard
-    runs: a run whose first shard fails for good still leaves the others resumable."""
-    from helpers import compose
-
-    import corpusprep.shards as shards_module
-    from corpusprep.prepare import prepare
-
+def _documents(tmp_path: Path) -> list[str]:
     rows = [json.dumps({"text": f"document {i}: " + "words " * 50}) for i in range(3000)]
     (tmp_path / "a.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    real = shards_module.encode_shard
+    return ["source=file", f"source.path={tmp_path / 'a.jsonl'}", "tokenizer=tiktoken",
+            "shard_bytes=20000", f"out_dir={tmp_path / 'out'}", "quiet=true"]  # fmt: skip
 
-    def first_fails(task):
-        if task.shard.index == 0:
-            raise RuntimeError("a disk that fails on shard 0")
-        return real(task)
 
-    settings = ("source=file", f"source.path={tmp_path / 'a.jsonl'}", "tokenizer=tiktoken",
-                "shard_bytes=20000", "executor.workers=1", f"out_dir={tmp_path / 'out'}",
-                "quiet=true")  # fmt: skip
-    monkeypatch.setattr(shards_module, "encode_shard", first_fails)
-    with pytest.raises(RuntimeError, match="shard 0 failed"):
-        prepare(compose(*settings))
+@pytest.mark.parametrize("kind", ["documents", "one text"])
+def test_a_run_whose_first_shard_fails_for_good_can_still_be_resumed(
+    tmp_path: Path, monkeypatch, capsys, tiktoken_cache, kind: str
+):
+    """The record of the input the shards' markers come from is written before any shard
+    runs (documents, whose keys need the hash) or once hashed (one text), also when the
+    first shard fails for good before any result came in: the others stay resumable, and
+    the next run writes a fresh run's files."""
+    from helpers import compose
+
+    from corpusprep.prepare import prepare
+
+    settings = [*(_documents if kind == "documents" else _one_text)(tmp_path), "executor.workers=1"]
+    with monkeypatch.context() as patched:
+        _fails_at(patched, 0)
+        with pytest.raises(RuntimeError, match="shard 0 failed"):
+            prepare(compose(*settings))
     assert list((tmp_path / "out").glob(".corpusprep-work/*/inputs.json"))
-    monkeypatch.setattr(shards_module, "encode_shard", real)
     capsys.readouterr()
     manifest = prepare(compose(*settings))
     assert "resuming: " in capsys.readouterr().err
-    assert manifest["documents"]["total"] == 3000
+    fresh = [s if not s.startswith("out_dir=") else f"out_dir={tmp_path / 'fresh'}"
+             for s in settings]  # fmt: skip
+    assert manifest["files"] == prepare(compose(*fresh))["files"]
 
 
 # --- config files parsed in C -------------------------------------------------------------
