@@ -31,6 +31,9 @@ from corpusprep.tokenizers import Tokenizer
 from corpusprep.writer import save_array, start_writeback
 
 SIDES = ("train", "val")
+# the splits whose documents are keyed by their content (for the duplicate count, and
+# split_by=hash's assignment); the others keep no keys
+KEYED = ("stream", "document", "hash")
 
 
 @dataclass(frozen=True)
@@ -390,7 +393,8 @@ def finished(task: EncodeTask, itemsize: int) -> Optional[EncodeResult]:
         ):
             return None
         keys = np.fromfile(f"{task.marker}.keys", dtype="<u8")
-        if len(keys) != counts["train_docs"] + counts["val_docs"] or split > len(keys):
+        keyed = task.rules.split_by in KEYED  # else no keys (one text starts a document)
+        if len(keys) != (counts["train_docs"] + counts["val_docs"]) * keyed or split > len(keys):
             return None
         result = EncodeResult(**counts, train_keys=keys[:split].astype(np.uint64),
                               val_keys=keys[split:].astype(np.uint64),
@@ -453,7 +457,7 @@ class _Batch:
         self.task, self.writers, self.starts, self.keys = task, writers, starts, keys
         self.prepend = eot if task.rules.eot == "prepend" else None
         self.append = eot if task.rules.eot == "append" else None
-        self.keyed = task.rules.split_by in ("stream", "document", "hash")
+        self.keyed = task.rules.split_by in KEYED
         self.docs: list[int] = []
         self.texts: list[str] = []
         self.size = 0
@@ -534,7 +538,7 @@ def _sides(task: EncodeTask, part: Part, doc: int, key, position: list[int], key
         for text in part.pieces:
             yield "train", text
         return
-    if task.rules.split_by in ("stream", "document", "hash"):  # keyed, for the duplicate count
+    if task.rules.split_by in KEYED:
         if part.whole is not None:
             key = document_key(part.whole)
         side = _document_side(task, doc, key)

@@ -214,6 +214,25 @@ def test_an_input_touched_while_hashed_leaves_no_record(tmp_path: Path):
     assert not (work / INPUTS).exists()
 
 
+def test_a_resume_reuses_every_finished_shard_of_one_text(tmp_path, monkeypatch, capsys,
+                                                         tiktoken_cache):  # fmt: skip
+    """The first shard too: it starts the text's one document but keeps no key (one text
+    is not split by document), and its marker was refused for that."""
+    from helpers import compose
+
+    from corpusprep.prepare import prepare
+
+    settings = [*_one_text(tmp_path), "executor.workers=1"]
+    with monkeypatch.context() as patched:
+        _fails_at(patched, 3)
+        with pytest.raises(RuntimeError, match="shard 3 failed"):
+            prepare(compose(*settings))
+    markers = len(list((tmp_path / "out").glob(".corpusprep-work/*/*.done")))
+    capsys.readouterr()
+    prepare(compose(*settings))
+    assert f"resuming: {markers} of {markers + 1} shards" in capsys.readouterr().err
+
+
 def _rewrite_keeping_size_and_mtime(path: Path, old: bytes, new: bytes) -> None:
     """Other bytes in place, its size and mtime put back (as cp -p, rsync -a, touch -r)."""
     st = path.stat()
