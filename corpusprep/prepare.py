@@ -865,7 +865,7 @@ def _removed(path: str) -> UserError:
     return UserError(f"{path}: the file was removed while it was being read; run again")
 
 
-def _recorded_inputs(work: Path) -> Optional[dict[str, str]]:
+def _recorded_inputs(work: Path) -> Optional[dict[str, Any]]:
     try:
         return json.loads((work / INPUTS).read_text(encoding="utf-8"))
     except (OSError, ValueError):
