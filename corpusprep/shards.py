@@ -393,8 +393,9 @@ def finished(task: EncodeTask, itemsize: int) -> Optional[EncodeResult]:
         ):
             return None
         keys = np.fromfile(f"{task.marker}.keys", dtype="<u8")
-        keyed = task.rules.split_by in KEYED  # else no keys (one text starts a document)
-        if len(keys) != (counts["train_docs"] + counts["val_docs"]) * keyed or split > len(keys):
+        # a key per document where the split keys them; else none (one text: its document)
+        docs = counts["train_docs"] + counts["val_docs"] if task.rules.split_by in KEYED else 0
+        if len(keys) != docs or split > len(keys):
             return None
         result = EncodeResult(**counts, train_keys=keys[:split].astype(np.uint64),
                               val_keys=keys[split:].astype(np.uint64),
