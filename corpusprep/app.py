@@ -23,7 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 from corpusprep import compose_cache
 from corpusprep._paths import config_path
 from corpusprep.config import check_flags, drop_leftovers, use_fast_yaml
-from corpusprep.errors import TaskFailed, UserError
+from corpusprep.errors import InterruptedAfterCommit, TaskFailed, UserError
 from corpusprep.overrides import (
     available_options,
     check_overrides,
@@ -93,6 +93,8 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
         print(f"corpusprep: error: {message}", file=sys.stderr)
         _record(folder, cfg, "failed", reason=message)
         return None
+    except InterruptedAfterCommit as e:
+        fail(e.message, code=130)
     except KeyboardInterrupt:
         fail("interrupted; the previous outputs in out_dir are untouched", code=130)
     except Exception as e:
@@ -104,10 +106,13 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
         _record(folder, cfg, "failed", reason=redact_text(f"{type(e).__name__}: {e}"))
         return None
     status = "estimate" if cfg.get("dry_run") else "skipped" if result.get("skipped") else "ok"
-    if folder is not None:
-        _record(folder, cfg, status, **({"estimate": result} if status == "estimate" else {}))
-    if not cfg.get("quiet") or status == "skipped":
-        print(summary(result, cfg.out_dir))
+    try:
+        if folder is not None:
+            _record(folder, cfg, status, **({"estimate": result} if status == "estimate" else {}))
+        if not cfg.get("quiet") or status == "skipped":
+            print(summary(result, cfg.out_dir))
+    except KeyboardInterrupt:
+        fail("interrupted" if status == "estimate" else InterruptedAfterCommit.message, code=130)
     return result
 
 

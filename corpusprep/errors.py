@@ -10,3 +10,10 @@ class TaskFailed(RuntimeError):
     """A task (a shard) failed more than executor.retries times: a worker killed each time
     (memory, a lost node) rather than a mistake in the input. Reported in one line; the
     shards that finished are kept where a re-run can resume from them."""
+
+
+class InterruptedAfterCommit(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) once a run's outputs were in place: out_dir holds them, complete
+    (a signal sent during the renames waits for them to finish, then arrives)."""
+
+    message = "interrupted after the commit; out_dir holds this run's complete outputs"

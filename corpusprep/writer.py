@@ -36,7 +36,7 @@ from typing import Any, BinaryIO, Optional
 
 import numpy as np
 
-from corpusprep.errors import UserError
+from corpusprep.errors import InterruptedAfterCommit, UserError
 
 DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
 WORK = ".corpusprep-work"  # resumable shard parts, inside out_dir
@@ -168,9 +168,13 @@ class OutputWriter:
                     exc_type, (UserError, KeyboardInterrupt)
                 )
                 self.abort(keep_work=keep)
+            else:  # done: the shards go (here, where a Ctrl-C after the renames still does it)
+                self.remove_stale_work()
         finally:
             self._release_lock()
             self._remove_made_dirs()
+        if self.committed and exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            raise InterruptedAfterCommit from None  # not "the previous outputs are untouched"
 
     def temp(self, name: str, nbytes: int = 0) -> Path:
         """A new temporary file that becomes `name` on commit, with `nbytes` reserved on
@@ -247,18 +251,12 @@ class OutputWriter:
             _write_atomic(self.out_dir / JOURNAL, json.dumps(journal).encode(), self._tag)
         # No Ctrl-C between the renames: the folder must not end up half old, half new
         # (a SIGKILL still can: then the journal lets the next run finish the commit).
-        blocked = {signal.SIGINT, signal.SIGTERM}
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked) if _can_mask() else None
-        try:
+        with signals_held():
             _apply(self.out_dir, journal)
             self.committed = True
-        finally:
-            for path in self._scratch:
-                path.unlink(missing_ok=True)
-            if old is not None:
-                signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        self.remove_stale_work()
-        return manifest
+        for path in self._scratch:
+            path.unlink(missing_ok=True)
+        return manifest  # the work folder goes on leaving the with block
 
     def remove_stale_work(self) -> None:
         """This run's work folder and any a dead run left (the lock: no one else is here)."""
@@ -625,8 +623,29 @@ def _load_sync_file_range():
 _sync_file_range = _load_sync_file_range()
 
 
-def _can_mask() -> bool:
-    return hasattr(signal, "pthread_sigmask")
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait until the block is done, then act as they would have.
+    Not pthread_sigmask: it masks only this thread, and the kernel gives a signal sent to
+    the process to any thread that does not mask it (a hashing thread), after which Python
+    runs the handler in the main thread all the same, halfway through the block."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread runs handlers (and may set them)
+        return
+    caught: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    before = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in held}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+        if caught:  # the first one, as it would have been handled
+            handler = before[caught[0]]
+            if callable(handler):
+                handler(caught[0], None)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), caught[0])
 
 
 def _fsync_dir(path: Path) -> None:

@@ -145,3 +145,37 @@ def test_an_index_written_to_a_full_disk_is_the_disk_full_error(tmp_path, size):
         save_array(ids, f)
     save_array(ids, tmp_path / "a.bin")
     assert (tmp_path / "a.bin").read_bytes() == ids.tobytes()
+
+
+# Ctrl-C pressed while the outputs are renamed into place: the signal waits (blocked) until
+# the renames are done, then arrives. The run is complete by then, and must say so.
+_INTERRUPT_DURING_COMMIT = """
+import os, signal, sys
+import corpusprep.writer as writer
+apply = writer._apply
+def interrupted_apply(*args):
+    os.kill(os.getpid(), signal.SIGINT)  # blocked until the renames are done
+    return apply(*args)
+writer._apply = interrupted_apply
+from corpusprep.app import main
+sys.argv = ["corpusprep", *sys.argv[1:]]
+main()
+"""
+
+
+def test_ctrl_c_during_the_commit_says_the_new_outputs_are_complete(tmp_path, previous):
+    r = subprocess.run(
+        [sys.executable, "-c", _INTERRUPT_DURING_COMMIT, "source=file", "source.path=new.txt",
+         "out_dir=out", "executor.workers=1"],
+        cwd=tmp_path, env={**os.environ, **ENV}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 130
+    assert r.stderr.strip().splitlines()[-1] == (
+        "corpusprep: error: interrupted after the commit; out_dir holds this run's complete outputs"
+    )
+    out = tmp_path / "out"
+    assert (out / "train.bin").read_bytes() != previous["train.bin"]
+    # nothing left behind: no temporary file, no work folder, no journal
+    assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS)
+    again = run_cli("source=file", "source.path=new.txt", "out_dir=out", cwd=tmp_path)
+    assert again.returncode == 0 and "up to date" in again.stdout + again.stderr

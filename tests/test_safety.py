@@ -407,3 +407,43 @@ def test_kills_at_random_moments_leave_the_old_or_the_new_run(tmp_path, kind, ti
         assert _data(_visible(out)) == _data(refs[target]), f"after kill {i}"
         assert _hidden(out) == [], f"after kill {i}: temporary files outlived the next run"
         current, i = target, i + 1
+
+
+def test_signals_held_delays_ctrl_c_until_the_block_is_done_even_with_threads():
+    """pthread_sigmask masked only the main thread: with a hashing thread alive the kernel
+    gave it the SIGINT, and Python interrupted the renames halfway all the same."""
+    import threading
+
+    from corpusprep.writer import signals_held
+
+    stop = threading.Event()
+    busy = threading.Thread(target=stop.wait)  # any thread that does not mask the signal
+    busy.start()
+    done = []
+    try:
+        with pytest.raises(KeyboardInterrupt), signals_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(200_000):  # the handler would run at one of these steps
+                pass
+            done.append("renames")
+        assert done == ["renames"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        stop.set()
+        busy.join()
+
+
+def test_signals_held_hands_a_sigterm_to_its_own_handler_afterwards():
+    from corpusprep.writer import signals_held
+
+    seen = []
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
+    try:
+        with signals_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(200_000):
+                pass
+            assert seen == []
+        assert seen == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, before)
