@@ -633,7 +633,8 @@ def signals_held() -> Iterator[None]:
         yield  # only the main thread runs handlers (and may set them)
         return
     caught: list[int] = []
-    held = (signal.SIGINT, signal.SIGTERM)
+    # a handler set outside Python (getsignal: None) could not be put back: left as it is
+    held = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not None]
     before = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in held}
     try:
         yield

@@ -1007,3 +1007,38 @@ def test_the_cli_starts_no_blas_threads(tmp_path: Path):
     r = subprocess.run([sys.executable, "-c", f"import corpusprep.app as app\n{body}"],
                        capture_output=True, text=True, cwd=tmp_path, env=env)  # fmt: skip
     assert (r.returncode, r.stdout.split()) == (0, ["1", "1"]), r.stderr
+
+
+# --- part files are not sent to disk ------------------------------------------------------
+
+_RECORD_WRITEBACK = """
+import os, sys
+import corpusprep.shards as shards
+def record(fd, offset, nbytes):
+    with open(os.environ["WRITEBACK_LOG"], "a") as log:
+        log.write(os.readlink(f"/proc/self/fd/{fd}") + "\\n")
+shards.start_writeback = record
+sys.argv = ["corpusprep", *sys.argv[1:]]
+app.main()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's sync_file_range")
+@pytest.mark.parametrize(("tokenizer", "written_out"), [("char", True), ("tiktoken", False)])
+def test_only_output_files_are_sent_to_disk_as_shards_write(tmp_path: Path, tiktoken_cache,
+                                                            monkeypatch, tokenizer: str,
+                                                            written_out: bool):  # fmt: skip
+    """Shards writing into the output file itself (char: its token counts are known) start
+    its writeback, so that the commit's fsync has little left; a shard's own part file (BPE)
+    is read back by the merge and deleted, and writing it out only delays that fsync."""
+    (tmp_path / "in.txt").write_text("The quick brown fox jumps over the lazy dog.\n" * 60_000)
+    log = tmp_path / "writeback.log"
+    monkeypatch.setenv("WRITEBACK_LOG", str(log))
+    r = _entry(tmp_path, _RECORD_WRITEBACK, "source=file", "source.path=in.txt", "out_dir=out",
+               f"tokenizer={tokenizer}", "shard_bytes=1000000", "executor.workers=2")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    paths = log.read_text().split() if log.exists() else []
+    if written_out:
+        assert paths and all(Path(p).name.startswith((".train.bin.", ".val.bin.")) for p in paths)
+    else:
+        assert paths == []
