@@ -371,11 +371,11 @@ def encode(run: Run) -> None:
     with disk_errors(run.out.label, _space_needed(run)):
         hashing = written = None
         if work and run.hashes:  # known (documents are keyed by them; a resume checked
-            _record_inputs(work, _inputs_record(run.hashes, run.before))  # them): first
+            _record_inputs(run, _inputs_record(run.hashes, run.before))  # them): first
         elif work:  # one text: its sha256 while the workers encode (0.1 s per 100 MB that
             # no core could share), recorded for a resume once taken
             (work / INPUTS).unlink(missing_ok=True)  # an earlier run's: of other bytes
-            hashing = Meanwhile(partial(_hash_and_record, run, work))
+            hashing = Meanwhile(partial(_hash_and_record, run))
         runs = _runs(todo, getattr(run.executor, "workers", None))
         fresh = (result for results in run.executor.map(encode_run, runs) for result in results)
         if work is None:  # shards write in place (no resume): the input's sha256 while the
@@ -830,20 +830,18 @@ def _inputs_record(hashes: dict[str, bytes], before: dict[str, os.stat_result]) 
     }
 
 
-def _record_inputs(work: Path, record: dict) -> None:
-    tmp = work / f".{INPUTS}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(record), encoding="utf-8")
-    os.replace(tmp, work / INPUTS)
+def _record_inputs(run: Run, record: dict) -> None:
+    run.out.write_work_file(INPUTS, json.dumps(record).encode())
 
 
-def _hash_and_record(run: Run, work: Path) -> dict[str, bytes]:
+def _hash_and_record(run: Run) -> dict[str, bytes]:
     """The input's sha256, recorded for a resume only if no input file was touched since
     the run first looked at them (before any shard read it): a file changed in place while
     it was hashed (even with its size and mtime put back) leaves no record, and shards made
     from it are never reused."""
     hashes = _hashes(run.files)
     if all(_identity(_stat(path)) == _identity(stat) for path, stat in run.before.items()):
-        _record_inputs(work, _inputs_record(hashes, run.before))
+        _record_inputs(run, _inputs_record(hashes, run.before))
     return hashes
 
 

@@ -129,6 +129,10 @@ class OutputWriter:
         self._made_dirs: list[Path] = []
         self._lock: Optional[int] = None
         self.committed = False
+        # a driver thread may still write into the work folder (the input's record) when
+        # a Ctrl-C aborts: it writes only under this lock, and not once the abort began
+        self._work_guard = threading.Lock()
+        self._aborting = False
 
     def __enter__(self) -> OutputWriter:
         missing = []
@@ -207,6 +211,16 @@ class OutputWriter:
             self._work.mkdir(parents=True, exist_ok=True)
         return self._work
 
+    def write_work_file(self, name: str, data: bytes) -> None:
+        """A file of the work folder, written whole (a temporary name, then renamed), unless
+        the run is aborting: a file put back while abort() removes the folder would keep it."""
+        with self._work_guard:
+            if self._aborting or self._work is None:
+                return
+            tmp = self._work / f".{name}.{os.getpid()}.tmp"
+            tmp.write_bytes(data)
+            os.replace(tmp, self._work / name)
+
     def obsolete(self, name: str) -> None:
         """A file of an earlier run (another format, more shards) to delete on commit: a
         reader globbing the folder must not find stale files next to the new ones."""
@@ -263,6 +277,8 @@ class OutputWriter:
         shutil.rmtree(self.out_dir / WORK, ignore_errors=True)
 
     def abort(self, keep_work: bool = False) -> None:
+        with self._work_guard:
+            self._aborting = True
         for digest in self._digests.values():
             digest.stop()
         for path in [*self._temps.values(), *self._scratch]:

@@ -193,15 +193,21 @@ def test_an_input_touched_while_hashed_leaves_no_record(tmp_path: Path):
     from types import SimpleNamespace
 
     from corpusprep.formats import InputFile
-    from corpusprep.prepare import INPUTS, _hash_and_record, _recorded_inputs
+    from corpusprep.writer import OutputWriter
 
     path = tmp_path / "in.txt"
     path.write_bytes(b"hello\n" * 1000)
     file = InputFile(str(path), "text", size=path.stat().st_size)
-    work = tmp_path / "work"
-    work.mkdir()
-    run = SimpleNamespace(files=[file], before={str(path): os.stat(path)})
-    digests = _hash_and_record(run, work)
+    with OutputWriter(tmp_path / "out") as out:
+        work = out.work("key")
+        run = SimpleNamespace(files=[file], before={str(path): os.stat(path)}, out=out)
+        _check_recorded_only_while_untouched(run, path, work)
+
+
+def _check_recorded_only_while_untouched(run, path: Path, work: Path) -> None:
+    from corpusprep.prepare import INPUTS, _hash_and_record, _recorded_inputs
+
+    digests = _hash_and_record(run)
     expected = hashlib.sha256(path.read_bytes()).hexdigest()
     assert digests[str(path)].hex() == expected
     assert _recorded_inputs(work)["sha256"] == {str(path): expected}
@@ -210,8 +216,22 @@ def test_an_input_touched_while_hashed_leaves_no_record(tmp_path: Path):
     path.write_bytes(b"HELLO\n" * 1000)  # other bytes, then its size and mtime put back
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert (path.stat().st_size, path.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
-    _hash_and_record(run, work)
+    _hash_and_record(run)
     assert not (work / INPUTS).exists()
+
+
+def test_a_record_taken_after_a_ctrl_c_is_not_written(tmp_path: Path):
+    """The input's hash finishes in a thread; after a Ctrl-C the writer removes the work
+    folder, and a record written meanwhile left the folder behind holding only it."""
+    from corpusprep.prepare import INPUTS
+    from corpusprep.writer import WORK, OutputWriter
+
+    with pytest.raises(KeyboardInterrupt), OutputWriter(tmp_path / "out") as out:
+        out.work("key")
+        out.abort()  # what leaving the block on Ctrl-C does, with the thread still hashing
+        out.write_work_file(INPUTS, b"{}")  # the thread, done a moment later
+        raise KeyboardInterrupt
+    assert not (tmp_path / "out" / WORK).exists()
 
 
 def test_a_resume_reuses_every_finished_shard_of_one_text(tmp_path, monkeypatch, capsys,
