@@ -112,7 +112,9 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
         if not cfg.get("quiet") or status == "skipped":
             print(summary(result, cfg.out_dir))
     except KeyboardInterrupt:
-        fail("interrupted" if status == "estimate" else InterruptedAfterCommit.message, code=130)
+        said = {"ok": InterruptedAfterCommit.message, "skipped": "interrupted; out_dir was "
+                "already up to date and is unchanged"}  # fmt: skip
+        fail(said.get(status, "interrupted"), code=130)
     return result
 
 

@@ -133,6 +133,7 @@ class OutputWriter:
         # a Ctrl-C aborts: it writes only under this lock, and not once the abort began
         self._work_guard = threading.Lock()
         self._aborting = False
+        self._journaled = False  # the commit began writing its journal
 
     def __enter__(self) -> OutputWriter:
         missing = []
@@ -164,21 +165,35 @@ class OutputWriter:
         return self
 
     def __exit__(self, exc_type: Any, *exc: object) -> None:
+        if self.committed:
+            self._close_committed(exc_type is not None and issubclass(exc_type, KeyboardInterrupt))
+            return
         try:
-            if not self.committed:
-                # finished shards stay for a re-run after a failure the user did not cause
-                # (a dead node, retries used up); a user error or Ctrl-C tidies them away
-                keep = exc_type is not None and not issubclass(
-                    exc_type, (UserError, KeyboardInterrupt)
-                )
-                self.abort(keep_work=keep)
-            else:  # done: the shards go (here, where a Ctrl-C after the renames still does it)
-                self.remove_stale_work()
+            # finished shards stay for a re-run after a failure the user did not cause (a
+            # dead node, retries used up); a user error or Ctrl-C tidies them away
+            keep = exc_type is not None and not issubclass(exc_type, (UserError, KeyboardInterrupt))
+            self.abort(keep_work=keep)
         finally:
             self._release_lock()
             self._remove_made_dirs()
-        if self.committed and exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
-            raise InterruptedAfterCommit from None  # not "the previous outputs are untouched"
+
+    def _close_committed(self, interrupted: bool) -> None:
+        """The outputs are in place: the scratch files and the work folder go, whatever
+        Ctrl-C says meanwhile (it waits), and an interrupt is said as what it is: after the
+        commit, not before (not "the previous outputs are untouched")."""
+        try:
+            try:
+                with signals_held():
+                    for path in self._scratch:
+                        path.unlink(missing_ok=True)
+                    self.remove_stale_work()
+            finally:
+                self._release_lock()
+                self._remove_made_dirs()
+        except KeyboardInterrupt:
+            interrupted = True
+        if interrupted:
+            raise InterruptedAfterCommit from None
 
     def temp(self, name: str, nbytes: int = 0) -> Path:
         """A new temporary file that becomes `name` on commit, with `nbytes` reserved on
@@ -262,15 +277,15 @@ class OutputWriter:
             renames = [[path.name, name] for name, path in self._temps.items()]
             obsolete = [n for n in self._obsolete if n not in self._temps]
             journal = {"renames": renames, "obsolete": obsolete}
-            _write_atomic(self.out_dir / JOURNAL, json.dumps(journal).encode(), self._tag)
-        # No Ctrl-C between the renames: the folder must not end up half old, half new
-        # (a SIGKILL still can: then the journal lets the next run finish the commit).
+        # No Ctrl-C from the journal to the last rename: the folder must not end up half old,
+        # half new (a SIGKILL still can: then the journal lets the next run finish the commit)
         with signals_held():
+            self._journaled = True  # from here the files a journal names are its own
+            with disk_errors(self.out_dir):
+                _write_atomic(self.out_dir / JOURNAL, json.dumps(journal).encode(), self._tag)
             _apply(self.out_dir, journal)
             self.committed = True
-        for path in self._scratch:
-            path.unlink(missing_ok=True)
-        return manifest  # the work folder goes on leaving the with block
+        return manifest  # the scratch files and the work folder go as the block is left
 
     def remove_stale_work(self) -> None:
         """This run's work folder and any a dead run left (the lock: no one else is here)."""
@@ -281,13 +296,25 @@ class OutputWriter:
             self._aborting = True
         for digest in self._digests.values():
             digest.stop()
+        # a commit whose journal is written is finished by the next run in this folder
+        # (recover), from the files it names: they stay
+        journaled = self._journal_files() if self._journaled else set()
         for path in [*self._temps.values(), *self._scratch]:
-            path.unlink(missing_ok=True)
+            if path not in journaled:
+                path.unlink(missing_ok=True)
         self._temps.clear()
         if self._work is not None and not keep_work:
             shutil.rmtree(self._work, ignore_errors=True)
             with contextlib.suppress(OSError):
                 (self.out_dir / WORK).rmdir()
+
+    def _journal_files(self) -> set[Path]:
+        """The files a commit's journal on disk names (none if it was never written)."""
+        try:
+            journal = json.loads((self.out_dir / JOURNAL).read_bytes())
+            return {self.out_dir / str(temp) for temp, _ in journal["renames"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            return set()
 
     def hashing(self, digest: GrowingDigest) -> None:
         """A temporary file's sha256 being taken as it was written: the seal waits for it
@@ -641,28 +668,47 @@ _sync_file_range = _load_sync_file_range()
 
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
-    """Ctrl-C and SIGTERM wait until the block is done, then act as they would have.
-    Not pthread_sigmask: it masks only this thread, and the kernel gives a signal sent to
-    the process to any thread that does not mask it (a hashing thread), after which Python
-    runs the handler in the main thread all the same, halfway through the block."""
+    """Ctrl-C and SIGTERM wait until the block is done, then act as they would have; if
+    the block fails, its error is the one raised. Not pthread_sigmask: it masks only this
+    thread, and the kernel gives a signal sent to the process to any thread that does not
+    mask it (a hashing thread), after which Python runs the handler in the main thread all
+    the same, halfway through the block."""
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread runs handlers (and may set them)
         return
     caught: list[int] = []
-    # a handler set outside Python (getsignal: None) could not be put back: left as it is
-    held = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not None]
-    before = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in held}
+    before: dict[int, Any] = {}
     try:
+        # a handler set outside Python (getsignal: None) could not be put back: left as is
+        for s in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(s) is not None:
+                before[s] = signal.signal(s, lambda signum, frame: caught.append(signum))
         yield
-    finally:
-        for s, handler in before.items():
-            signal.signal(s, handler)
-        if caught:  # the first one, as it would have been handled
-            handler = before[caught[0]]
-            if callable(handler):
-                handler(caught[0], None)
-            elif handler == signal.SIG_DFL:
-                os.kill(os.getpid(), caught[0])
+    except BaseException:
+        _put_back(before)
+        raise
+    _put_back(before)
+    if caught:  # the first one, as it would have been handled
+        handler = before[caught[0]]
+        if callable(handler):
+            handler(caught[0], None)
+        elif handler == signal.SIG_DFL:
+            os.kill(os.getpid(), caught[0])
+
+
+def _put_back(handlers: dict[int, Any]) -> None:
+    """The handlers as they were, every one of them, even if one that is put back runs at
+    once for a signal waiting for it (signal.signal runs pending handlers)."""
+    raised: Optional[BaseException] = None
+    for s, handler in handlers.items():
+        while True:
+            try:
+                signal.signal(s, handler)
+                break
+            except BaseException as e:  # KeyboardInterrupt from a handler already put back
+                raised = raised or e
+    if raised is not None:
+        raise raised
 
 
 def _fsync_dir(path: Path) -> None:

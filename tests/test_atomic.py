@@ -147,35 +147,125 @@ def test_an_index_written_to_a_full_disk_is_the_disk_full_error(tmp_path, size):
     assert (tmp_path / "a.bin").read_bytes() == ids.tobytes()
 
 
-# Ctrl-C pressed while the outputs are renamed into place: the signal waits (blocked) until
-# the renames are done, then arrives. The run is complete by then, and must say so.
-_INTERRUPT_DURING_COMMIT = """
+# Ctrl-C at each step of the end of a run, through the real command line: a patched step
+# of corpusprep.writer sends the run a SIGINT, then goes on. BPE (tiktoken) writes shard
+# parts into a work folder, which must go too.
+_INTERRUPTED_AT = """
 import os, signal, sys
 import corpusprep.writer as writer
-apply = writer._apply
-def interrupted_apply(*args):
-    os.kill(os.getpid(), signal.SIGINT)  # blocked until the renames are done
-    return apply(*args)
-writer._apply = interrupted_apply
+where = os.environ["INTERRUPT_AT"]
+step = getattr(writer.OutputWriter, where, None) or getattr(writer, where)
+def interrupted(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGINT)
+    return step(*args, **kwargs)
+if hasattr(writer.OutputWriter, where):
+    setattr(writer.OutputWriter, where, interrupted)
+else:
+    setattr(writer, where, interrupted)
+from corpusprep.app import main
+sys.argv = ["corpusprep", *sys.argv[1:]]
+main()
+"""
+
+NEW_RUN = ("source=file", "source.path=new.txt", "out_dir=out", "tokenizer=tiktoken",
+           "shard_bytes=100000")  # fmt: skip
+
+
+def _interrupted_at(tmp_path, where: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", _INTERRUPTED_AT, *NEW_RUN], cwd=tmp_path,
+        env={**os.environ, **ENV, "INTERRUPT_AT": where}, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+
+
+def _complete_and_alone(out, previous) -> None:
+    """out holds the new run's files, each as its manifest says, and nothing else."""
+    import json
+
+    from corpusprep.writer import changed_files
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert changed_files(out, manifest) == []
+    assert (out / "train.bin").read_bytes() != previous["train.bin"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([*manifest["files"], "manifest.json"])
+
+
+# _write_atomic: the journal; _apply: the renames (the signal arrives in whichever thread
+# the kernel picks: a hashing thread is alive); remove_stale_work: the tidying after them
+@pytest.mark.parametrize("where", ["_write_atomic", "_apply", "remove_stale_work"])
+def test_ctrl_c_from_the_journal_on_says_the_new_outputs_are_complete(tmp_path, previous,
+                                                                      where):  # fmt: skip
+    r = _interrupted_at(tmp_path, where)
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        "corpusprep: error: interrupted after the commit; out_dir holds this run's complete outputs"
+    )
+    _complete_and_alone(tmp_path / "out", previous)
+    again = run_cli(*NEW_RUN, cwd=tmp_path)
+    assert again.returncode == 0 and "up to date" in again.stdout + again.stderr
+
+
+def test_ctrl_c_before_the_journal_leaves_the_previous_outputs(tmp_path, previous):
+    r = _interrupted_at(tmp_path, "_seal")
+    assert r.returncode == 130
+    assert r.stderr.strip().splitlines()[-1] == (
+        "corpusprep: error: interrupted; the previous outputs in out_dir are untouched"
+    )
+    unchanged(tmp_path, previous)
+
+
+_RENAMES_FAIL = """
+import errno, os, sys
+import corpusprep.writer as writer
+def failing_apply(folder, journal):
+    raise OSError(errno.EIO, "Input/output error")
+writer._apply = failing_apply
 from corpusprep.app import main
 sys.argv = ["corpusprep", *sys.argv[1:]]
 main()
 """
 
 
-def test_ctrl_c_during_the_commit_says_the_new_outputs_are_complete(tmp_path, previous):
-    r = subprocess.run(
-        [sys.executable, "-c", _INTERRUPT_DURING_COMMIT, "source=file", "source.path=new.txt",
-         "out_dir=out", "executor.workers=1"],
-        cwd=tmp_path, env={**os.environ, **ENV}, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+def test_a_commit_whose_renames_fail_is_finished_by_the_next_run(tmp_path, previous):
+    """Once its journal is written, a commit's files belong to it: a failure then (the
+    disk) keeps them, and the next run in the folder finishes that commit, rather than
+    deleting the old files the journal makes obsolete while the old manifest lists them."""
+    r = subprocess.run([sys.executable, "-c", _RENAMES_FAIL, *NEW_RUN], cwd=tmp_path,
+                       env={**os.environ, **ENV}, capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    assert r.returncode != 0 and "Input/output error" in r.stderr
+    again = run_cli(*NEW_RUN, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "up to date" in again.stdout + again.stderr  # the commit it finished is this run's
+    _complete_and_alone(tmp_path / "out", previous)
+
+
+_INTERRUPTED_SUMMARY = """
+import os, signal, sys
+import corpusprep.app as app
+summary = app.summary
+def interrupted(*args):
+    os.kill(os.getpid(), signal.SIGINT)
+    return summary(*args)
+app.summary = interrupted
+sys.argv = ["corpusprep", *sys.argv[1:]]
+app.main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("up_to_date", "said"),
+    [(False, "interrupted after the commit; out_dir holds this run's complete outputs"),
+     (True, "interrupted; out_dir was already up to date and is unchanged")],
+)  # fmt: skip
+def test_ctrl_c_while_the_summary_prints_says_what_out_dir_holds(tmp_path, previous,
+                                                                 up_to_date, said):  # fmt: skip
+    if up_to_date:
+        assert run_cli(*NEW_RUN, cwd=tmp_path).returncode == 0
+    r = subprocess.run([sys.executable, "-c", _INTERRUPTED_SUMMARY, *NEW_RUN], cwd=tmp_path,
+                       env={**os.environ, **ENV}, capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
     assert r.returncode == 130
-    assert r.stderr.strip().splitlines()[-1] == (
-        "corpusprep: error: interrupted after the commit; out_dir holds this run's complete outputs"
-    )
-    out = tmp_path / "out"
-    assert (out / "train.bin").read_bytes() != previous["train.bin"]
-    # nothing left behind: no temporary file, no work folder, no journal
-    assert sorted(p.name for p in out.iterdir()) == sorted(OUTPUTS)
-    again = run_cli("source=file", "source.path=new.txt", "out_dir=out", cwd=tmp_path)
-    assert again.returncode == 0 and "up to date" in again.stdout + again.stderr
+    assert r.stderr.strip().splitlines()[-1] == f"corpusprep: error: {said}"
+    _complete_and_alone(tmp_path / "out", previous)

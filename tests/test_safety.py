@@ -437,7 +437,11 @@ def test_signals_held_hands_a_sigterm_to_its_own_handler_afterwards():
     from corpusprep.writer import signals_held
 
     seen = []
-    before = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
+
+    def handler(signum, frame):
+        seen.append(signum)
+
+    before = signal.signal(signal.SIGTERM, handler)
     try:
         with signals_held():
             os.kill(os.getpid(), signal.SIGTERM)
@@ -445,5 +449,45 @@ def test_signals_held_hands_a_sigterm_to_its_own_handler_afterwards():
                 pass
             assert seen == []
         assert seen == [signal.SIGTERM]
+        assert signal.getsignal(signal.SIGTERM) is handler
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_signals_held_lets_the_blocks_own_error_through():
+    """A block that fails (a rename on a failing disk) with a Ctrl-C held: the failure is
+    what is said, not "interrupted", and the handlers are back."""
+    from corpusprep.writer import signals_held
+
+    with pytest.raises(OSError, match="the disk"), signals_held():
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(200_000):
+            pass
+        raise OSError("the disk")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_signals_held_puts_every_handler_back_when_one_runs_as_it_is_put_back(monkeypatch):
+    """signal.signal runs a handler whose signal is waiting: a SIGTERM that arrives as its
+    handler is put back raises there, and SIGINT's must still be put back too."""
+    from corpusprep.writer import signals_held
+
+    real = signal.signal
+    calls = []
+
+    def setting(signum, handler):
+        calls.append(signum)
+        if signum == signal.SIGINT and len(calls) == 3:  # SIGINT's put back, a SIGTERM waits
+            real(signum, handler)
+            raise KeyboardInterrupt
+        return real(signum, handler)
+
+    before = real(signal.SIGTERM, signal.SIG_DFL)
+    monkeypatch.setattr(signal, "signal", setting)
+    try:
+        with pytest.raises(KeyboardInterrupt), signals_held():
+            pass
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        real(signal.SIGTERM, before)
