@@ -241,6 +241,9 @@ def cli() -> NoReturn:
         main()
     except SystemExit as e:
         code = e.code
+    except KeyboardInterrupt:  # before any run began (composing the config) or after it
+        print("corpusprep: error: interrupted", file=sys.stderr)  # ended: none is half done
+        code = 130
     else:
         code = 0
     if not isinstance(code, int):  # sys.exit("message"): Python prints it, and exits 1

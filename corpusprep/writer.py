@@ -268,12 +268,12 @@ class OutputWriter:
             files, checksums = self._seal()
             manifest = {**manifest, "files": files, "checksums": checksums}
             final = self.out_dir / f".{MANIFEST}.{self._tag}.tmp"
+            self._temps[MANIFEST] = final  # before it exists: an abort removes it from then on
             with open(final, "w", encoding="utf-8") as f:
                 json.dump(manifest, f, indent=2, ensure_ascii=False)
                 f.write("\n")
                 f.flush()
                 os.fsync(f.fileno())
-            self._temps[MANIFEST] = final
             renames = [[path.name, name] for name, path in self._temps.items()]
             obsolete = [n for n in self._obsolete if n not in self._temps]
             journal = {"renames": renames, "obsolete": obsolete}

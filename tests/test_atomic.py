@@ -269,3 +269,30 @@ def test_ctrl_c_while_the_summary_prints_says_what_out_dir_holds(tmp_path, previ
     assert r.returncode == 130
     assert r.stderr.strip().splitlines()[-1] == f"corpusprep: error: {said}"
     _complete_and_alone(tmp_path / "out", previous)
+
+
+_INTERRUPTED_WRITING_THE_MANIFEST = """
+import json, os, signal, sys
+dump = json.dump
+def interrupted(obj, f, *args, **kwargs):
+    if os.path.basename(getattr(f, "name", "")).startswith(".manifest.json"):
+        os.kill(os.getpid(), signal.SIGINT)
+    return dump(obj, f, *args, **kwargs)
+json.dump = interrupted
+from corpusprep.app import main
+sys.argv = ["corpusprep", *sys.argv[1:]]
+main()
+"""
+
+
+def test_ctrl_c_while_the_manifest_is_written_leaves_no_temporary_file(tmp_path, previous):
+    """The new manifest's temporary file is the writer's as soon as it exists: an
+    interrupt while it is written removes it with the others (found by an attack)."""
+    r = subprocess.run([sys.executable, "-c", _INTERRUPTED_WRITING_THE_MANIFEST, *NEW_RUN],
+                       cwd=tmp_path, env={**os.environ, **ENV}, capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    assert r.returncode == 130
+    assert r.stderr.strip().splitlines()[-1] == (
+        "corpusprep: error: interrupted; the previous outputs in out_dir are untouched"
+    )
+    unchanged(tmp_path, previous)

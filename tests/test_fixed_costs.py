@@ -55,6 +55,15 @@ def test_cli_exits_with_the_code_python_would(tmp_path: Path, raised: str, code:
     assert r.stderr.strip() == stderr
 
 
+def test_cli_says_a_ctrl_c_outside_any_run_in_one_line(tmp_path: Path):
+    """Ctrl-C while the config is composed (Hydra, the checks) or after the run ended: no
+    traceback, exit 130 as for any interrupt (found by an attack)."""
+    body = "def main():\n    raise KeyboardInterrupt\napp.main = main\napp.cli()"
+    r = _entry(tmp_path, body)
+    assert r.returncode == 130
+    assert r.stderr == "corpusprep: error: interrupted\n"
+
+
 def test_cli_waits_for_threads_that_are_not_daemons(tmp_path: Path):
     body = ("import threading, time\n"
             "def late():\n    time.sleep(0.3)\n    print('thread done', flush=True)\n"
