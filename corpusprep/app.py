@@ -70,6 +70,7 @@ def _task_overrides() -> list[str]:
 def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None) -> Any:
     """Prepare (or estimate) what cfg asks for; folder is the job's own in a sweep, where a
     failed job is recorded and the others go on."""
+    commits = _commits()
     try:
         _check_required(cfg)
         check_flags(cfg)  # dry_run and quiet are read before the rest
@@ -93,9 +94,9 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
         print(f"corpusprep: error: {message}", file=sys.stderr)
         _record(folder, cfg, "failed", reason=message)
         return None
-    except InterruptedAfterCommit as e:
-        fail(e.message, code=130)
     except KeyboardInterrupt:
+        if _commits() > commits:  # wherever it was raised, the outputs were in place
+            fail(InterruptedAfterCommit.message, code=130)
         fail("interrupted; the previous outputs in out_dir are untouched", code=130)
     except Exception as e:
         # a bug: its traceback is the useful report, printed here with any credential
@@ -116,6 +117,12 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
                 "already up to date and is unchanged"}  # fmt: skip
         fail(said.get(status, "interrupted"), code=130)
     return result
+
+
+def _commits() -> int:
+    """How many runs this process committed (corpusprep.writer, if a run imported it)."""
+    writer = sys.modules.get("corpusprep.writer")
+    return len(writer.COMMITS) if writer is not None else 0
 
 
 def _record(folder: Any, cfg: DictConfig, status: str, **fields: Any) -> None:
@@ -242,7 +249,10 @@ def cli() -> NoReturn:
     except SystemExit as e:
         code = e.code
     except KeyboardInterrupt:  # before any run began (composing the config) or after it
-        print("corpusprep: error: interrupted", file=sys.stderr)  # ended: none is half done
+        # ended: none is half done
+        single = not {"-m", "--multirun"} & set(sys.argv[1:])
+        said = InterruptedAfterCommit.message if single and _commits() else "interrupted"
+        print(f"corpusprep: error: {said}", file=sys.stderr)
         code = 130
     else:
         code = 0

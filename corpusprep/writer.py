@@ -114,6 +114,9 @@ def _mb(nbytes: int) -> str:
     return f"{max(nbytes / 1e6, 0.1):,.1f}"
 
 
+COMMITS: list[str] = []  # the out_dirs this process committed, in order (a sweep: several)
+
+
 class OutputWriter:
     """Use as `with OutputWriter(out_dir) as out: ...; out.commit(manifest)`."""
 
@@ -134,6 +137,7 @@ class OutputWriter:
         self._work_guard = threading.Lock()
         self._aborting = False
         self._journaled = False  # the commit began writing its journal
+        self._held: Optional[contextlib.AbstractContextManager] = None  # signals_held()
 
     def __enter__(self) -> OutputWriter:
         missing = []
@@ -157,43 +161,50 @@ class OutputWriter:
             raise UserError(f"out_dir={self.label}: not writable; choose another out_dir")
         try:
             self._lock = _acquire_lock(self.out_dir, self.label)
+            recover(self.out_dir)  # a commit a killed run began is finished first
+            self._remove_dead_temps()
         except BaseException:
+            self._release_lock()
             self._remove_made_dirs()
             raise
-        recover(self.out_dir)  # a commit a killed run began is finished first
-        self._remove_dead_temps()
         return self
 
     def __exit__(self, exc_type: Any, *exc: object) -> None:
-        if self.committed:
-            self._close_committed(exc_type is not None and issubclass(exc_type, KeyboardInterrupt))
-            return
+        """Tidy up (the work folder, temporary files, the lock) with Ctrl-C waiting until
+        it is done, then let it act: said as what it is, after the commit or before it."""
+        interrupted = exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
+        held, self._held = self._held, None  # held since the commit's journal, if it began
         try:
-            # finished shards stay for a re-run after a failure the user did not cause (a
-            # dead node, retries used up); a user error or Ctrl-C tidies them away
-            keep = exc_type is not None and not issubclass(exc_type, (UserError, KeyboardInterrupt))
-            self.abort(keep_work=keep)
+            if held is None:
+                held = signals_held()
+                held.__enter__()
+            try:
+                self._tidy(exc_type)
+            finally:
+                held.__exit__(None, None, None)  # a signal that waited acts now
+        except KeyboardInterrupt:
+            if not self.committed:
+                raise
+            interrupted = True
+        if self.committed and interrupted:
+            raise InterruptedAfterCommit from None  # not "the previous outputs are untouched"
+
+    def _tidy(self, exc_type: Any) -> None:
+        try:
+            if self.committed:
+                for path in self._scratch:
+                    path.unlink(missing_ok=True)
+                self.remove_stale_work()
+            else:
+                # finished shards stay for a re-run after a failure the user did not cause
+                # (a dead node, retries used up); a user error or Ctrl-C tidies them away
+                keep = exc_type is not None and not issubclass(
+                    exc_type, (UserError, KeyboardInterrupt)
+                )
+                self.abort(keep_work=keep)
         finally:
             self._release_lock()
             self._remove_made_dirs()
-
-    def _close_committed(self, interrupted: bool) -> None:
-        """The outputs are in place: the scratch files and the work folder go, whatever
-        Ctrl-C says meanwhile (it waits), and an interrupt is said as what it is: after the
-        commit, not before (not "the previous outputs are untouched")."""
-        try:
-            try:
-                with signals_held():
-                    for path in self._scratch:
-                        path.unlink(missing_ok=True)
-                    self.remove_stale_work()
-            finally:
-                self._release_lock()
-                self._remove_made_dirs()
-        except KeyboardInterrupt:
-            interrupted = True
-        if interrupted:
-            raise InterruptedAfterCommit from None
 
     def temp(self, name: str, nbytes: int = 0) -> Path:
         """A new temporary file that becomes `name` on commit, with `nbytes` reserved on
@@ -277,14 +288,18 @@ class OutputWriter:
             renames = [[path.name, name] for name, path in self._temps.items()]
             obsolete = [n for n in self._obsolete if n not in self._temps]
             journal = {"renames": renames, "obsolete": obsolete}
-        # No Ctrl-C from the journal to the last rename: the folder must not end up half old,
-        # half new (a SIGKILL still can: then the journal lets the next run finish the commit)
-        with signals_held():
-            self._journaled = True  # from here the files a journal names are its own
-            with disk_errors(self.out_dir):
-                _write_atomic(self.out_dir / JOURNAL, json.dumps(journal).encode(), self._tag)
-            _apply(self.out_dir, journal)
-            self.committed = True
+        # From the journal on, Ctrl-C waits until the writer is closed (the renames, then
+        # its tidying): the folder must not end up half old, half new, nor the end of the
+        # run be said wrongly (a SIGKILL still can cut it: the journal lets the next run
+        # in the folder finish the commit)
+        self._held = signals_held()
+        self._held.__enter__()
+        self._journaled = True  # from here the files a journal names are its own
+        with disk_errors(self.out_dir):
+            _write_atomic(self.out_dir / JOURNAL, json.dumps(journal).encode(), self._tag)
+        _apply(self.out_dir, journal)
+        self.committed = True
+        COMMITS.append(self.label)
         return manifest  # the scratch files and the work folder go as the block is left
 
     def remove_stale_work(self) -> None:

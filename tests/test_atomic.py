@@ -52,7 +52,7 @@ def test_a_crash_while_encoding_keeps_the_old_outputs(tmp_path, previous, worker
     unchanged(tmp_path, previous)
 
 
-def _start_slow_run(tmp_path):
+def _start_slow_run(tmp_path, workers=1, **popen):
     return subprocess.Popen(
         [
             sys.executable,
@@ -62,13 +62,15 @@ def _start_slow_run(tmp_path):
             "source.path=new.txt",
             "out_dir=out",
             "tokenizer._target_=fault_tokenizers.SlowCharTokenizer",
-            "executor.workers=1",
+            f"executor.workers={workers}",
+            "shard_bytes=100000",
         ],
         cwd=tmp_path,
         env={**os.environ, **ENV},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        **popen,
     )
 
 
@@ -153,15 +155,14 @@ def test_an_index_written_to_a_full_disk_is_the_disk_full_error(tmp_path, size):
 _INTERRUPTED_AT = """
 import os, signal, sys
 import corpusprep.writer as writer
-where = os.environ["INTERRUPT_AT"]
-step = getattr(writer.OutputWriter, where, None) or getattr(writer, where)
-def interrupted(*args, **kwargs):
-    os.kill(os.getpid(), signal.SIGINT)
-    return step(*args, **kwargs)
-if hasattr(writer.OutputWriter, where):
-    setattr(writer.OutputWriter, where, interrupted)
-else:
-    setattr(writer, where, interrupted)
+def interrupting(step):
+    def interrupted(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return step(*args, **kwargs)
+    return interrupted
+for where in os.environ["INTERRUPT_AT"].split(","):  # a Ctrl-C as each of these starts
+    owner = writer.OutputWriter if hasattr(writer.OutputWriter, where) else writer
+    setattr(owner, where, interrupting(getattr(owner, where)))
 from corpusprep.app import main
 sys.argv = ["corpusprep", *sys.argv[1:]]
 main()
@@ -206,8 +207,10 @@ def test_ctrl_c_from_the_journal_on_says_the_new_outputs_are_complete(tmp_path, 
     assert again.returncode == 0 and "up to date" in again.stdout + again.stderr
 
 
-def test_ctrl_c_before_the_journal_leaves_the_previous_outputs(tmp_path, previous):
-    r = _interrupted_at(tmp_path, "_seal")
+# a second Ctrl-C while the first one's tidying runs (abort) waits for it
+@pytest.mark.parametrize("where", ["_seal", "_seal,abort"])
+def test_ctrl_c_before_the_journal_leaves_the_previous_outputs(tmp_path, previous, where):
+    r = _interrupted_at(tmp_path, where)
     assert r.returncode == 130
     assert r.stderr.strip().splitlines()[-1] == (
         "corpusprep: error: interrupted; the previous outputs in out_dir are untouched"
@@ -295,4 +298,46 @@ def test_ctrl_c_while_the_manifest_is_written_leaves_no_temporary_file(tmp_path,
     assert r.stderr.strip().splitlines()[-1] == (
         "corpusprep: error: interrupted; the previous outputs in out_dir are untouched"
     )
+    unchanged(tmp_path, previous)
+
+
+def test_ctrl_c_in_a_terminal_stops_the_workers_without_their_tracebacks(tmp_path, previous):
+    """A terminal's Ctrl-C goes to the whole process group: the workers too. They leave
+    it to the driver, which stops them and says so in one line (found by an attack)."""
+    proc = _start_slow_run(tmp_path, workers=2, start_new_session=True)
+    try:
+        _wait_for_temp_files(tmp_path, proc)
+        time.sleep(0.3)  # both workers busy with a shard
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert err.strip() == (
+        "corpusprep: error: interrupted; the previous outputs in out_dir are untouched"
+    )
+    unchanged(tmp_path, previous)
+
+
+_INTERRUPTED_AS_WORKERS_FORK = """
+import os, signal, sys
+# a Ctrl-C that lands while the pool forks its workers: Python runs its handler inside
+# os.fork's after-fork callbacks, where an exception is printed as ignored and lost
+os.register_at_fork(after_in_parent=lambda: os.kill(os.getpid(), signal.SIGINT))
+from corpusprep.app import main
+sys.argv = ["corpusprep", *sys.argv[1:]]
+main()
+"""
+
+
+def test_ctrl_c_while_the_workers_fork_is_not_lost(tmp_path, previous):
+    r = subprocess.run(
+        [sys.executable, "-c", _INTERRUPTED_AS_WORKERS_FORK, *NEW_RUN, "executor.workers=2"],
+        cwd=tmp_path, env={**os.environ, **ENV}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        "corpusprep: error: interrupted; the previous outputs in out_dir are untouched"
+    )
+    assert "ignored" not in r.stderr
     unchanged(tmp_path, previous)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import multiprocessing
 import os
@@ -66,7 +67,8 @@ class LocalExecutor(Executor):
             if nxt is None:
                 return
             try:
-                running[pool.submit(fn, nxt[1])] = nxt[0]
+                with _forking(pool, self.workers):
+                    running[pool.submit(fn, nxt[1])] = nxt[0]
             except BrokenProcessPool:  # a worker died since the last result came in
                 unsent.append(nxt[0])
                 self._broke = True
@@ -152,6 +154,15 @@ class LocalExecutor(Executor):
             _kill(pool)
 
 
+def _forking(pool: ProcessPoolExecutor, workers: int) -> contextlib.AbstractContextManager:
+    """Ctrl-C held while a submit may fork the workers: a KeyboardInterrupt raised in
+    os.fork's after-fork handlers is printed as "ignored" and lost, and the run went on."""
+    from corpusprep.writer import signals_held
+
+    started = len(getattr(pool, "_processes", None) or {})
+    return signals_held() if started < workers else contextlib.nullcontext()
+
+
 def _kill(pool: ProcessPoolExecutor) -> None:
     """Kill a pool's workers and wait for them."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
@@ -172,6 +183,9 @@ def die_with_parent(parent: Optional[int]) -> None:
     import signal
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # Ctrl-C in a terminal reaches the whole process group: the driver stops the workers
+    # (and says so in one line); a worker's own KeyboardInterrupt would print a traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         import ctypes
 
