@@ -260,6 +260,11 @@ def cli() -> NoReturn:
         if code is not None:
             print(code, file=sys.stderr)
         code = 0 if code is None else 1
+    # all is said and done: a Ctrl-C or SIGTERM from here ends the process as the signal
+    # does by default (a KeyboardInterrupt inside the exit's own steps was a traceback, or
+    # an "ignored" one and lost)
+    for held in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(held, signal.SIG_DFL)
     exit_now(code)
 
 

@@ -160,8 +160,11 @@ class OutputWriter:
             self._remove_made_dirs()
             raise UserError(f"out_dir={self.label}: not writable; choose another out_dir")
         try:
-            self._lock = _acquire_lock(self.out_dir, self.label)
-            recover(self.out_dir)  # a commit a killed run began is finished first
+            # Ctrl-C waits: the lock file is made and held as one step, and a commit a
+            # killed run began is finished whole, never half (then its journal is gone)
+            with signals_held():
+                self._lock = _acquire_lock(self.out_dir, self.label)
+                recover(self.out_dir)
             self._remove_dead_temps()
         except BaseException:
             self._release_lock()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -208,7 +209,8 @@ def test_ctrl_c_from_the_journal_on_says_the_new_outputs_are_complete(tmp_path, 
 
 
 # a second Ctrl-C while the first one's tidying runs (abort) waits for it
-@pytest.mark.parametrize("where", ["_seal", "_seal,abort"])
+# (_acquire_lock: the lock file is made and held as one step, never left behind)
+@pytest.mark.parametrize("where", ["_acquire_lock", "_seal", "_seal,abort"])
 def test_ctrl_c_before_the_journal_leaves_the_previous_outputs(tmp_path, previous, where):
     r = _interrupted_at(tmp_path, where)
     assert r.returncode == 130
@@ -341,3 +343,17 @@ def test_ctrl_c_while_the_workers_fork_is_not_lost(tmp_path, previous):
     )
     assert "ignored" not in r.stderr
     unchanged(tmp_path, previous)
+
+
+def test_ctrl_c_while_an_earlier_commit_is_finished_finishes_it_whole(tmp_path, previous):
+    """A run first finishes the commit a killed (or failed) run began; a Ctrl-C then waits
+    for it: the folder holds that run's outputs, whole, not half old, half new."""
+    r = subprocess.run([sys.executable, "-c", _RENAMES_FAIL, *NEW_RUN], cwd=tmp_path,
+                       env={**os.environ, **ENV}, capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    assert r.returncode != 0 and (tmp_path / "out" / ".corpusprep-commit.json").exists()
+    r = _interrupted_at(tmp_path, "recover")
+    assert r.returncode == 130
+    # the failed run's finished shards stay for a resume until a run commits (by design)
+    shutil.rmtree(tmp_path / "out" / ".corpusprep-work")
+    _complete_and_alone(tmp_path / "out", previous)

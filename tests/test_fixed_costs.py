@@ -11,6 +11,7 @@ import json
 import lzma
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -62,6 +63,17 @@ def test_cli_says_a_ctrl_c_outside_any_run_in_one_line(tmp_path: Path):
     r = _entry(tmp_path, body)
     assert r.returncode == 130
     assert r.stderr == "corpusprep: error: interrupted\n"
+
+
+def test_a_ctrl_c_as_the_process_exits_ends_it_as_the_signal_does(tmp_path: Path):
+    """After main() has said everything, a Ctrl-C in the exit's own steps (atexit, the
+    pools' shutdown) was a KeyboardInterrupt traceback, or "ignored" and lost (exit 0)."""
+    body = ("import os, signal\napp.main = lambda: None\n"
+            "atexit.register(lambda: [os.kill(os.getpid(), signal.SIGINT), sum(range(10**6))])\n"
+            "app.cli()")  # fmt: skip
+    r = _entry(tmp_path, body)
+    assert r.returncode == -signal.SIGINT
+    assert "Traceback" not in r.stderr and "KeyboardInterrupt" not in r.stderr
 
 
 def test_cli_waits_for_threads_that_are_not_daemons(tmp_path: Path):
