@@ -23,7 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 from corpusprep import compose_cache
 from corpusprep._paths import config_path
 from corpusprep.config import check_flags, drop_leftovers, use_fast_yaml
-from corpusprep.errors import InterruptedAfterCommit, TaskFailed, UserError
+from corpusprep.errors import INTERRUPTED_AFTER_COMMIT, TaskFailed, UserError
 from corpusprep.overrides import (
     available_options,
     check_overrides,
@@ -96,7 +96,7 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
         return None
     except KeyboardInterrupt:
         if _commits() > commits:  # wherever it was raised, the outputs were in place
-            fail(InterruptedAfterCommit.message, code=130)
+            fail(INTERRUPTED_AFTER_COMMIT, code=130)
         fail("interrupted; the previous outputs in out_dir are untouched", code=130)
     except Exception as e:
         # a bug: its traceback is the useful report, printed here with any credential
@@ -113,7 +113,7 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
         if not cfg.get("quiet") or status == "skipped":
             print(summary(result, cfg.out_dir))
     except KeyboardInterrupt:
-        said = {"ok": InterruptedAfterCommit.message, "skipped": "interrupted; out_dir was "
+        said = {"ok": INTERRUPTED_AFTER_COMMIT, "skipped": "interrupted; out_dir was "
                 "already up to date and is unchanged"}  # fmt: skip
         fail(said.get(status, "interrupted"), code=130)
     return result
@@ -251,7 +251,7 @@ def cli() -> NoReturn:
     except KeyboardInterrupt:  # before any run began (composing the config) or after it
         # ended: none is half done
         single = not {"-m", "--multirun"} & set(sys.argv[1:])
-        said = InterruptedAfterCommit.message if single and _commits() else "interrupted"
+        said = INTERRUPTED_AFTER_COMMIT if single and _commits() else "interrupted"
         print(f"corpusprep: error: {said}", file=sys.stderr)
         code = 130
     else:

@@ -12,8 +12,5 @@ class TaskFailed(RuntimeError):
     shards that finished are kept where a re-run can resume from them."""
 
 
-class InterruptedAfterCommit(KeyboardInterrupt):
-    """Ctrl-C (or SIGTERM) once a run's outputs were in place: out_dir holds them, complete
-    (a signal sent during the renames waits for them to finish, then arrives)."""
-
-    message = "interrupted after the commit; out_dir holds this run's complete outputs"
+# said for a Ctrl-C (or SIGTERM) once a run's outputs were in place (writer.COMMITS)
+INTERRUPTED_AFTER_COMMIT = "interrupted after the commit; out_dir holds this run's complete outputs"

@@ -36,7 +36,7 @@ from typing import Any, BinaryIO, Optional
 
 import numpy as np
 
-from corpusprep.errors import InterruptedAfterCommit, UserError
+from corpusprep.errors import UserError
 
 DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
 WORK = ".corpusprep-work"  # resumable shard parts, inside out_dir
@@ -114,7 +114,9 @@ def _mb(nbytes: int) -> str:
     return f"{max(nbytes / 1e6, 0.1):,.1f}"
 
 
-COMMITS: list[str] = []  # the out_dirs this process committed, in order (a sweep: several)
+# the out_dirs this process committed, in order (a sweep: several): an interrupt is said
+# as after the commit or before it by whether its run added one
+COMMITS: list[str] = []
 
 
 class OutputWriter:
@@ -174,23 +176,15 @@ class OutputWriter:
 
     def __exit__(self, exc_type: Any, *exc: object) -> None:
         """Tidy up (the work folder, temporary files, the lock) with Ctrl-C waiting until
-        it is done, then let it act: said as what it is, after the commit or before it."""
-        interrupted = exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
+        it is done, then let it act (COMMITS says whether it came after the commit)."""
         held, self._held = self._held, None  # held since the commit's journal, if it began
+        if held is None:
+            held = signals_held()
+            held.__enter__()
         try:
-            if held is None:
-                held = signals_held()
-                held.__enter__()
-            try:
-                self._tidy(exc_type)
-            finally:
-                held.__exit__(None, None, None)  # a signal that waited acts now
-        except KeyboardInterrupt:
-            if not self.committed:
-                raise
-            interrupted = True
-        if self.committed and interrupted:
-            raise InterruptedAfterCommit from None  # not "the previous outputs are untouched"
+            self._tidy(exc_type)
+        finally:
+            held.__exit__(None, None, None)  # a signal that waited acts now
 
     def _tidy(self, exc_type: Any) -> None:
         try:
@@ -702,10 +696,8 @@ def signals_held() -> Iterator[None]:
             if signal.getsignal(s) is not None:
                 before[s] = signal.signal(s, lambda signum, frame: caught.append(signum))
         yield
-    except BaseException:
+    finally:
         _put_back(before)
-        raise
-    _put_back(before)
     if caught:  # the first one, as it would have been handled
         handler = before[caught[0]]
         if callable(handler):

@@ -85,12 +85,23 @@ def _wait_for_temp_files(tmp_path, proc, timeout=60):
     raise AssertionError("the run never started writing")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupted_run_cleans_up_and_keeps_the_old_outputs(tmp_path, previous, sig):
-    proc = _start_slow_run(tmp_path)
+# to_group: a terminal's Ctrl-C goes to the whole process group, the workers too; they
+# leave it to the driver, which stops them and says so in one line (found by an attack:
+# each worker printed a traceback)
+@pytest.mark.parametrize(
+    ("sig", "workers", "to_group"),
+    [(signal.SIGINT, 1, False), (signal.SIGTERM, 1, False), (signal.SIGINT, 2, True)],
+)
+def test_an_interrupted_run_cleans_up_and_keeps_the_old_outputs(tmp_path, previous, sig,
+                                                                workers, to_group):  # fmt: skip
+    proc = _start_slow_run(tmp_path, workers=workers, start_new_session=to_group)
     try:
         _wait_for_temp_files(tmp_path, proc)
-        proc.send_signal(sig)
+        if to_group:
+            time.sleep(0.3)  # both workers busy with a shard
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
@@ -298,24 +309,6 @@ def test_ctrl_c_while_the_manifest_is_written_leaves_no_temporary_file(tmp_path,
                        timeout=120)  # fmt: skip
     assert r.returncode == 130
     assert r.stderr.strip().splitlines()[-1] == (
-        "corpusprep: error: interrupted; the previous outputs in out_dir are untouched"
-    )
-    unchanged(tmp_path, previous)
-
-
-def test_ctrl_c_in_a_terminal_stops_the_workers_without_their_tracebacks(tmp_path, previous):
-    """A terminal's Ctrl-C goes to the whole process group: the workers too. They leave
-    it to the driver, which stops them and says so in one line (found by an attack)."""
-    proc = _start_slow_run(tmp_path, workers=2, start_new_session=True)
-    try:
-        _wait_for_temp_files(tmp_path, proc)
-        time.sleep(0.3)  # both workers busy with a shard
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == 130
-    assert err.strip() == (
         "corpusprep: error: interrupted; the previous outputs in out_dir are untouched"
     )
     unchanged(tmp_path, previous)
