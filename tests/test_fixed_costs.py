@@ -1083,3 +1083,99 @@ def test_only_output_files_are_sent_to_disk_as_shards_write(tmp_path: Path, tikt
         assert paths and all(Path(p).name.startswith((".train.bin.", ".val.bin.")) for p in paths)
     else:
         assert paths == []
+
+
+# --- ids as intp a chunk at a time; documents keyed by sha256 where only counted --------
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "uint32"])
+def test_ids_seen_and_text_bytes_over_many_chunks(dtype: str):
+    """Flags and byte counts taken a chunk of ids at a time are numpy's answers over the
+    whole array, across chunk boundaries; an id beyond the vocabulary in the last chunk
+    still leaves them unknown."""
+    from corpusprep.shards import Index, _Seen, add_text_bytes
+
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, 50_000, 2 * Index.CHUNK + 777).astype(dtype)
+    sizes = rng.integers(0, 9, 50_257).astype(np.int32)
+    seen = _Seen(50_256)
+    seen.add(ids)
+    assert np.array_equal(seen.packed(), np.packbits(np.isin(np.arange(50_257), ids)))
+    assert add_text_bytes(7, ids, sizes) == 7 + int(sizes[ids].sum())
+    bad = ids.copy()
+    bad[-1] = 50_257
+    assert add_text_bytes(0, bad, sizes) is None
+    seen.add(bad)
+    assert seen.packed() is None
+
+
+def _blake2b_draw(text: str, index: int, seed: int, split: float) -> bool:
+    """split_by=hash's draw as it has been since it was written: train with probability
+    `split`, from a seeded blake2b of the document's position and its blake2b-128."""
+    content = hashlib.blake2b(text.encode("utf-8"), digest_size=16).digest()
+    draw = hashlib.blake2b(content, digest_size=8, key=seed.to_bytes(8, "little", signed=True),
+                           salt=index.to_bytes(8, "little")).digest()  # fmt: skip
+    return int.from_bytes(draw, "little") < split * 2**64
+
+
+def test_split_by_hash_still_draws_from_blake2b(tmp_path: Path, tiktoken_cache):
+    """Documents split by document are keyed by sha256 now (only to count duplicates);
+    split_by=hash keeps the key it draws each side from: no document changes side."""
+    texts = [f"document {i}: " + "naïve words " * (i % 13) for i in range(300)]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts),
+                                      encoding="utf-8")  # fmt: skip
+    r = run_cli("source=file", "source.path=a.jsonl", "tokenizer=char", "split_by=hash",
+                "eot=append", "seed=11", "split=0.7", "shard_bytes=3000", "out_dir=out",
+                "quiet=true", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    from corpusprep.dataset import read_meta
+
+    itos = read_meta(tmp_path / "out" / "meta.pkl")["itos"]
+    eot = len(itos) - 1  # the separator: the char tokenizer's last id
+    assert itos[eot] == "<|endoftext|>"
+    sides = {}
+    for side in ("train", "val"):
+        ids = np.fromfile(tmp_path / "out" / f"{side}.bin", dtype=np.uint16).tolist()
+        text = "".join("\0" if i == eot else itos[i] for i in ids)
+        sides[side] = text.split("\0")[:-1]
+    want_train = [t for i, t in enumerate(texts) if _blake2b_draw(t, i, 11, 0.7)]
+    assert sides["train"] == want_train
+    assert sides["val"] == [t for i, t in enumerate(texts) if not _blake2b_draw(t, i, 11, 0.7)]
+
+
+def test_a_resume_redoes_shards_whose_documents_were_keyed_another_way(tmp_path: Path,
+                                                                       tiktoken_cache):  # fmt: skip
+    """A finished shard's keys count the exact duplicates across sides with every other
+    shard's: one keyed by another hash (an earlier version's blake2b: no key_hash in its
+    marker) is encoded again, and the count is the one a fresh run gives."""
+    from helpers import REPO
+
+    faults = {"PYTHONPATH": f"{REPO}:{REPO / 'tests'}"}  # tests/fault_tokenizers.py
+    # 40 documents each twice: once among the first 40, once among the last 40
+    twice = [f"the document {i}, twice" for i in range(40)]
+    texts = twice + [f"doc {i} " + "y" * i for i in range(220)] + twice
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts),
+                                      encoding="utf-8")  # fmt: skip
+    args = ["source=file", "source.path=d.jsonl", "tokenizer=tiktoken", "split_by=document",
+            "split=0.5", "shard_bytes=3000", "executor.workers=1", "quiet=true"]  # fmt: skip
+    done = run_cli(*args, "out_dir=ref", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    ref = json.loads((tmp_path / "ref" / "manifest.json").read_text())["documents"]
+    assert ref["exact_duplicates_across_splits"] > 0  # some pairs are split across the sides
+    # the one process dies after 150 documents, its finished shards' markers left behind
+    args += ["tokenizer._target_=fault_tokenizers.CrashLaterTiktokenTokenizer",
+             f"+tokenizer.flag={tmp_path / 'flag'}", "+tokenizer.after=150"]  # fmt: skip
+    crash = run_cli(*args, "out_dir=out", cwd=tmp_path, env=faults)
+    assert crash.returncode != 0
+    markers = sorted((tmp_path / "out").rglob("*.done"))
+    assert markers
+    for marker in markers:  # as an earlier version wrote them: other keys, no key_hash
+        record = json.loads(marker.read_text())
+        assert record.pop("key_hash") == "sha256"
+        marker.write_text(json.dumps(record))
+        keys = Path(f"{marker}.keys")
+        keys.write_bytes((np.fromfile(keys, dtype="<u8") ^ np.uint64(0x5A5A)).tobytes())
+    again = run_cli(*args, "out_dir=out", cwd=tmp_path, env=faults)
+    assert again.returncode == 0, again.stderr
+    made = json.loads((tmp_path / "out" / "manifest.json").read_text())["documents"]
+    assert made == ref
