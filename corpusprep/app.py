@@ -70,7 +70,7 @@ def _task_overrides() -> list[str]:
 def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None) -> Any:
     """Prepare (or estimate) what cfg asks for; folder is the job's own in a sweep, where a
     failed job is recorded and the others go on."""
-    commits = _commits()
+    commits, finished = _commits(), _commits("FINISHED")
     try:
         _check_required(cfg)
         check_flags(cfg)  # dry_run and quiet are read before the rest
@@ -97,6 +97,9 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
     except KeyboardInterrupt:
         if _commits() > commits:  # wherever it was raised, the outputs were in place
             fail(INTERRUPTED_AFTER_COMMIT, code=130)
+        if _commits("FINISHED") > finished:  # this run put an earlier one's outputs in place
+            fail("interrupted; out_dir holds the complete outputs of an earlier run, whose "
+                 "commit this run finished", code=130)  # fmt: skip
         fail("interrupted; the previous outputs in out_dir are untouched", code=130)
     except Exception as e:
         # a bug: its traceback is the useful report, printed here with any credential
@@ -119,10 +122,11 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
     return result
 
 
-def _commits() -> int:
-    """How many runs this process committed (corpusprep.writer, if a run imported it)."""
+def _commits(kind: str = "COMMITS") -> int:
+    """How many runs this process committed (corpusprep.writer, if a run imported it), or
+    how many earlier runs' commits it finished (kind="FINISHED")."""
     writer = sys.modules.get("corpusprep.writer")
-    return len(writer.COMMITS) if writer is not None else 0
+    return len(getattr(writer, kind)) if writer is not None else 0
 
 
 def _record(folder: Any, cfg: DictConfig, status: str, **fields: Any) -> None:

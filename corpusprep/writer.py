@@ -117,6 +117,9 @@ def _mb(nbytes: int) -> str:
 # the out_dirs this process committed, in order (a sweep: several): an interrupt is said
 # as after the commit or before it by whether its run added one
 COMMITS: list[str] = []
+# the out_dirs where this process finished the commit an earlier run began (and was killed
+# or failed in): what they hold then is that run's outputs, whole
+FINISHED: list[str] = []
 
 
 class OutputWriter:
@@ -166,7 +169,8 @@ class OutputWriter:
             # killed run began is finished whole, never half (then its journal is gone)
             with signals_held():
                 self._lock = _acquire_lock(self.out_dir, self.label)
-                recover(self.out_dir)
+                if recover(self.out_dir):
+                    FINISHED.append(self.label)
             self._remove_dead_temps()
         except BaseException:
             self._release_lock()
@@ -374,25 +378,27 @@ class OutputWriter:
         self._made_dirs = []
 
 
-def recover(folder: Path) -> None:
-    """Finish a commit that a killed run left half done (its journal is still there)."""
+def recover(folder: Path) -> bool:
+    """Finish a commit that a killed run left half done (its journal is still there);
+    True if there was one."""
     path = folder / JOURNAL
     try:
         journal = json.loads(path.read_bytes())
         renames = [(str(a), str(b)) for a, b in journal["renames"]]
         obsolete = [str(n) for n in journal["obsolete"]]
     except FileNotFoundError:
-        return
+        return False
     except (OSError, ValueError, KeyError, TypeError):
         path.unlink(missing_ok=True)  # not ours, or unreadable: nothing to finish
-        return
+        return False
     # only our own temporary files, renamed to plain names in this folder
     if all(TEMP.fullmatch(a) and _plain_name(b) for a, b in renames) and all(
         _plain_name(n) for n in obsolete
     ):
         _apply(folder, {"renames": renames, "obsolete": obsolete})
-    else:
-        path.unlink(missing_ok=True)
+        return True
+    path.unlink(missing_ok=True)
+    return False
 
 
 def _apply(folder: Path, journal: dict[str, Any]) -> None:

@@ -340,13 +340,18 @@ def test_ctrl_c_while_the_workers_fork_is_not_lost(tmp_path, previous):
 
 def test_ctrl_c_while_an_earlier_commit_is_finished_finishes_it_whole(tmp_path, previous):
     """A run first finishes the commit a killed (or failed) run began; a Ctrl-C then waits
-    for it: the folder holds that run's outputs, whole, not half old, half new."""
+    for it: the folder holds that run's outputs, whole, not half old, half new, and the
+    message says so (not that the previous outputs are untouched)."""
     r = subprocess.run([sys.executable, "-c", _RENAMES_FAIL, *NEW_RUN], cwd=tmp_path,
                        env={**os.environ, **ENV}, capture_output=True, text=True,
                        timeout=120)  # fmt: skip
     assert r.returncode != 0 and (tmp_path / "out" / ".corpusprep-commit.json").exists()
     r = _interrupted_at(tmp_path, "recover")
     assert r.returncode == 130
+    assert r.stderr.strip().splitlines()[-1] == (
+        "corpusprep: error: interrupted; out_dir holds the complete outputs of an earlier "
+        "run, whose commit this run finished"
+    )
     # the failed run's finished shards stay for a resume until a run commits (by design)
     shutil.rmtree(tmp_path / "out" / ".corpusprep-work")
     _complete_and_alone(tmp_path / "out", previous)
