@@ -23,7 +23,12 @@ from omegaconf.errors import OmegaConfBaseException
 from corpusprep import compose_cache
 from corpusprep._paths import config_path
 from corpusprep.config import check_flags, drop_leftovers, use_fast_yaml
-from corpusprep.errors import INTERRUPTED_AFTER_COMMIT, TaskFailed, UserError
+from corpusprep.errors import (
+    INTERRUPTED_AFTER_COMMIT,
+    INTERRUPTED_AFTER_FINISHING,
+    TaskFailed,
+    UserError,
+)
 from corpusprep.overrides import (
     available_options,
     check_overrides,
@@ -95,12 +100,7 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
         _record(folder, cfg, "failed", reason=message)
         return None
     except KeyboardInterrupt:
-        if _commits() > commits:  # wherever it was raised, the outputs were in place
-            fail(INTERRUPTED_AFTER_COMMIT, code=130)
-        if _commits("FINISHED") > finished:  # this run put an earlier one's outputs in place
-            fail("interrupted; out_dir holds the complete outputs of an earlier run, whose "
-                 "commit this run finished", code=130)  # fmt: skip
-        fail("interrupted; the previous outputs in out_dir are untouched", code=130)
+        fail(_interrupted(commits, finished), code=130)
     except Exception as e:
         # a bug: its traceback is the useful report, printed here with any credential
         # hidden (Hydra's own report would show the overrides as they were typed)
@@ -116,10 +116,21 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
         if not cfg.get("quiet") or status == "skipped":
             print(summary(result, cfg.out_dir))
     except KeyboardInterrupt:
-        said = {"ok": INTERRUPTED_AFTER_COMMIT, "skipped": "interrupted; out_dir was "
-                "already up to date and is unchanged"}  # fmt: skip
-        fail(said.get(status, "interrupted"), code=130)
+        said = "interrupted" if status == "estimate" else _interrupted(commits, finished, status)
+        fail(said, code=130)
     return result
+
+
+def _interrupted(commits: int, finished: int, status: str = "") -> str:
+    """What a Ctrl-C in a run says out_dir holds, wherever it was raised: `commits` and
+    `finished` are the counts from before the run began (writer.COMMITS, FINISHED)."""
+    if _commits() > commits:
+        return INTERRUPTED_AFTER_COMMIT
+    if _commits("FINISHED") > finished:  # it put an earlier run's outputs in place
+        return INTERRUPTED_AFTER_FINISHING
+    if status == "skipped":
+        return "interrupted; out_dir was already up to date and is unchanged"
+    return "interrupted; the previous outputs in out_dir are untouched"
 
 
 def _commits(kind: str = "COMMITS") -> int:

@@ -14,3 +14,8 @@ class TaskFailed(RuntimeError):
 
 # said for a Ctrl-C (or SIGTERM) once a run's outputs were in place (writer.COMMITS)
 INTERRUPTED_AFTER_COMMIT = "interrupted after the commit; out_dir holds this run's complete outputs"
+# ... once it finished the commit an earlier run began (writer.FINISHED)
+INTERRUPTED_AFTER_FINISHING = (
+    "interrupted; out_dir holds the complete outputs of an earlier run, whose commit this "
+    "run finished"
+)

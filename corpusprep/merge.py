@@ -108,7 +108,7 @@ def _split_documents(out: OutputWriter, parts: list[PartFile], results: list[Enc
     UTF-8 bytes, from the ids it reads (None: some went by a copy, unread)."""
     dt = np.dtype(dtype)
     val_bytes = None if token_bytes is None else 0
-    index = Index()
+    as_intp = Index()
     mine = sorted(parts, key=lambda p: p.shard)
     counts = [r.train_tokens for r in results]
     offsets = np.cumsum([0, *counts])
@@ -154,13 +154,13 @@ def _split_documents(out: OutputWriter, parts: list[PartFile], results: list[Enc
                     if j - i == 1:  # the block lies in one run: all to one side
                         dst[int(run_side[i])].write(memoryview(block))
                         if run_side[i]:
-                            val_bytes = add_text_bytes(val_bytes, block, token_bytes, index)
+                            val_bytes = add_text_bytes(val_bytes, block, token_bytes, as_intp)
                     else:
                         within = np.minimum(run_end[i:j], b) - np.maximum(run_start[i:j], a)
                         to_val = np.repeat(run_side[i:j], within)
                         dst[0].write(memoryview(block[~to_val]))
                         dst[1].write(memoryview(to_val_ids := block[to_val]))
-                        val_bytes = add_text_bytes(val_bytes, to_val_ids, token_bytes, index)
+                        val_bytes = add_text_bytes(val_bytes, to_val_ids, token_bytes, as_intp)
                     bar.update((b - a) * dt.itemsize)
                     _grown(dst, digests)
     totals, docs = {}, {}

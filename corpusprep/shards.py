@@ -25,7 +25,7 @@ import numpy as np
 from corpusprep.errors import UserError
 from corpusprep.formats import Census, Part, Segment, get_format
 from corpusprep.sample import Sample, Sampler, SampleRule
-from corpusprep.split import KEY_HASHES, goes_to_train, key_hash
+from corpusprep.split import KEY_HASHES, goes_to_train, key_hash_for
 from corpusprep.text import count_chars
 from corpusprep.tokenizers import Tokenizer
 from corpusprep.writer import save_array, start_writeback
@@ -120,8 +120,8 @@ class Rules:
 
     @property
     def key_hash(self) -> str:
-        """The hash that keys each document (see split.key_hash)."""
-        return key_hash(self.split_by)
+        """The hash that keys each document (see split.key_hash_for)."""
+        return key_hash_for(self.split_by)
 
 
 @dataclass
@@ -177,9 +177,9 @@ HOLD_BYTES = 1 << 16  # an array this big is written at once
 
 
 class Index:
-    """Ids as numpy's intp, a chunk at a time in one buffer: numpy indexes by intp fastest
-    (a flag set per id of a shard's output: 1.6 ns an id, 2.8 ns indexing by the uint16
-    ids as they are), and a chunk this size stays in the cache."""
+    """Ids (uint16 or uint32, the outputs' dtype) as numpy's intp, a chunk at a time in one
+    buffer: numpy indexes by intp fastest (a third less time than by uint16 ids as they
+    are, bench/README.md), and a chunk this size stays in the cache."""
 
     CHUNK = 1 << 16
 
@@ -211,7 +211,7 @@ class _Seen:
             try:
                 for index in self.index.chunks(ids):
                     self.flags[index] = True
-            except IndexError:
+            except (IndexError, TypeError):  # beyond max_id; not castable (not uint16/32)
                 self.flags = None
 
     def packed(self) -> Optional[np.ndarray]:
@@ -307,7 +307,7 @@ def add_text_bytes(total: Optional[int], ids: np.ndarray, token_bytes: np.ndarra
         for chunk in (index or Index()).chunks(ids):
             total += int(token_bytes[chunk].sum(dtype=np.int64))
         return total
-    except IndexError:
+    except (IndexError, TypeError):
         return None
 
 
@@ -421,9 +421,11 @@ def finished(task: EncodeTask, itemsize: int) -> Optional[EncodeResult]:
             record = json.load(f)
         counts = {k: record[k] for k in COUNTS}
         split = record["train_keys"]
+        # keyed another way (an older version keyed every document by blake2b): its keys
+        # would never match the others' duplicates
         keyed = task.rules.split_by in KEYED
-        if keyed and record.get("key_hash") != task.rules.key_hash:  # keyed another way (an
-            return None  # older version): its keys would never match the others' duplicates
+        if keyed and record.get("key_hash", "blake2b") != task.rules.key_hash:
+            return None
         val_bytes = record.get("val_bytes")  # absent from an older marker: not counted
         if not all(_count(v) for v in [*counts.values(), split]) or not (
             val_bytes is None or _count(val_bytes)

@@ -63,7 +63,7 @@ def duplicate_key(text: str) -> bytes:
 KEY_HASHES = {"blake2b": document_key, "sha256": duplicate_key}
 
 
-def key_hash(split_by: str) -> str:
+def key_hash_for(split_by: str) -> str:
     return "blake2b" if split_by == "hash" else "sha256"
 
 

@@ -271,14 +271,22 @@ app.main()
 
 
 @pytest.mark.parametrize(
-    ("up_to_date", "said"),
-    [(False, "interrupted after the commit; out_dir holds this run's complete outputs"),
-     (True, "interrupted; out_dir was already up to date and is unchanged")],
+    ("before", "said"),
+    [("", "interrupted after the commit; out_dir holds this run's complete outputs"),
+     ("a run", "interrupted; out_dir was already up to date and is unchanged"),
+     # the run finishes the failed one's commit, then finds the folder up to date
+     ("a commit that failed", "interrupted; out_dir holds the complete outputs of an earlier "
+      "run, whose commit this run finished")],
 )  # fmt: skip
 def test_ctrl_c_while_the_summary_prints_says_what_out_dir_holds(tmp_path, previous,
-                                                                 up_to_date, said):  # fmt: skip
-    if up_to_date:
+                                                                 before, said):  # fmt: skip
+    if before == "a run":
         assert run_cli(*NEW_RUN, cwd=tmp_path).returncode == 0
+    if before == "a commit that failed":
+        failed = subprocess.run([sys.executable, "-c", _RENAMES_FAIL, *NEW_RUN], cwd=tmp_path,
+                                env={**os.environ, **ENV}, capture_output=True, text=True,
+                                timeout=120)  # fmt: skip
+        assert failed.returncode != 0 and (tmp_path / "out" / ".corpusprep-commit.json").exists()
     r = subprocess.run([sys.executable, "-c", _INTERRUPTED_SUMMARY, *NEW_RUN], cwd=tmp_path,
                        env={**os.environ, **ENV}, capture_output=True, text=True,
                        timeout=120)  # fmt: skip

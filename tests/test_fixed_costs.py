@@ -1122,6 +1122,8 @@ def test_split_by_hash_still_draws_from_blake2b(tmp_path: Path, tiktoken_cache):
     """Documents split by document are keyed by sha256 now (only to count duplicates);
     split_by=hash keeps the key it draws each side from: no document changes side."""
     texts = [f"document {i}: " + "naïve words " * (i % 13) for i in range(300)]
+    for i in (7, 150):  # longer than a batch takes: keyed on their own path
+        texts[i] += "a long document " * 5000
     (tmp_path / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts),
                                       encoding="utf-8")  # fmt: skip
     r = run_cli("source=file", "source.path=a.jsonl", "tokenizer=char", "split_by=hash",
@@ -1143,11 +1145,14 @@ def test_split_by_hash_still_draws_from_blake2b(tmp_path: Path, tiktoken_cache):
     assert sides["val"] == [t for i, t in enumerate(texts) if not _blake2b_draw(t, i, 11, 0.7)]
 
 
-def test_a_resume_redoes_shards_whose_documents_were_keyed_another_way(tmp_path: Path,
-                                                                       tiktoken_cache):  # fmt: skip
+@pytest.mark.parametrize("split_by", ["document", "hash"])
+def test_a_resume_redoes_shards_whose_documents_were_keyed_another_way(
+    tmp_path: Path, tiktoken_cache, capsys, split_by: str
+):
     """A finished shard's keys count the exact duplicates across sides with every other
     shard's: one keyed by another hash (an earlier version's blake2b: no key_hash in its
-    marker) is encoded again, and the count is the one a fresh run gives."""
+    marker) is encoded again, and the count is the one a fresh run gives. split_by=hash
+    always keyed by blake2b: its earlier shards are taken as they are."""
     from helpers import REPO
 
     faults = {"PYTHONPATH": f"{REPO}:{REPO / 'tests'}"}  # tests/fault_tokenizers.py
@@ -1156,7 +1161,7 @@ def test_a_resume_redoes_shards_whose_documents_were_keyed_another_way(tmp_path:
     texts = twice + [f"doc {i} " + "y" * i for i in range(220)] + twice
     (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts),
                                       encoding="utf-8")  # fmt: skip
-    args = ["source=file", "source.path=d.jsonl", "tokenizer=tiktoken", "split_by=document",
+    args = ["source=file", "source.path=d.jsonl", "tokenizer=tiktoken", f"split_by={split_by}",
             "split=0.5", "shard_bytes=3000", "executor.workers=1", "quiet=true"]  # fmt: skip
     done = run_cli(*args, "out_dir=ref", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
@@ -1169,13 +1174,20 @@ def test_a_resume_redoes_shards_whose_documents_were_keyed_another_way(tmp_path:
     assert crash.returncode != 0
     markers = sorted((tmp_path / "out").rglob("*.done"))
     assert markers
-    for marker in markers:  # as an earlier version wrote them: other keys, no key_hash
+    for marker in markers:  # as an earlier version wrote them: blake2b keys, no key_hash
         record = json.loads(marker.read_text())
-        assert record.pop("key_hash") == "sha256"
+        assert record.pop("key_hash") == ("blake2b" if split_by == "hash" else "sha256")
         marker.write_text(json.dumps(record))
-        keys = Path(f"{marker}.keys")
-        keys.write_bytes((np.fromfile(keys, dtype="<u8") ^ np.uint64(0x5A5A)).tobytes())
+        if split_by == "document":  # keys no sha256 would give
+            keys = Path(f"{marker}.keys")
+            keys.write_bytes((np.fromfile(keys, dtype="<u8") ^ np.uint64(0x5A5A)).tobytes())
     again = run_cli(*args, "out_dir=out", cwd=tmp_path, env=faults)
     assert again.returncode == 0, again.stderr
+    reused = f"resuming: {len(markers)} of " in again.stderr
+    assert reused == (split_by == "hash"), again.stderr
     made = json.loads((tmp_path / "out" / "manifest.json").read_text())["documents"]
     assert made == ref
+    for side in ("train", "val"):
+        assert (tmp_path / "out" / f"{side}.bin").read_bytes() == (
+            tmp_path / "ref" / f"{side}.bin"
+        ).read_bytes()
