@@ -28,6 +28,7 @@ from corpusprep.errors import (
     INTERRUPTED_AFTER_FINISHING,
     TaskFailed,
     UserError,
+    is_interrupt,
 )
 from corpusprep.overrides import (
     available_options,
@@ -102,6 +103,8 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
     except KeyboardInterrupt:
         fail(_interrupted(commits, finished), code=130)
     except Exception as e:
+        if is_interrupt(e):  # one C code reported as a SystemError
+            fail(_interrupted(commits, finished), code=130)
         # a bug: its traceback is the useful report, printed here with any credential
         # hidden (Hydra's own report would show the overrides as they were typed)
         print(redact_text(traceback.format_exc()), end="", file=sys.stderr)

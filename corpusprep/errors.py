@@ -14,6 +14,17 @@ class TaskFailed(RuntimeError):
 
 # said for a Ctrl-C (or SIGTERM) once a run's outputs were in place (writer.COMMITS)
 INTERRUPTED_AFTER_COMMIT = "interrupted after the commit; out_dir holds this run's complete outputs"
+
+
+def is_interrupt(e: BaseException) -> bool:
+    """A Ctrl-C (or SIGTERM), also one whose handler ran while C code called back into
+    Python (numpy's fromfile did, once in about 50 interrupted runs): Python then reports
+    the C function's result as a SystemError caused by the KeyboardInterrupt."""
+    if isinstance(e, SystemError):
+        e = e.__cause__
+    return isinstance(e, KeyboardInterrupt)
+
+
 # ... once it finished the commit an earlier run began (writer.FINISHED)
 INTERRUPTED_AFTER_FINISHING = (
     "interrupted; out_dir holds the complete outputs of an earlier run, whose commit this "

@@ -36,7 +36,7 @@ from typing import Any, BinaryIO, Optional
 
 import numpy as np
 
-from corpusprep.errors import UserError
+from corpusprep.errors import UserError, is_interrupt
 
 DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
 WORK = ".corpusprep-work"  # resumable shard parts, inside out_dir
@@ -178,7 +178,7 @@ class OutputWriter:
             raise
         return self
 
-    def __exit__(self, exc_type: Any, *exc: object) -> None:
+    def __exit__(self, exc_type: Any, exc: Optional[BaseException], *tb: object) -> None:
         """Tidy up (the work folder, temporary files, the lock) with Ctrl-C waiting until
         it is done, then let it act (COMMITS says whether it came after the commit)."""
         held, self._held = self._held, None  # held since the commit's journal, if it began
@@ -186,11 +186,11 @@ class OutputWriter:
             held = signals_held()
             held.__enter__()
         try:
-            self._tidy(exc_type)
+            self._tidy(exc)
         finally:
             held.__exit__(None, None, None)  # a signal that waited acts now
 
-    def _tidy(self, exc_type: Any) -> None:
+    def _tidy(self, exc: Optional[BaseException]) -> None:
         try:
             if self.committed:
                 for path in self._scratch:
@@ -199,9 +199,7 @@ class OutputWriter:
             else:
                 # finished shards stay for a re-run after a failure the user did not cause
                 # (a dead node, retries used up); a user error or Ctrl-C tidies them away
-                keep = exc_type is not None and not issubclass(
-                    exc_type, (UserError, KeyboardInterrupt)
-                )
+                keep = exc is not None and not (isinstance(exc, UserError) or is_interrupt(exc))
                 self.abort(keep_work=keep)
         finally:
             self._release_lock()
