@@ -8,16 +8,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from corpusprep.config import register_resolvers
-
 if TYPE_CHECKING:
     from pathlib import Path
 
     from corpusprep.dataset import PreparedDataset
 
 __version__ = "0.1.0"
-
-register_resolvers()
+# no import of OmegaConf here (the ${cp.*} resolvers are registered by corpusprep.config,
+# which whatever composes corpusprep's configs imports): `import corpusprep` takes a few
+# ms, and a Ctrl-C while the command line imports the rest is one line (__main__.py)
 
 
 def load(path: str | Path, tokenizer: bool = True, check_ids: bool = True) -> PreparedDataset:

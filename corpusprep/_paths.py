@@ -13,6 +13,8 @@ _REPO_CONF = Path(__file__).resolve().parent.parent / "conf"
 
 
 def config_path() -> str:
+    import corpusprep.config  # noqa: F401 - composing these configs needs their ${cp.*} resolvers
+
     # find_spec first: an installed (or editable) corpusprep ships conf/ as corpusprep.conf.
     try:
         if find_spec("corpusprep.conf") is not None:

@@ -87,6 +87,9 @@ def _job_num() -> str:
 
 
 def register_resolvers() -> None:
+    """corpusprep's ${cp.*} resolvers, registered when this module is imported: by the
+    command line, by Hydra's compose API (corpusprep.conf's __init__ and _paths.config_path
+    import it), and by whatever builds a plugin."""
     resolvers = (("cp.stem", _stem), ("cp.first", _first), ("cp.stdlib", _stdlib),
                  ("cp.out_dir", _out_dir), ("cp.safe", _safe))  # fmt: skip
     for name, fn in resolvers:
@@ -507,3 +510,6 @@ def read_settings(cfg: DictConfig) -> Settings:
         force=cfg.get("force"),
         dry_run=cfg.get("dry_run"),
     )
+
+
+register_resolvers()

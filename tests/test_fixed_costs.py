@@ -29,6 +29,59 @@ from corpusprep.formats import MAX_PIECES, STREAM_END, InputFile, compressed_pie
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
+# --- the start of the process -----------------------------------------------------------
+
+# a Ctrl-C that lands while Python imports OmegaConf (the command line's first ~0.1 s)
+_CTRL_C_AT_IMPORT = """
+import sys
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == "omegaconf":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, CtrlC())
+"""
+
+
+def test_import_corpusprep_is_light():
+    """`import corpusprep` (for corpusprep.load) imports neither OmegaConf, Hydra nor
+    numpy: they come with what uses them."""
+    r = subprocess.run([sys.executable, "-c", "import sys, corpusprep\n"
+                        "print([m for m in ('omegaconf', 'hydra', 'numpy') if m in sys.modules])"],
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "entry",
+    ["import runpy; runpy.run_module('corpusprep', run_name='__main__', alter_sys=True)",
+     "from corpusprep.__main__ import main; sys.exit(main())"],  # the console script's lines
+    ids=["python -m corpusprep", "the corpusprep command"],
+)  # fmt: skip
+def test_ctrl_c_while_the_command_imports_is_one_line(tmp_path: Path, entry: str):
+    code = _CTRL_C_AT_IMPORT + entry
+    r = subprocess.run([sys.executable, "-c", code, "dataset=shakespeare_char"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert (r.returncode, r.stderr) == (130, "corpusprep: error: interrupted\n")
+    assert not (tmp_path / "data").exists()
+
+
+def test_the_compose_api_resolves_corpusprep_configs_after_a_light_import(tmp_path: Path):
+    """Hydra's compose API on corpusprep.conf still finds the ${cp.*} resolvers (importing
+    the configs' package registers them), in a fresh interpreter."""
+    code = (
+        "import corpusprep\n"
+        "from hydra import compose, initialize_config_module\n"
+        "with initialize_config_module(version_base=None, config_module='corpusprep.conf'):\n"
+        "    cfg = compose('config', overrides=['source=file', 'source.path=a/b.txt'])\n"
+        "print(cfg.name, cfg.out_dir)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["b", "data/b"]
+
+
 # --- the end of the process -------------------------------------------------------------
 
 
