@@ -266,8 +266,10 @@ def cli() -> NoReturn:
         main()
     except SystemExit as e:
         code = e.code
-    except KeyboardInterrupt:  # before any run began (composing the config) or after it
-        # ended: none is half done
+    except (KeyboardInterrupt, SystemError) as e:  # before any run began (composing the
+        # config) or after it ended: none is half done
+        if not is_interrupt(e):  # a SystemError of its own: a bug's traceback
+            raise
         single = not {"-m", "--multirun"} & set(sys.argv[1:])
         said = INTERRUPTED_AFTER_COMMIT if single and _commits() else "interrupted"
         print(f"corpusprep: error: {said}", file=sys.stderr)

@@ -109,10 +109,17 @@ def test_cli_exits_with_the_code_python_would(tmp_path: Path, raised: str, code:
     assert r.stderr.strip() == stderr
 
 
-def test_cli_says_a_ctrl_c_outside_any_run_in_one_line(tmp_path: Path):
+@pytest.mark.parametrize(
+    "raised",
+    ["KeyboardInterrupt",
+     # as Python reports a Ctrl-C handled while C code called back into Python
+     "SystemError('returned a result with an exception set') from KeyboardInterrupt()"],
+    ids=["KeyboardInterrupt", "SystemError from it"],
+)  # fmt: skip
+def test_cli_says_a_ctrl_c_outside_any_run_in_one_line(tmp_path: Path, raised: str):
     """Ctrl-C while the config is composed (Hydra, the checks) or after the run ended: no
     traceback, exit 130 as for any interrupt (found by an attack)."""
-    body = "def main():\n    raise KeyboardInterrupt\napp.main = main\napp.cli()"
+    body = f"def main():\n    raise {raised}\napp.main = main\napp.cli()"
     r = _entry(tmp_path, body)
     assert r.returncode == 130
     assert r.stderr == "corpusprep: error: interrupted\n"
@@ -1244,3 +1251,10 @@ def test_a_resume_redoes_shards_whose_documents_were_keyed_another_way(
         assert (tmp_path / "out" / f"{side}.bin").read_bytes() == (
             tmp_path / "ref" / f"{side}.bin"
         ).read_bytes()
+
+
+def test_cli_keeps_a_system_error_of_its_own_a_bug(tmp_path: Path):
+    """A SystemError no Ctrl-C caused is a bug: its traceback, exit 1."""
+    r = _entry(tmp_path, "def main():\n    raise SystemError('a bug')\napp.main = main\napp.cli()")
+    assert r.returncode == 1
+    assert "Traceback" in r.stderr and r.stderr.strip().endswith("SystemError: a bug")
