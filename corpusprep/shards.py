@@ -231,7 +231,7 @@ class _Writer:
         # each id's UTF-8 bytes: the text written is counted (None: not counted)
         self.token_bytes = token_bytes
         self.text_bytes: Optional[int] = None if token_bytes is None else 0
-        self.index = Index()
+        self.index = None if token_bytes is None else Index()  # to count the text's bytes
         self.file = open(target.path, mode, buffering=0)  # noqa: SIM115 - closed in close()
         # an output file goes to disk as it is written; a part file of its own is read back
         # by the merge and deleted at the commit: written out, it would be disk work the
