@@ -123,6 +123,10 @@ class Rules:
         """The hash that keys each document (see split.key_hash_for)."""
         return key_hash_for(self.split_by)
 
+    def document_key(self, text: str) -> bytes:
+        """A document's key, by this run's hash."""
+        return KEY_HASHES[self.key_hash](text)
+
 
 @dataclass
 class EncodeTask:
@@ -298,13 +302,13 @@ class _Writer:
 
 
 def add_text_bytes(total: Optional[int], ids: np.ndarray, token_bytes: np.ndarray,
-                   index: Optional[Index] = None) -> Optional[int]:  # fmt: skip
+                   index: Index) -> Optional[int]:  # fmt: skip
     """`total` plus the UTF-8 bytes of `ids` (each id's from token_bytes); None once unknown:
     an id beyond the vocabulary (a plugin's bug), which measure's own count leaves out."""
     if total is None:
         return None
     try:
-        for chunk in (index or Index()).chunks(ids):
+        for chunk in index.chunks(ids):
             total += int(token_bytes[chunk].sum(dtype=np.int64))
         return total
     except (IndexError, TypeError):
@@ -497,7 +501,7 @@ class _Batch:
         self.task, self.writers, self.starts, self.keys = task, writers, starts, keys
         self.prepend = eot if task.rules.eot == "prepend" else None
         self.append = eot if task.rules.eot == "append" else None
-        self.key = KEY_HASHES[task.rules.key_hash] if task.rules.split_by in KEYED else None
+        self.keyed = task.rules.split_by in KEYED
         self.docs: list[int] = []
         self.texts: list[str] = []
         self.size = 0
@@ -526,8 +530,8 @@ class _Batch:
         counted = dict.fromkeys(self.writers, 0)
         for doc, text, ids in zip(self.docs, self.texts, tokenizer.encode_documents(self.texts)):
             side = "train"
-            if self.key is not None:
-                key = self.key(text)
+            if self.keyed:
+                key = self.task.rules.document_key(text)
                 side = _document_side(self.task, doc, key)
                 self.keys[side].append(int.from_bytes(key[:8], "little"))
             self.starts[side].append(self.writers[side].tokens + counted[side])
@@ -580,7 +584,7 @@ def _sides(task: EncodeTask, part: Part, doc: int, key, position: list[int], key
         return
     if task.rules.split_by in KEYED:
         if part.whole is not None:
-            key = KEY_HASHES[task.rules.key_hash](part.whole)
+            key = task.rules.document_key(part.whole)
         side = _document_side(task, doc, key)
         if part.starts:
             keys[side].append(int.from_bytes(key[:8], "little"))

@@ -15,6 +15,18 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+FAULTS = {"PYTHONPATH": f"{REPO}:{REPO / 'tests'}"}  # tests/fault_tokenizers.py importable
+
+
+def crash_after_documents(args: list[str], cwd: Path, documents: int = 150) -> list[str]:
+    """Run `args` into out_dir=out (cwd/out) with a GPT-2 that kills its process after
+    `documents` documents, once: the shards finished before stay, each with its marker.
+    Returns the arguments that run it again (same tokenizer, its crash spent): a resume."""
+    args = [*args, "tokenizer._target_=fault_tokenizers.CrashLaterTiktokenTokenizer",
+            f"+tokenizer.flag={cwd / 'flag'}", f"+tokenizer.after={documents}"]  # fmt: skip
+    crash = run_cli(*args, "out_dir=out", cwd=cwd, env=FAULTS)
+    assert crash.returncode != 0
+    return args
 
 
 def run_cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300,

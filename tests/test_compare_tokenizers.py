@@ -23,9 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import REPO, assert_one_line_error, run_cli
-
-FAULTS = {"PYTHONPATH": f"{REPO}:{REPO / 'tests'}"}  # tests/fault_tokenizers.py
+from helpers import FAULTS, assert_one_line_error, crash_after_documents, run_cli
 
 TEXT = "Ça, naïve — 日本語 😀 <|endoftext|> and plain ASCII lines.\n" * 300 + "end\n"
 
@@ -96,10 +94,7 @@ def test_val_bytes_after_a_resume_from_shards_that_did_not_count_them(tmp_path, 
     done = run_cli(*args, "out_dir=ref", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     # the one process dies after 150 documents, its finished shards' markers left behind
-    args += ["tokenizer._target_=fault_tokenizers.CrashLaterTiktokenTokenizer",
-             f"+tokenizer.flag={tmp_path / 'flag'}", "+tokenizer.after=150"]  # fmt: skip
-    crash = run_cli(*args, "out_dir=out", cwd=tmp_path, env=FAULTS)
-    assert crash.returncode != 0
+    args = crash_after_documents(args, tmp_path)
     markers = list((tmp_path / "out").rglob("*.done"))
     assert markers
     for marker in markers:

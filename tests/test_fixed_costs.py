@@ -1161,10 +1161,10 @@ def test_ids_seen_and_text_bytes_over_many_chunks(dtype: str):
     seen = _Seen(50_256)
     seen.add(ids)
     assert np.array_equal(seen.packed(), np.packbits(np.isin(np.arange(50_257), ids)))
-    assert add_text_bytes(7, ids, sizes) == 7 + int(sizes[ids].sum())
+    assert add_text_bytes(7, ids, sizes, Index()) == 7 + int(sizes[ids].sum())
     bad = ids.copy()
     bad[-1] = 50_257
-    assert add_text_bytes(0, bad, sizes) is None
+    assert add_text_bytes(0, bad, sizes, Index()) is None
     seen.add(bad)
     assert seen.packed() is None
 
@@ -1207,15 +1207,14 @@ def test_split_by_hash_still_draws_from_blake2b(tmp_path: Path, tiktoken_cache):
 
 @pytest.mark.parametrize("split_by", ["document", "hash"])
 def test_a_resume_redoes_shards_whose_documents_were_keyed_another_way(
-    tmp_path: Path, tiktoken_cache, capsys, split_by: str
+    tmp_path: Path, tiktoken_cache, split_by: str
 ):
     """A finished shard's keys count the exact duplicates across sides with every other
     shard's: one keyed by another hash (an earlier version's blake2b: no key_hash in its
     marker) is encoded again, and the count is the one a fresh run gives. split_by=hash
     always keyed by blake2b: its earlier shards are taken as they are."""
-    from helpers import REPO
+    from helpers import FAULTS, crash_after_documents
 
-    faults = {"PYTHONPATH": f"{REPO}:{REPO / 'tests'}"}  # tests/fault_tokenizers.py
     # 40 documents each twice: once among the first 40, once among the last 40
     twice = [f"the document {i}, twice" for i in range(40)]
     texts = twice + [f"doc {i} " + "y" * i for i in range(220)] + twice
@@ -1228,10 +1227,7 @@ def test_a_resume_redoes_shards_whose_documents_were_keyed_another_way(
     ref = json.loads((tmp_path / "ref" / "manifest.json").read_text())["documents"]
     assert ref["exact_duplicates_across_splits"] > 0  # some pairs are split across the sides
     # the one process dies after 150 documents, its finished shards' markers left behind
-    args += ["tokenizer._target_=fault_tokenizers.CrashLaterTiktokenTokenizer",
-             f"+tokenizer.flag={tmp_path / 'flag'}", "+tokenizer.after=150"]  # fmt: skip
-    crash = run_cli(*args, "out_dir=out", cwd=tmp_path, env=faults)
-    assert crash.returncode != 0
+    args = crash_after_documents(args, tmp_path)
     markers = sorted((tmp_path / "out").rglob("*.done"))
     assert markers
     for marker in markers:  # as an earlier version wrote them: blake2b keys, no key_hash
@@ -1241,7 +1237,7 @@ def test_a_resume_redoes_shards_whose_documents_were_keyed_another_way(
         if split_by == "document":  # keys no sha256 would give
             keys = Path(f"{marker}.keys")
             keys.write_bytes((np.fromfile(keys, dtype="<u8") ^ np.uint64(0x5A5A)).tobytes())
-    again = run_cli(*args, "out_dir=out", cwd=tmp_path, env=faults)
+    again = run_cli(*args, "out_dir=out", cwd=tmp_path, env=FAULTS)
     assert again.returncode == 0, again.stderr
     reused = f"resuming: {len(markers)} of " in again.stderr
     assert reused == (split_by == "hash"), again.stderr
