@@ -184,12 +184,24 @@ NEW_RUN = ("source=file", "source.path=new.txt", "out_dir=out", "tokenizer=tikto
            "shard_bytes=100000")  # fmt: skip
 
 
+def _script(tmp_path, code: str, *extra: str, **env: str) -> subprocess.CompletedProcess:
+    """NEW_RUN (and `extra` arguments) through `code`, a script that patches corpusprep
+    and then runs its command line, in a fresh interpreter."""
+    return subprocess.run([sys.executable, "-c", code, *NEW_RUN, *extra], cwd=tmp_path,
+                          env={**os.environ, **ENV, **env}, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+
+
 def _interrupted_at(tmp_path, where: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", _INTERRUPTED_AT, *NEW_RUN], cwd=tmp_path,
-        env={**os.environ, **ENV, "INTERRUPT_AT": where}, capture_output=True, text=True,
-        timeout=120,
-    )  # fmt: skip
+    return _script(tmp_path, _INTERRUPTED_AT, INTERRUPT_AT=where)
+
+
+def _a_commit_that_failed(tmp_path) -> None:
+    """A run whose renames failed (the disk) once its journal was written: its commit is
+    left for the next run in the folder to finish."""
+    r = _script(tmp_path, _RENAMES_FAIL)
+    assert r.returncode != 0 and "Input/output error" in r.stderr
+    assert (tmp_path / "out" / ".corpusprep-commit.json").exists()
 
 
 def _complete_and_alone(out, previous) -> None:
@@ -247,10 +259,7 @@ def test_a_commit_whose_renames_fail_is_finished_by_the_next_run(tmp_path, previ
     """Once its journal is written, a commit's files belong to it: a failure then (the
     disk) keeps them, and the next run in the folder finishes that commit, rather than
     deleting the old files the journal makes obsolete while the old manifest lists them."""
-    r = subprocess.run([sys.executable, "-c", _RENAMES_FAIL, *NEW_RUN], cwd=tmp_path,
-                       env={**os.environ, **ENV}, capture_output=True, text=True,
-                       timeout=120)  # fmt: skip
-    assert r.returncode != 0 and "Input/output error" in r.stderr
+    _a_commit_that_failed(tmp_path)
     again = run_cli(*NEW_RUN, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert "up to date" in again.stdout + again.stderr  # the commit it finished is this run's
@@ -283,13 +292,8 @@ def test_ctrl_c_while_the_summary_prints_says_what_out_dir_holds(tmp_path, previ
     if before == "a run":
         assert run_cli(*NEW_RUN, cwd=tmp_path).returncode == 0
     if before == "a commit that failed":
-        failed = subprocess.run([sys.executable, "-c", _RENAMES_FAIL, *NEW_RUN], cwd=tmp_path,
-                                env={**os.environ, **ENV}, capture_output=True, text=True,
-                                timeout=120)  # fmt: skip
-        assert failed.returncode != 0 and (tmp_path / "out" / ".corpusprep-commit.json").exists()
-    r = subprocess.run([sys.executable, "-c", _INTERRUPTED_SUMMARY, *NEW_RUN], cwd=tmp_path,
-                       env={**os.environ, **ENV}, capture_output=True, text=True,
-                       timeout=120)  # fmt: skip
+        _a_commit_that_failed(tmp_path)
+    r = _script(tmp_path, _INTERRUPTED_SUMMARY)
     assert r.returncode == 130
     assert r.stderr.strip().splitlines()[-1] == f"corpusprep: error: {said}"
     _complete_and_alone(tmp_path / "out", previous)
@@ -312,9 +316,7 @@ main()
 def test_ctrl_c_while_the_manifest_is_written_leaves_no_temporary_file(tmp_path, previous):
     """The new manifest's temporary file is the writer's as soon as it exists: an
     interrupt while it is written removes it with the others (found by an attack)."""
-    r = subprocess.run([sys.executable, "-c", _INTERRUPTED_WRITING_THE_MANIFEST, *NEW_RUN],
-                       cwd=tmp_path, env={**os.environ, **ENV}, capture_output=True, text=True,
-                       timeout=120)  # fmt: skip
+    r = _script(tmp_path, _INTERRUPTED_WRITING_THE_MANIFEST)
     assert r.returncode == 130
     assert r.stderr.strip().splitlines()[-1] == (
         "corpusprep: error: interrupted; the previous outputs in out_dir are untouched"
@@ -342,9 +344,7 @@ def test_ctrl_c_that_c_code_reports_as_a_system_error_is_an_interrupt(tmp_path, 
     """A Ctrl-C handled while C code (numpy's fromfile) called back into Python comes out
     as a SystemError caused by the KeyboardInterrupt: it is said as the interrupt it is,
     not as a bug's traceback (found by an attack, once in about 50 tries)."""
-    r = subprocess.run([sys.executable, "-c", _INTERRUPTED_IN_C, *NEW_RUN], cwd=tmp_path,
-                       env={**os.environ, **ENV}, capture_output=True, text=True,
-                       timeout=120)  # fmt: skip
+    r = _script(tmp_path, _INTERRUPTED_IN_C)
     assert r.returncode == 130, r.stderr
     assert r.stderr.strip().splitlines() == [
         "corpusprep: error: interrupted; the previous outputs in out_dir are untouched"
@@ -364,10 +364,7 @@ main()
 
 
 def test_ctrl_c_while_the_workers_fork_is_not_lost(tmp_path, previous):
-    r = subprocess.run(
-        [sys.executable, "-c", _INTERRUPTED_AS_WORKERS_FORK, *NEW_RUN, "executor.workers=2"],
-        cwd=tmp_path, env={**os.environ, **ENV}, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    r = _script(tmp_path, _INTERRUPTED_AS_WORKERS_FORK, "executor.workers=2")
     assert r.returncode == 130, r.stderr
     assert r.stderr.strip().splitlines()[-1] == (
         "corpusprep: error: interrupted; the previous outputs in out_dir are untouched"
@@ -380,10 +377,7 @@ def test_ctrl_c_while_an_earlier_commit_is_finished_finishes_it_whole(tmp_path, 
     """A run first finishes the commit a killed (or failed) run began; a Ctrl-C then waits
     for it: the folder holds that run's outputs, whole, not half old, half new, and the
     message says so (not that the previous outputs are untouched)."""
-    r = subprocess.run([sys.executable, "-c", _RENAMES_FAIL, *NEW_RUN], cwd=tmp_path,
-                       env={**os.environ, **ENV}, capture_output=True, text=True,
-                       timeout=120)  # fmt: skip
-    assert r.returncode != 0 and (tmp_path / "out" / ".corpusprep-commit.json").exists()
+    _a_commit_that_failed(tmp_path)
     r = _interrupted_at(tmp_path, "recover")
     assert r.returncode == 130
     assert r.stderr.strip().splitlines()[-1] == (
