@@ -31,9 +31,9 @@ from typing import Optional
 from common import (
     MB,
     NANOGPT,
+    Ceilings,
     clean_up,
     corpusprep_phases,
-    measure_ceiling,
     open_workdir,
     parse_args,
     prepare_corpus,
@@ -88,7 +88,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             f"out_dir={outs['corpusprep+fast']}",
             "quiet=true",
         ]
-    runs = run_all(commands, outs, workdir, args.repeat, OUTPUTS)
+    # the encoder each corpusprep run used (tiktoken; auto's choice), measured each round
+    methods = {name: (outs[name], None) for name in commands if name != "nanoGPT"}
+    ceilings = Ceilings([corpus], False, methods)
+    runs = run_all(commands, outs, workdir, args.repeat, OUTPUTS, ceilings)
     if runs is None:
         return 1  # the workdir is kept, to look at the outputs
 
@@ -101,21 +104,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         quicker = best["nanoGPT"] / best["corpusprep+fast"]
         print(f"corpusprep (tokenizer.backend=auto: {backend})/nanoGPT throughput: {quicker:.2f}x")
     print(f"corpusprep's own phases (last run): {corpusprep_phases(outs['corpusprep'])}")
-    workers = json.loads((outs["corpusprep"] / "manifest.json").read_text())["executor"]["workers"]
     label = f"BPE one text {args.mb} MB"
-    ceiling = measure_ceiling("tiktoken", workers, [corpus], False, args.repeat)
     report_ratio(f"{label}, tiktoken, corpusprep/nanoGPT", ratio, target_ratio(args.mb),
-                 (best["nanoGPT"], ceiling))  # fmt: skip
-    report_ceiling(
-        f"{label}, tiktoken",
-        best["corpusprep"],
-        ceiling,
-        last=(outs["corpusprep"], runs["corpusprep"][-1]),
-    )
-    if fast:
-        ceiling = measure_ceiling(backend, workers, [corpus], False, args.repeat)
-        report_ceiling(f"{label}, {backend}", best["corpusprep+fast"], ceiling,
-                       last=(outs["corpusprep+fast"], runs["corpusprep+fast"][-1]))  # fmt: skip
+                 (best["nanoGPT"], ceilings.seconds("corpusprep")))  # fmt: skip
+    for name in methods:
+        report_ceiling(f"{label}, {ceilings.encoders[name]}", best[name], ceilings.seconds(name),
+                       last=(outs[name], runs[name][-1]))  # fmt: skip
     report_memory(label, runs["corpusprep"], TARGET_MEMORY)
     print_memory_notes()
     clean_up(workdir, temporary, args.keep, outs)

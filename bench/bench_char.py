@@ -14,16 +14,15 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Optional
 
 from common import (
     MB,
     NANOGPT,
+    Ceilings,
     clean_up,
     corpusprep_phases,
-    measure_ceiling,
     open_workdir,
     parse_args,
     prepare_corpus,
@@ -58,7 +57,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             "quiet=true",
         ],
     }
-    runs = run_all(commands, outs, workdir, args.repeat, OUTPUTS)
+    ceilings = Ceilings([corpus], False, {"corpusprep": (outs["corpusprep"], "char")})
+    runs = run_all(commands, outs, workdir, args.repeat, OUTPUTS, ceilings)
     if runs is None:
         return 1  # the workdir is kept, to look at the outputs
 
@@ -66,9 +66,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ratio = best["nanoGPT"] / best["corpusprep"]
     print(f"\ncorpusprep/nanoGPT throughput: {ratio:.2f}x")
     print(f"corpusprep's own phases (last run): {corpusprep_phases(outs['corpusprep'])}")
-    workers = json.loads((outs["corpusprep"] / "manifest.json").read_text())["executor"]["workers"]
     label = f"char {args.mb} MB"
-    ceiling = measure_ceiling("char", workers, [corpus], False, args.repeat)
+    ceiling = ceilings.seconds("corpusprep")
     report_ratio(f"{label}, corpusprep/nanoGPT", ratio, TARGET_RATIO, (best["nanoGPT"], ceiling))
     report_ceiling(
         label, best["corpusprep"], ceiling, last=(outs["corpusprep"], runs["corpusprep"][-1])

@@ -41,12 +41,12 @@ from typing import Optional
 
 from common import (
     MB,
+    Ceilings,
     Run,
     clean_up,
     corpus_documents,
     corpusprep_origin,
     corpusprep_phases,
-    measure_ceiling,
     open_workdir,
     parse_args,
     print_memory_notes,
@@ -235,25 +235,21 @@ def check_same_tokens(made: dict[str, Documents], corpus_docs: int) -> Optional[
 
 
 def report_targets(best: dict[str, float], runs: dict[str, list[Run]], mb: int, outs: dict,
-                   paths: list[Path], repeat: int) -> None:  # fmt: skip
+                   ceilings: Ceilings) -> None:  # fmt: skip
     """One line per target: ahead of llm.c by 1.2x with its own encoder and 2x with the
     faster one, >= 85% of each encoder's ceiling, faster than every peer, and memory judged
     on the tree's PSS (the RSS sum, which counts pages shared with forked workers twice,
     beside it)."""
     label = f"documents {mb} MB"
-    manifest = json.loads((outs["corpusprep"] / "manifest.json").read_text())
-    backend, workers = manifest["tokenizer"]["backend"], manifest["executor"]["workers"]
-    ceilings = {encoder: measure_ceiling(encoder, workers, paths, True, repeat)
-                for encoder in dict.fromkeys(["tiktoken", backend])}  # fmt: skip
+    backend = ceilings.encoders["corpusprep"]
     report_ratio(f"{label}, tiktoken, corpusprep/llm.c", best["llm.c"] / best["cp-tiktoken"],
-                 1.2, (best["llm.c"], ceilings["tiktoken"]))  # fmt: skip
+                 1.2, (best["llm.c"], ceilings.seconds("cp-tiktoken")))  # fmt: skip
     if backend != "tiktoken":
         report_ratio(f"{label}, {backend}, corpusprep/llm.c", best["llm.c"] / best["corpusprep"],
-                     2.0, (best["llm.c"], ceilings[backend]))  # fmt: skip
-    for name, encoder in {"cp-tiktoken": "tiktoken", "corpusprep": backend}.items():
-        report_ceiling(
-            f"{label}, {encoder}", best[name], ceilings[encoder], last=(outs[name], runs[name][-1])
-        )
+                     2.0, (best["llm.c"], ceilings.seconds("corpusprep")))  # fmt: skip
+    for name in ("cp-tiktoken", "corpusprep"):
+        report_ceiling(f"{label}, {ceilings.encoders[name]}", best[name], ceilings.seconds(name),
+                       last=(outs[name], runs[name][-1]))  # fmt: skip
     peers = [name for name in best if name != "corpusprep"]
     slowest = max(best["corpusprep"] / best[p] for p in peers) if peers else 0.0
     print(f"target: faster than every peer ({', '.join(peers)}): "
@@ -326,6 +322,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         ]  # fmt: skip
 
     runs: dict[str, list[Run]] = {name: [] for name in commands}
+    # each corpusprep run's encoder alone, after each timed round (see common.Ceilings)
+    ceilings = Ceilings(
+        paths, True, {name: (outs[name], None) for name in ("cp-tiktoken", "corpusprep")}
+    )
     # timed runs, then one run with the memory sampled (it slows a run: not timed)
     for i in range(1, args.repeat + 2):
         sample = i == args.repeat + 1
@@ -362,6 +362,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         if problem is not None:
             print(f"\nSAME TOKENS: NO (outputs kept in {workdir}): {problem}", file=sys.stderr)
             return 1
+        if not sample:
+            ceilings.measure()
     ref = made["corpusprep"]
     print(
         f"\nsame tokens: yes, {', '.join(made)}: {ref.docs:,} documents "
@@ -376,7 +378,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             ratio = best[peer] / best["corpusprep"]
             print(f"corpusprep/{peer} throughput: {ratio:.2f}x")
     print(f"corpusprep's own phases (last run): {corpusprep_phases(outs['corpusprep'])}")
-    report_targets(best, runs, args.mb, outs, paths, args.repeat)
+    report_targets(best, runs, args.mb, outs, ceilings)
     print_memory_notes()
 
     clean_up(workdir, temporary, args.keep, outs)

@@ -456,11 +456,12 @@ def run_all(
     workdir: Path,
     repeat: int,
     compared: Sequence[str],
+    ceilings: Optional[Ceilings] = None,
 ) -> Optional[dict[str, list[Run]]]:
     """Run every command `repeat` times, timed, then once more with its memory sampled (the
     sampler slows a run, so that run's time does not count), and check after each round
     that the files `compared` are the same in every output folder as in the first one.
-    None if they differ."""
+    After each timed round, the ceilings are measured. None if the files differ."""
     runs: dict[str, list[Run]] = {name: [] for name in commands}
     reference, *others = commands
     for i in range(1, repeat + 2):
@@ -485,6 +486,8 @@ def run_all(
                 print(f"\nOUTPUTS DIFFER (kept in {workdir}):", file=sys.stderr)
                 print("\n".join(f"  {p}" for p in problems), file=sys.stderr)
                 return None
+        if ceilings is not None and not sample:
+            ceilings.measure()
     print(f"\noutputs identical: {', '.join(compared)}")
     print("(corpusprep's run 1 of a command composes its config with Hydra; runs 2 on read "
           "the config that run kept, as a repeated command does)\n")  # fmt: skip
@@ -505,7 +508,7 @@ def clean_up(workdir: Path, temporary: bool, keep: bool, outs: dict[str, Path]) 
 
 
 def measure_ceiling(encoder: str, workers: int, inputs: Sequence[Path], documents: bool,
-                    repeat: int) -> float:  # fmt: skip
+                    repeat: int = 1) -> float:  # fmt: skip
     """The median over `repeat` runs of bench/ceiling.py: seconds the encoder alone takes."""
     kind = "--jsonl" if documents else "--text"
     cmd = [sys.executable, str(REPO / "bench" / "ceiling.py"), encoder, str(workers), kind,
@@ -522,6 +525,35 @@ def measure_ceiling(encoder: str, workers: int, inputs: Sequence[Path], document
             return float("nan")
         times.append(json.loads(done.stdout)["seconds"])
     return statistics.median(times)
+
+
+class Ceilings:
+    """The encoder's ceiling for each corpusprep method, measured once per timed round,
+    right after that round's runs: this machine's speed drifts by a third over a benchmark,
+    and a ceiling measured minutes after the runs it is compared with moved a fraction by 20
+    points. Each method's encoder and workers are read from the manifest its run left
+    (`encoder` fixes the encoder instead); one that two methods share is measured once a
+    round. The median over the rounds counts, as for the runs."""
+
+    def __init__(self, inputs: Sequence[Path], documents: bool,
+                 methods: dict[str, tuple[Path, Optional[str]]]) -> None:  # fmt: skip
+        self.inputs, self.documents, self.methods = inputs, documents, methods
+        self.times: dict[str, list[float]] = {name: [] for name in methods}
+        self.encoders: dict[str, str] = {}
+
+    def measure(self) -> None:
+        measured: dict[tuple[str, int], float] = {}
+        for name, (out_dir, encoder) in self.methods.items():
+            manifest = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
+            encoder = encoder or manifest["tokenizer"]["backend"]
+            key = (encoder, manifest["executor"]["workers"])
+            if key not in measured:
+                measured[key] = measure_ceiling(encoder, key[1], self.inputs, self.documents)
+            self.times[name].append(measured[key])
+            self.encoders[name] = encoder
+
+    def seconds(self, name: str) -> float:
+        return statistics.median(self.times[name])
 
 
 def verdict(ok: bool) -> str:
