@@ -549,6 +549,8 @@ class Ceilings:
             key = (encoder, manifest["executor"]["workers"])
             if key not in measured:
                 measured[key] = measure_ceiling(encoder, key[1], self.inputs, self.documents)
+                print(f"ceiling    {encoder:<11} {measured[key]:6.2f} s  (the encoder alone, "
+                      f"{key[1]} workers)")  # fmt: skip
             self.times[name].append(measured[key])
             self.encoders[name] = encoder
 
