@@ -1,0 +1,75 @@
+"""The benchmarks in bench/ run end to end on a tiny corpus: the peers' methods and
+corpusprep make the same files, and each encoder's ceiling is measured right after every
+timed round, its median being the one each target compares with (slow: a few seconds a
+script). Their speed is never judged here: that is what the benchmarks print."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import REPO
+
+pytestmark = pytest.mark.slow
+
+REPEAT = 2
+RUN = re.compile(r"^run (\d+)/(\d+)  (\S+)\s+(.*)$")
+CEILING = re.compile(r"^ceiling    (\S+)\s+([\d.]+) s  \(the encoder alone, (\d+) workers\)$")
+TARGET = re.compile(r"^target: (.*?): >= 85% of the encoder's in-process ceiling \(([\d.]+) s")
+FAST = any(importlib.util.find_spec(m) for m in ("splintr", "riptoken"))
+
+
+def _bench(script: str, workdir: Path, *args: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / script), "--mb", "1", "--repeat", str(REPEAT),
+         "--workdir", str(workdir), *args],
+        capture_output=True, text=True, timeout=600, cwd=workdir, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout.splitlines()
+
+
+@pytest.mark.parametrize(
+    "script, encoders",  # tiktoken, and the faster backend auto chose where one is installed
+    [("bench_char.py", 1), ("bench_bpe.py", 1 + FAST), ("bench_corpus.py", 1 + FAST)],
+)
+def test_a_benchmark_measures_the_ceiling_after_each_timed_round(
+    tmp_path: Path, tiktoken_cache: Path, script: str, encoders: int
+) -> None:
+    lines = _bench(script, tmp_path)
+    assert any(line.startswith(("outputs identical", "same tokens: yes")) for line in lines)
+    # the rounds in order: each timed round's runs, then its ceilings
+    rounds: list[list[str]] = [[] for _ in range(REPEAT)]
+    ceilings: dict[str, list[float]] = {}
+    current = None
+    for line in lines:
+        run = RUN.match(line)
+        if run and "memory run" not in line:
+            current = int(run.group(1)) - 1
+            assert not any(CEILING.match(seen) for seen in rounds[current]), (
+                f"round {current + 1}: a run after its ceiling:\n" + "\n".join(lines)
+            )
+        if run and "memory run" in line:
+            current = None  # the sampled run: no ceiling follows it
+        if current is not None:
+            rounds[current].append(line)
+        ceiling = CEILING.match(line)
+        if ceiling:
+            assert current is not None, f"a ceiling outside a timed round: {line}"
+            ceilings.setdefault(ceiling.group(1), []).append(float(ceiling.group(2)))
+    assert len(ceilings) == encoders, ceilings
+    for encoder, times in ceilings.items():
+        assert len(times) == REPEAT, f"{encoder}: {times}, one per timed round"
+    # each fraction's ceiling is the median of that encoder's rounds (printed to 0.01 s)
+    targets = [m for line in lines if (m := TARGET.match(line))]
+    assert targets, "\n".join(lines)
+    for target in targets:  # "BPE one text 1 MB, splintr"; "char 1 MB"
+        encoder = target.group(1).split(", ")[-1] if encoders > 1 or "," in target.group(1) else ""
+        encoder = encoder if encoder in ceilings else next(iter(ceilings))
+        median = statistics.median(ceilings[encoder])
+        assert float(target.group(2)) == pytest.approx(median, abs=0.011), target.group(0)
