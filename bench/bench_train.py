@@ -36,8 +36,8 @@ from common import (
     CORPORA,
     MB,
     REPO,
+    Ceilings,
     clean_up,
-    measure_ceiling,
     open_workdir,
     prepare_corpus,
     print_table,
@@ -186,7 +186,9 @@ def _sentencepiece(args, corpus: Path, size: int, workdir: Path, outs: dict[str,
                                str(outs["sp-one-call"])]  # fmt: skip
     commands["sp"] = _command(corpus, outs["sp"], "tokenizer=sentencepiece",
                               f"tokenizer.model={model}")  # fmt: skip
-    runs = run_all(commands, {n: outs[n] for n in commands}, workdir, args.repeat, COMPARED)
+    ceilings = Ceilings([corpus], False, {"sp": (outs["sp"], f"sentencepiece={model}")})
+    runs = run_all(commands, {n: outs[n] for n in commands}, workdir, args.repeat, COMPARED,
+                   ceilings)  # fmt: skip
     if runs is None:
         return False
     best = print_table(size, runs)
@@ -196,8 +198,7 @@ def _sentencepiece(args, corpus: Path, size: int, workdir: Path, outs: dict[str,
           f"cuts: {manifest['tokenizer']['cuts']}")  # fmt: skip
     ratio = best["sp-one-call"] / best["sp"]
     print(f"sentencepiece, corpusprep against one encode call (the peer's method): {ratio:.2f}x")
-    ceiling = measure_ceiling(f"sentencepiece={model}", workers, [corpus], False, args.repeat)
-    report_ceiling("sentencepiece, one text", best["sp"], ceiling)
+    report_ceiling("sentencepiece, one text", best["sp"], ceilings.seconds("sp"))
     return True
 
 

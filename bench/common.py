@@ -507,9 +507,8 @@ def clean_up(workdir: Path, temporary: bool, keep: bool, outs: dict[str, Path]) 
 # --- the encoder's ceiling and the targets ----------------------------------------------------
 
 
-def measure_ceiling(encoder: str, workers: int, inputs: Sequence[Path], documents: bool,
-                    repeat: int = 1) -> float:  # fmt: skip
-    """The median over `repeat` runs of bench/ceiling.py: seconds the encoder alone takes."""
+def measure_ceiling(encoder: str, workers: int, inputs: Sequence[Path], documents: bool) -> float:
+    """Seconds the encoder alone takes (one run of bench/ceiling.py); nan if it failed."""
     kind = "--jsonl" if documents else "--text"
     cmd = [sys.executable, str(REPO / "bench" / "ceiling.py"), encoder, str(workers), kind,
            *map(str, inputs)]  # fmt: skip
@@ -517,14 +516,11 @@ def measure_ceiling(encoder: str, workers: int, inputs: Sequence[Path], document
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
     }
-    times = []
-    for _ in range(repeat):
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-        if done.returncode != 0:
-            print(f"ceiling {encoder}: FAILED: {done.stderr.strip()[-300:]}")
-            return float("nan")
-        times.append(json.loads(done.stdout)["seconds"])
-    return statistics.median(times)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        print(f"ceiling {encoder}: FAILED: {done.stderr.strip()[-300:]}")
+        return float("nan")
+    return json.loads(done.stdout)["seconds"]
 
 
 class Ceilings:
@@ -549,7 +545,8 @@ class Ceilings:
             key = (encoder, manifest["executor"]["workers"])
             if key not in measured:
                 measured[key] = measure_ceiling(encoder, key[1], self.inputs, self.documents)
-                print(f"ceiling    {encoder:<11} {measured[key]:6.2f} s  (the encoder alone, "
+                name_only = encoder.split("=", 1)[0]  # sentencepiece=MODEL: its path left out
+                print(f"ceiling    {name_only:<11} {measured[key]:6.2f} s  (the encoder alone, "
                       f"{key[1]} workers)")  # fmt: skip
             self.times[name].append(measured[key])
             self.encoders[name] = encoder

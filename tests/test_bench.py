@@ -36,12 +36,18 @@ def _bench(script: str, workdir: Path, *args: str) -> list[str]:
 
 @pytest.mark.parametrize(
     "script, encoders",  # tiktoken, and the faster backend auto chose where one is installed
-    [("bench_char.py", 1), ("bench_bpe.py", 1 + FAST), ("bench_corpus.py", 1 + FAST)],
+    [
+        ("bench_char.py", 1),
+        ("bench_bpe.py", 1 + FAST),
+        ("bench_corpus.py", 1 + FAST),
+        ("bench_train.py", 1),
+    ],  # fmt: skip
 )
 def test_a_benchmark_measures_the_ceiling_after_each_timed_round(
     tmp_path: Path, tiktoken_cache: Path, script: str, encoders: int
 ) -> None:
-    lines = _bench(script, tmp_path)
+    small = ["--vocab", "512", "--sp-train-chars", "200000"] if script == "bench_train.py" else []
+    lines = _bench(script, tmp_path, *small)
     assert any(line.startswith(("outputs identical", "same tokens: yes")) for line in lines)
     # the rounds in order: each timed round's runs, then its ceilings
     rounds: list[list[str]] = [[] for _ in range(REPEAT)]
