@@ -74,8 +74,31 @@ def test_a_benchmark_measures_the_ceiling_after_each_timed_round(
     # each fraction's ceiling is the median of that encoder's rounds (printed to 0.01 s)
     targets = [m for line in lines if (m := TARGET.match(line))]
     assert targets, "\n".join(lines)
+    _check_reach(lines, script)
     for target in targets:  # "BPE one text 1 MB, splintr"; "char 1 MB"
         encoder = target.group(1).split(", ")[-1] if encoders > 1 or "," in target.group(1) else ""
         encoder = encoder if encoder in ceilings else next(iter(ceilings))
         median = statistics.median(ceilings[encoder])
         assert float(target.group(2)) == pytest.approx(median, abs=0.011), target.group(0)
+
+
+OUTSIDE = re.compile(r"^  (.*), the last run \(.*\): ([\d.]+) s outside its own clock")
+REACH = re.compile(r"^  (.*): with nothing but the encoder inside its clock, the whole process "
+                   r"would reach (\d+)% of the ceiling(: 85% is out of reach.*)?$")  # fmt: skip
+
+
+def _check_reach(lines: list[str], script: str) -> None:
+    """Under each fraction that splits its last run, the most the whole process could reach:
+    the ceiling over the ceiling plus the time outside corpusprep's clock (both as printed,
+    so within rounding), said out of reach below 85%."""
+    ceilings = {m.group(1): float(m.group(2)) for line in lines if (m := TARGET.match(line))}
+    outside = {m.group(1): float(m.group(2)) for line in lines if (m := OUTSIDE.match(line))}
+    reach = {m.group(1): m for line in lines if (m := REACH.match(line))}
+    assert set(reach) == set(outside), "\n".join(lines)
+    if script != "bench_train.py":  # its sentencepiece line has no last run to split
+        assert set(reach) == set(ceilings), "\n".join(lines)
+    for label, m in reach.items():
+        expected = ceilings[label] / (ceilings[label] + outside[label])
+        assert int(m.group(2)) / 100 == pytest.approx(expected, abs=0.03), m.group(0)
+        said_out = m.group(3) is not None  # 84.6% prints as 85% and is out of reach
+        assert int(m.group(2)) <= 85 if said_out else int(m.group(2)) >= 85, m.group(0)
