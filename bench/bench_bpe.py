@@ -108,8 +108,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     report_ratio(f"{label}, tiktoken, corpusprep/nanoGPT", ratio, target_ratio(args.mb),
                  (best["nanoGPT"], ceilings.seconds("corpusprep")))  # fmt: skip
     for name in methods:
-        report_ceiling(f"{label}, {ceilings.encoders[name]}", best[name], ceilings.seconds(name),
-                       last=(outs[name], runs[name][-1]))  # fmt: skip
+        report_ceiling(f"{label}, {ceilings.encoders[name]}", best[name], ceilings, name)
     report_memory(label, runs["corpusprep"], TARGET_MEMORY)
     print_memory_notes()
     clean_up(workdir, temporary, args.keep, outs)

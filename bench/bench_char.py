@@ -69,9 +69,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     label = f"char {args.mb} MB"
     ceiling = ceilings.seconds("corpusprep")
     report_ratio(f"{label}, corpusprep/nanoGPT", ratio, TARGET_RATIO, (best["nanoGPT"], ceiling))
-    report_ceiling(
-        label, best["corpusprep"], ceiling, last=(outs["corpusprep"], runs["corpusprep"][-1])
-    )
+    report_ceiling(label, best["corpusprep"], ceilings, "corpusprep")
     report_memory(label, runs["corpusprep"], TARGET_MEMORY)
     print_memory_notes()
     clean_up(workdir, temporary, args.keep, outs)

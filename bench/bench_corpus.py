@@ -234,7 +234,7 @@ def check_same_tokens(made: dict[str, Documents], corpus_docs: int) -> Optional[
 # --- the run -----------------------------------------------------------------------------------
 
 
-def report_targets(best: dict[str, float], runs: dict[str, list[Run]], mb: int, outs: dict,
+def report_targets(best: dict[str, float], runs: dict[str, list[Run]], mb: int,
                    ceilings: Ceilings) -> None:  # fmt: skip
     """One line per target: ahead of llm.c by 1.2x with its own encoder and 2x with the
     faster one, >= 85% of each encoder's ceiling, faster than every peer, and memory judged
@@ -248,8 +248,7 @@ def report_targets(best: dict[str, float], runs: dict[str, list[Run]], mb: int, 
         report_ratio(f"{label}, {backend}, corpusprep/llm.c", best["llm.c"] / best["corpusprep"],
                      2.0, (best["llm.c"], ceilings.seconds("corpusprep")))  # fmt: skip
     for name in ("cp-tiktoken", "corpusprep"):
-        report_ceiling(f"{label}, {ceilings.encoders[name]}", best[name], ceilings.seconds(name),
-                       last=(outs[name], runs[name][-1]))  # fmt: skip
+        report_ceiling(f"{label}, {ceilings.encoders[name]}", best[name], ceilings, name)
     peers = [name for name in best if name != "corpusprep"]
     slowest = max(best["corpusprep"] / best[p] for p in peers) if peers else 0.0
     print(f"target: faster than every peer ({', '.join(peers)}): "
@@ -322,7 +321,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         ]  # fmt: skip
 
     runs: dict[str, list[Run]] = {name: [] for name in commands}
-    # each corpusprep run's encoder alone, after each timed round (see common.Ceilings)
+    # each corpusprep method's encoder alone, after each of its timed runs
     ceilings = Ceilings(
         paths, True, {name: (outs[name], None) for name in ("cp-tiktoken", "corpusprep")}
     )
@@ -345,6 +344,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             )
             print(f"run {min(i, args.repeat)}/{args.repeat}  {name:<11} {what}  single "
                   f"{run.max_single_rss / MB:6,.0f} MB")  # fmt: skip
+            if not sample:  # its encoder alone, right after it (see common.Ceilings)
+                ceilings.after(name, run, i)
         cp = outs["corpusprep"]
         made = {
             "corpusprep": documents_of(
@@ -362,8 +363,6 @@ def main(argv: Optional[list[str]] = None) -> int:
         if problem is not None:
             print(f"\nSAME TOKENS: NO (outputs kept in {workdir}): {problem}", file=sys.stderr)
             return 1
-        if not sample:
-            ceilings.measure()
     ref = made["corpusprep"]
     print(
         f"\nsame tokens: yes, {', '.join(made)}: {ref.docs:,} documents "
@@ -378,7 +377,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             ratio = best[peer] / best["corpusprep"]
             print(f"corpusprep/{peer} throughput: {ratio:.2f}x")
     print(f"corpusprep's own phases (last run): {corpusprep_phases(outs['corpusprep'])}")
-    report_targets(best, runs, args.mb, outs, ceilings)
+    report_targets(best, runs, args.mb, ceilings)
     print_memory_notes()
 
     clean_up(workdir, temporary, args.keep, outs)

@@ -198,7 +198,7 @@ def _sentencepiece(args, corpus: Path, size: int, workdir: Path, outs: dict[str,
           f"cuts: {manifest['tokenizer']['cuts']}")  # fmt: skip
     ratio = best["sp-one-call"] / best["sp"]
     print(f"sentencepiece, corpusprep against one encode call (the peer's method): {ratio:.2f}x")
-    report_ceiling("sentencepiece, one text", best["sp"], ceilings.seconds("sp"))
+    report_ceiling("sentencepiece, one text", best["sp"], ceilings, "sp")
     return True
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import shutil
@@ -461,7 +462,8 @@ def run_all(
     """Run every command `repeat` times, timed, then once more with its memory sampled (the
     sampler slows a run, so that run's time does not count), and check after each round
     that the files `compared` are the same in every output folder as in the first one.
-    After each timed round, the ceilings are measured. None if the files differ."""
+    After each timed run of a method with a ceiling, its ceiling is measured. None if the
+    files differ."""
     runs: dict[str, list[Run]] = {name: [] for name in commands}
     reference, *others = commands
     for i in range(1, repeat + 2):
@@ -480,14 +482,14 @@ def run_all(
             )
             print(f"run {min(i, repeat)}/{repeat}  {name:<11} {what}  single "
                   f"{run.max_single_rss / MB:6,.0f} MB")  # fmt: skip
+            if ceilings is not None and not sample:
+                ceilings.after(name, run, i)
         for other in others:
             problems = output_differences(outs[reference], outs[other], compared)
             if problems:
                 print(f"\nOUTPUTS DIFFER (kept in {workdir}):", file=sys.stderr)
                 print("\n".join(f"  {p}" for p in problems), file=sys.stderr)
                 return None
-        if ceilings is not None and not sample:
-            ceilings.measure()
     print(f"\noutputs identical: {', '.join(compared)}")
     print("(corpusprep's run 1 of a command composes its config with Hydra; runs 2 on read "
           "the config that run kept, as a repeated command does)\n")  # fmt: skip
@@ -524,68 +526,73 @@ def measure_ceiling(encoder: str, workers: int, inputs: Sequence[Path], document
 
 
 class Ceilings:
-    """The encoder's ceiling for each corpusprep method, measured once per timed round,
-    right after that round's runs: this machine's speed drifts by a third over a benchmark,
-    and a ceiling measured minutes after the runs it is compared with moved a fraction by 20
+    """The encoder's ceiling for each corpusprep method, measured right after each timed
+    run of that method: this machine's speed drifts by a third over a benchmark, and a
+    ceiling measured minutes after the runs it is compared with moved a fraction by 20
     points. Each method's encoder and workers are read from the manifest its run left
     (`encoder` fixes the encoder instead); one that two methods share is measured once a
-    round. The median over the rounds counts, as for the runs."""
+    round. The median over the rounds counts, as for the runs (a round whose ceiling
+    failed makes it nan). Each run's time outside corpusprep's own clock (its wall time
+    less its manifest's seconds.total) is kept too."""
 
     def __init__(self, inputs: Sequence[Path], documents: bool,
                  methods: dict[str, tuple[Path, Optional[str]]]) -> None:  # fmt: skip
         self.inputs, self.documents, self.methods = inputs, documents, methods
         self.times: dict[str, list[float]] = {name: [] for name in methods}
+        self.outside: dict[str, list[float]] = {name: [] for name in methods}
         self.encoders: dict[str, str] = {}
+        self._measured: dict[tuple[int, str, int], float] = {}  # (round, encoder, workers)
 
-    def measure(self) -> None:
-        measured: dict[tuple[str, int], float] = {}
-        for name, (out_dir, encoder) in self.methods.items():
-            manifest = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
-            encoder = encoder or manifest["tokenizer"]["backend"]
-            key = (encoder, manifest["executor"]["workers"])
-            if key not in measured:
-                measured[key] = measure_ceiling(encoder, key[1], self.inputs, self.documents)
-                name_only = encoder.split("=", 1)[0]  # sentencepiece=MODEL: its path left out
-                print(f"ceiling    {name_only:<11} {measured[key]:6.2f} s  (the encoder alone, "
-                      f"{key[1]} workers)")  # fmt: skip
-            self.times[name].append(measured[key])
-            self.encoders[name] = encoder
+    def after(self, name: str, run: Run, round_number: int) -> None:
+        """After a timed run of method `name` (nothing for a method without a ceiling)."""
+        if name not in self.methods:
+            return
+        out_dir, encoder = self.methods[name]
+        manifest = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
+        encoder = encoder or manifest["tokenizer"]["backend"]
+        workers = manifest["executor"]["workers"]
+        key = (round_number, encoder, workers)
+        if key not in self._measured:
+            self._measured[key] = measure_ceiling(encoder, workers, self.inputs, self.documents)
+            shown = encoder.split("=", 1)[0]  # sentencepiece=MODEL: its path left out
+            print(f"ceiling    {shown:<11} {self._measured[key]:6.2f} s  (the encoder alone, "
+                  f"{workers} workers)")  # fmt: skip
+        self.times[name].append(self._measured[key])
+        self.outside[name].append(run.seconds - manifest["seconds"]["total"])
+        self.encoders[name] = encoder
 
     def seconds(self, name: str) -> float:
-        return statistics.median(self.times[name])
+        times = self.times[name]
+        return float("nan") if any(math.isnan(t) for t in times) else statistics.median(times)
+
+    def outside_seconds(self, name: str) -> float:
+        return statistics.median(self.outside[name])
 
 
 def verdict(ok: bool) -> str:
     return "met" if ok else "NOT MET"
 
 
-def report_ceiling(label: str, corpusprep_seconds: float, ceiling_seconds: float,
-                   target: float = 0.85,
-                   last: Optional[tuple[Path, Run]] = None) -> None:  # fmt: skip
-    """corpusprep's whole-process throughput as a fraction of the encoder's ceiling.
-    last (the folder the last run left, and that run): also what that process spent
-    outside the run's own clock (the interpreter, imports, Hydra's compose, the exit),
-    which no work around the encoder can cut, the fraction of the ceiling within it, and
-    the most the whole process could reach with nothing but the encoder inside that clock
-    (a target above that is out of reach without a faster start-up)."""
-    fraction = ceiling_seconds / corpusprep_seconds
+def report_ceiling(label: str, corpusprep_seconds: float, ceilings: Ceilings, name: str,
+                   target: float = 0.85) -> None:  # fmt: skip
+    """corpusprep's whole-process throughput as a fraction of the encoder's ceiling; then
+    the time its timed runs spent outside corpusprep's own clock (the interpreter, imports,
+    Hydra's compose, the exit), which no work around the encoder can cut, the ceiling's
+    fraction of the time inside, and the most the whole process could reach with nothing
+    but the encoder inside that clock (a target above it is out of reach without a faster
+    start-up)."""
+    ceiling = ceilings.seconds(name)
+    fraction = ceiling / corpusprep_seconds
     print(f"target: {label}: >= {target:.0%} of the encoder's in-process ceiling "
-          f"({ceiling_seconds:.2f} s for the encoder alone, {corpusprep_seconds:.2f} s whole "
+          f"({ceiling:.2f} s for the encoder alone, {corpusprep_seconds:.2f} s whole "
           f"process): {fraction:.0%}, {verdict(fraction >= target)}")  # fmt: skip
-    if last is None:
-        return
-    out_dir, run = last
-    manifest = json.loads((out_dir / "manifest.json").read_text(encoding="utf-8"))
-    inside = manifest["seconds"]["total"]  # from prepare()'s start to its manifest
-    sampled = "" if run.timed else ", sampled for memory"
-    outside = run.seconds - inside
-    print(f"  {label}, the last run ({run.seconds:.2f} s{sampled}): {outside:.2f} s "
-          f"outside its own clock (start-up, imports, compose, exit), {inside:.2f} s inside; "
-          f"the ceiling is {ceiling_seconds / inside:.0%} of the time inside")  # fmt: skip
-    cap = ceiling_seconds / (ceiling_seconds + outside)
+    outside = ceilings.outside_seconds(name)
+    cap = ceiling / (ceiling + outside)
     beyond = f": {target:.0%} is out of reach without a faster start-up" if cap < target else ""
-    print(f"  {label}: with nothing but the encoder inside its clock, the whole process would "
-          f"reach {cap:.0%} of the ceiling{beyond}")  # fmt: skip
+    print(f"  {label}: {outside:.2f} s outside corpusprep's own clock (start-up, imports, "
+          f"compose, exit; median of the timed runs), so the ceiling is "
+          f"{ceiling / (corpusprep_seconds - outside):.0%} of the time inside; with nothing but "
+          f"the encoder inside, the whole process would reach {cap:.0%}{beyond}")  # fmt: skip
 
 
 def report_ratio(label: str, ratio: float, target: float,
