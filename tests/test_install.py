@@ -30,7 +30,8 @@ from helpers import REPO
 # one worker (--dist loadgroup): one fresh venv, shared by the tests; first: minutes
 pytestmark = [pytest.mark.xdist_group("install"), pytest.mark.slow]
 
-SHIPPED = ("pyproject.toml", "README.md", "conf", "corpusprep", "tests", "LICENSE")
+# what a clean checkout holds (the tests read bench/ and docs/ too)
+SHIPPED = ("pyproject.toml", "README.md", "conf", "corpusprep", "tests", "bench", "docs", "LICENSE")
 
 
 def _readme_commands() -> tuple[str, str]:
