@@ -35,8 +35,12 @@ RUN = re.compile(r"^run (\d+)/\d+  (\S+)\s+(.*)$")
 CEILING = re.compile(r"^ceiling    (\S+)\s+([\d.]+) s  \(the encoder alone, \d+ workers\)$")
 TARGET = re.compile(r"^target: (.*?): >= 85% of the encoder's in-process ceiling \(([\d.]+) s")
 REACH = re.compile(
-    r"^  (.*): ([\d.]+) s outside corpusprep's own clock .* the whole process would reach "
-    r"(\d+)%(: 85% is out of reach without a faster start-up)?$"
+    r"^  (.*): ([\d.]+) s outside corpusprep's own clock .* so the ceiling is (\d+)% of the "
+    r"time inside; the sha256 of the input and outputs takes ([\d.]+) s of a core, ([\d.]+) "
+    r"s of (\d+) cores; (?:with nothing but the encoder, start-up and sha256, the whole "
+    r"process would reach (\d+)%(: 85% is out of reach without a faster start-up or "
+    r"sha256)?|(corpusprep's own encoding is faster than this encoder alone, which bounds "
+    r"nothing here))$"
 )
 
 
@@ -78,6 +82,32 @@ def test_ceilings_take_the_median_of_the_rounds_and_measure_a_shared_encoder_onc
     assert ceilings.outside_seconds("a") == pytest.approx(0.2)  # of 0.5, 0.2, 0.1
     assert ceilings.encoders == {"a": "splintr", "b": "splintr"}
     assert capsys.readouterr().out.count("ceiling    splintr") == 3
+
+
+def test_ceilings_time_the_sha256_of_the_input_and_the_outputs_the_manifest_lists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What corpusprep must hash inside its clock (the manifest records the input's sha256
+    and every output's): one core's time on those files, right after each run, median."""
+    hashed: list[list[Path]] = []
+
+    def fake_sha256(paths) -> float:
+        hashed.append(list(paths))
+        return [0.4, 0.1, 0.3][len(hashed) - 1]
+
+    monkeypatch.setattr(common, "measure_ceiling", _returning([1.0, 1.0, 1.0]))
+    monkeypatch.setattr(common, "measure_sha256", fake_sha256)
+    corpus, out = tmp_path / "corpus.txt", tmp_path / "out"
+    ceilings = common.Ceilings([corpus], False, {"a": (out, None)})
+    for round_number in (1, 2, 3):
+        _manifest(out, "splintr", 1.0)
+        manifest = json.loads((out / "manifest.json").read_text())
+        manifest["files"] = {"train.bin": 8, "val.bin": 4}
+        (out / "manifest.json").write_text(json.dumps(manifest))
+        ceilings.after("a", _run(1.2), round_number)
+    assert hashed == [[corpus, out / "train.bin", out / "val.bin"]] * 3
+    assert ceilings.sha256_seconds("a") == 0.3
+    assert ceilings.workers["a"] == 2
 
 
 def _returning(values: list[float]):
@@ -163,7 +193,8 @@ def test_a_benchmark_measures_each_ceiling_right_after_its_method(
     for round_number in range(1, REPEAT + 1):
         assert sorted(per_round[round_number]) == sorted(distinct), shown
     # each fraction compares with its encoder's ceiling (printed to 0.01 s), and the line
-    # under it gives the most the process could reach: ceiling / (ceiling + outside)
+    # under it gives the most the process could reach: ceiling / (ceiling + outside + the
+    # sha256's share of the cores)
     targets = {m.group(1): float(m.group(2)) for line in lines if (m := TARGET.match(line))}
     reach = {m.group(1): m for line in lines if (m := REACH.match(line))}
     assert targets and set(reach) == set(targets), shown
@@ -172,9 +203,16 @@ def test_a_benchmark_measures_each_ceiling_right_after_its_method(
         encoder = "sentencepiece" if label.startswith("sentencepiece") else encoder
         # the rounds' median (the unit test above pins it): between their least and most
         assert min(ceilings[encoder]) - 0.01 <= ceiling <= max(ceilings[encoder]) + 0.01, label
-        outside, said = float(reach[label].group(2)), int(reach[label].group(3))
-        low = (ceiling - 0.005) / (ceiling - 0.005 + outside + 0.005)
-        high = (ceiling + 0.005) / (ceiling + 0.005 + outside - 0.005)
-        assert low - 0.005 <= said / 100 <= high + 0.005, reach[label].group(0)
-        out_of_reach = reach[label].group(4) is not None  # 84.6% prints as 85%
-        assert said <= 85 if out_of_reach else said >= 85, reach[label].group(0)
+        line = reach[label]
+        outside, inside_share = float(line.group(2)), int(line.group(3))
+        sha256, share, cores = (float(line.group(k)) for k in (4, 5, 6))
+        assert abs(share - sha256 / cores) <= 0.01, line.group(0)
+        if line.group(9):  # the ceiling bounds nothing where corpusprep's encoding beats it
+            assert inside_share >= 100, line.group(0)
+            continue
+        said = int(line.group(7))
+        low = (ceiling - 0.005) / (ceiling - 0.005 + outside + 0.005 + share + 0.005)
+        high = (ceiling + 0.005) / (ceiling + 0.005 + max(outside + share - 0.01, 0))
+        assert low - 0.005 <= said / 100 <= high + 0.005, line.group(0)
+        out_of_reach = line.group(8) is not None  # 84.6% prints as 85%
+        assert said <= 85 if out_of_reach else said >= 85, line.group(0)
