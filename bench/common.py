@@ -625,7 +625,7 @@ def report_ceiling(label: str, corpusprep_seconds: float, ceilings: Ceilings, na
     # the three add up to more than the run took (char's encoding beats the encoder alone;
     # or the machine was slower while the ceiling ran): they bound nothing
     bound = (f"with nothing but the encoder, start-up and sha256, the whole process would "
-             f"reach {cap:.0%}{beyond}" if cap >= fraction else
+             f"reach {cap:.0%}{beyond}" if not cap < fraction else  # nan: a failed ceiling
              "together they come to more than the run took: they bound nothing here")  # fmt: skip
     print(f"  {label}: {outside:.2f} s outside corpusprep's own clock (start-up, imports, "
           f"compose, exit; median of the timed runs), so the ceiling is "
