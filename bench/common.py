@@ -607,7 +607,7 @@ def report_ceiling(label: str, corpusprep_seconds: float, ceilings: Ceilings, na
     that over the workers); then the most the whole process could reach with nothing but
     the encoder, the start-up and the sha256 (a target above it is out of reach without a
     faster start-up or a cheaper checksum), unless they add up to more than the run took
-    (char's encoding beats the encoder alone: it never decodes ASCII), and bound nothing."""
+    (a ceiling measured while the machine was slower), and bound nothing."""
     ceiling = ceilings.seconds(name)
     fraction = ceiling / corpusprep_seconds
     print(f"target: {label}: >= {target:.0%} of the encoder's in-process ceiling "
@@ -622,8 +622,8 @@ def report_ceiling(label: str, corpusprep_seconds: float, ceilings: Ceilings, na
         else ""
     )
     inside = corpusprep_seconds - outside
-    # the three add up to more than the run took (char's encoding beats the encoder alone;
-    # or the machine was slower while the ceiling ran): they bound nothing
+    # the three add up to more than the run took (the machine was slower while the
+    # ceiling ran): they bound nothing
     bound = (f"with nothing but the encoder, start-up and sha256, the whole process would "
              f"reach {cap:.0%}{beyond}" if not cap < fraction else  # nan: a failed ceiling
              "together they come to more than the run took: they bound nothing here")  # fmt: skip

@@ -127,7 +127,7 @@ def test_the_reach_counts_start_up_and_the_sha256_share_and_says_when_they_bound
     line = _reported(2.0, 2.8, 2.5, 0.4, capsys)
     assert "0.40 s of a core, 0.20 s of 2 cores" in line
     assert line.endswith("would reach 80%: 85% is out of reach without a faster start-up or sha256")
-    # a run quicker than the three together (char): no reach below what it got
+    # a run quicker than the three together (a ceiling taken in a slow moment): no reach
     line = _reported(2.0, 2.2, 1.9, 0.4, capsys)
     assert line.endswith("together they come to more than the run took: they bound nothing here")
 
