@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import zlib
 from pathlib import Path
 
@@ -1254,3 +1255,65 @@ def test_cli_keeps_a_system_error_of_its_own_a_bug(tmp_path: Path):
     r = _entry(tmp_path, "def main():\n    raise SystemError('a bug')\napp.main = main\napp.cli()")
     assert r.returncode == 1
     assert "Traceback" in r.stderr and r.stderr.strip().endswith("SystemError: a bug")
+
+
+def test_input_files_are_hashed_side_by_side(tmp_path: Path, monkeypatch):
+    """Documents are keyed by their file's sha256, known before the first shard starts:
+    hashed one file after the other, 14 Parquet files of 2 GB (FineWeb's sample) kept every
+    core idle for 20 s. Files are hashed in threads (hashlib lets go of the GIL), one per
+    core at most; a zip's members share their archive's one digest."""
+    import corpusprep.prepare as prepare_module
+
+    paths = [tmp_path / f"p{i}.jsonl" for i in range(3)]
+    for i, path in enumerate(paths):
+        path.write_bytes(b'{"text": "%d"}\n' % i)
+    at_once = threading.Barrier(2, timeout=10)  # two files in hashing together, or a timeout
+    hashed = []
+
+    def meeting(path: Path) -> str:
+        hashed.append(path)
+        if len(hashed) <= 2:
+            at_once.wait()
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    monkeypatch.setattr(prepare_module, "sha256_file", meeting)
+    monkeypatch.setattr(prepare_module, "available_cores", lambda: 2)
+    files = [InputFile(str(p), "jsonl") for p in paths]
+    files.append(InputFile(str(paths[0]), "jsonl", member="x"))  # another name, same file
+    digests = prepare_module._hashes(files)
+    assert sorted(hashed) == paths  # each file once
+    for path in paths:
+        assert digests[str(path)] == hashlib.sha256(path.read_bytes()).digest()
+    member = hashlib.sha256(digests[str(paths[0])] + b"x").digest()
+    assert digests[f"{paths[0]}!x"] == member
+
+
+def test_a_file_removed_before_it_is_hashed_is_one_line(tmp_path: Path):
+    from corpusprep.errors import UserError
+    from corpusprep.prepare import _hashes
+
+    there, gone = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    there.write_text('{"text": "a"}\n')
+    with pytest.raises(UserError, match=f"{gone}: the file was removed while it was being read"):
+        _hashes([InputFile(str(there), "jsonl"), InputFile(str(gone), "jsonl")])
+
+
+def test_a_ctrl_c_while_inputs_are_hashed_stops_the_run_at_once(tmp_path: Path, monkeypatch):
+    """The hashing threads are daemons and the driver waits on them interruptibly: a Ctrl-C
+    does not wait for a huge file's digest to finish."""
+    import corpusprep.prepare as prepare_module
+
+    path = tmp_path / "huge.jsonl"
+    path.write_text('{"text": "a"}\n')
+    endless = threading.Event()
+    monkeypatch.setattr(prepare_module, "sha256_file", lambda p: endless.wait(60) and "00" * 32)
+    ctrl_c = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    ctrl_c.start()
+    start = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            prepare_module._hashes([InputFile(str(path), "jsonl")])
+        assert time.monotonic() - start < 20  # not the 60 s the digest would take
+    finally:
+        ctrl_c.cancel()
+        endless.set()
