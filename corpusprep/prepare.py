@@ -754,12 +754,12 @@ def _hashes(files: list[InputFile]) -> dict[str, bytes]:
     FineWeb's 14 files of 2 GB kept every core waiting for 20 s."""
     paths = list(dict.fromkeys(f.path for f in files))
     todo = iter(paths)
-    taking = threading.Lock()
+    taking, stop = threading.Lock(), threading.Event()
     found: dict[str, bytes] = {}
     failed: dict[str, BaseException] = {}
 
     def hash_the_next_ones() -> None:
-        while not failed:
+        while not failed and not stop.is_set():
             with taking:
                 path = next(todo, None)
             if path is None:
@@ -774,12 +774,15 @@ def _hashes(files: list[InputFile]) -> dict[str, bytes]:
     # daemon threads: a Ctrl-C stops the run at once, not after a 100 GB file's digest
     threads = [threading.Thread(target=hash_the_next_ones, daemon=True)
                for _ in range(min(len(paths), available_cores()))]  # fmt: skip
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if failed:  # the first file's error, in the inputs' order
-        raise failed[min(failed, key=paths.index)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:  # interrupted: no thread starts on another file
+        stop.set()
+    if failed:  # the first file's error, in the inputs' order (raised in a thread: the
+        raise failed[min(failed, key=paths.index)] from None  # caller's context is not its)
     # by name for documents (a zip member's own key), by path for the files on disk
     return {**found, **{f.name: _member_digest(found[f.path], f.member) for f in files}}
 

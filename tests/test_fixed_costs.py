@@ -1303,17 +1303,27 @@ def test_a_ctrl_c_while_inputs_are_hashed_stops_the_run_at_once(tmp_path: Path, 
     does not wait for a huge file's digest to finish."""
     import corpusprep.prepare as prepare_module
 
-    path = tmp_path / "huge.jsonl"
-    path.write_text('{"text": "a"}\n')
-    endless = threading.Event()
-    monkeypatch.setattr(prepare_module, "sha256_file", lambda p: endless.wait(60) and "00" * 32)
+    paths = [tmp_path / f"huge{i}.jsonl" for i in range(3)]
+    for path in paths:
+        path.write_text('{"text": "a"}\n')
+    endless, hashed = threading.Event(), []
+
+    def slow(path: Path) -> str:
+        hashed.append(path)
+        endless.wait(60)
+        return "00" * 32
+
+    monkeypatch.setattr(prepare_module, "sha256_file", slow)
+    monkeypatch.setattr(prepare_module, "available_cores", lambda: 1)
     ctrl_c = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
     ctrl_c.start()
     start = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt):
-            prepare_module._hashes([InputFile(str(path), "jsonl")])
+            prepare_module._hashes([InputFile(str(p), "jsonl") for p in paths])
         assert time.monotonic() - start < 20  # not the 60 s the digest would take
     finally:
         ctrl_c.cancel()
         endless.set()
+    time.sleep(0.5)  # the thread ends its file: it takes no other
+    assert hashed == paths[:1]
