@@ -754,22 +754,21 @@ def _hashes(files: list[InputFile]) -> dict[str, bytes]:
     FineWeb's 14 files of 2 GB kept every core waiting for 20 s."""
     paths = list(dict.fromkeys(f.path for f in files))
     todo = iter(paths)
-    taking, stop = threading.Lock(), threading.Event()
+    taking, stop = threading.Lock(), threading.Event()  # stop: a file failed, or a Ctrl-C
     found: dict[str, bytes] = {}
     failed: dict[str, BaseException] = {}
 
     def hash_the_next_ones() -> None:
-        while not failed and not stop.is_set():
+        while not stop.is_set():
             with taking:
                 path = next(todo, None)
             if path is None:
                 return
             try:
                 found[path] = bytes.fromhex(sha256_file(Path(path)))
-            except FileNotFoundError:
-                failed[path] = _removed(path)
             except BaseException as e:  # said in the driver, as if hashed there
-                failed[path] = e
+                failed[path] = _removed(path) if isinstance(e, FileNotFoundError) else e
+                stop.set()
 
     # daemon threads: a Ctrl-C stops the run at once, not after a 100 GB file's digest
     threads = [threading.Thread(target=hash_the_next_ones, daemon=True)
