@@ -44,7 +44,7 @@ from corpusprep.compression import STREAMS
 from corpusprep.config import Settings, build, read_settings
 from corpusprep.errors import UserError
 from corpusprep.executors import Executor
-from corpusprep.executors.local import available_cores
+from corpusprep.executors.local import LocalExecutor, available_cores
 from corpusprep.exporters import Exporter, Streams
 from corpusprep.formats import STREAM_END, InputFile, Segment, get_format
 from corpusprep.merge import Merged, PartFile, merge
@@ -129,6 +129,14 @@ class Run:
     def itemsize(self) -> int:
         return np.dtype(self.dtype).itemsize
 
+    @property
+    def cores(self) -> int:
+        """The cores this run takes on this machine, where the input files are hashed: a
+        local executor's workers (executor.workers=1: one), else all of them."""
+        if isinstance(self.executor, LocalExecutor):
+            return min(self.executor.workers, available_cores())
+        return available_cores()
+
 
 def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str, Any]:
     """Run the whole job described by a composed config; returns the manifest."""
@@ -173,7 +181,7 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
     run.before = {f.path: os.stat(f.path) for f in run.files}
     previous = None if run.settings.force else finished_manifest(run.settings.out_dir)
     if previous is not None:  # a finished run is there: redo it only if something changed
-        run.hashes = _hashes(run.files)
+        run.hashes = _hashes(run.files, run.cores)
         digest = input_sha256(run.files, run.hashes)
         if previous.get("fingerprint") == fingerprint(run.cfg, run.tokenizer, digest):
             run.out.remove_stale_work()  # of a run killed after its commit, or superseded
@@ -351,7 +359,7 @@ def decide(run: Run) -> None:
     run.dtype = run.dtype or choose_dtype(settings.dtype, run.tokenizer.max_id)
     # documents spread over several shards are keyed by their file's hash: known first
     if run.split_by in ("document", "hash") and not run.hashes:
-        run.hashes = _hashes(run.files)
+        run.hashes = _hashes(run.files, run.cores)
 
 
 def encode(run: Run) -> None:
@@ -360,7 +368,7 @@ def encode(run: Run) -> None:
     work = tasks[0].marker and Path(tasks[0].marker).parent
     done = {}
     if work and any(work.glob("*.done")):  # an earlier run's shards: reuse them only
-        run.hashes = run.hashes or _hashes(run.files)  # if the input is still the same
+        run.hashes = run.hashes or _hashes(run.files, run.cores)  # if the input is still the same
         if _recorded_inputs(work) == _inputs_record(run.hashes, run.before):
             done = {t.shard.index: r for t in tasks if (r := finished(t, run.itemsize))}
         for stale in () if done else work.glob("*.done"):
@@ -381,7 +389,7 @@ def encode(run: Run) -> None:
         fresh = (result for results in run.executor.map(encode_run, runs) for result in results)
         if work is None:  # shards write in place (no resume): the input's sha256 while the
             # workers encode, not before they start, and the outputs' as they are written
-            hashing = Meanwhile(lambda: run.hashes or _hashes(run.files))
+            hashing = Meanwhile(lambda: run.hashes or _hashes(run.files, run.cores))
             written = DigestWhileWriting(todo, run.itemsize, run.out)
             fresh = written.following(hashing.once_started(fresh), todo)
         elif hashing is not None:
@@ -747,41 +755,55 @@ def _side_chars(first: int, chars: int, split_char: int) -> tuple[int, int]:
     return train, chars - train
 
 
-def _hashes(files: list[InputFile]) -> dict[str, bytes]:
+def _hashes(files: list[InputFile], threads: Optional[int] = None) -> dict[str, bytes]:
     """sha256 of every input file (a zip member: of its archive, plus its name). Files are
-    hashed side by side, a thread per core at most (hashlib lets go of the GIL): documents
-    are keyed by these digests before the first shard starts, and one file after another,
-    FineWeb's 14 files of 2 GB kept every core waiting for 20 s."""
+    hashed side by side, `threads` at most (default: a thread per core; hashlib lets go of
+    the GIL): documents are keyed by these digests before the first shard starts, and one
+    file after another, FineWeb's 14 files of 2 GB kept every core waiting for 20 s."""
     paths = list(dict.fromkeys(f.path for f in files))
     todo = iter(paths)
-    taking, stop = threading.Lock(), threading.Event()  # stop: a file failed, or a Ctrl-C
+    settled, stop = threading.Condition(), threading.Event()  # stop: a failure, or a Ctrl-C
     found: dict[str, bytes] = {}
     failed: dict[str, BaseException] = {}
 
     def hash_the_next_ones() -> None:
         while not stop.is_set():
-            with taking:
+            with settled:
                 path = next(todo, None)
             if path is None:
                 return
             try:
-                found[path] = bytes.fromhex(sha256_file(Path(path)))
+                digest, error = bytes.fromhex(sha256_file(Path(path))), None
             except BaseException as e:  # said in the driver, as if hashed there
-                failed[path] = _removed(path) if isinstance(e, FileNotFoundError) else e
-                stop.set()
+                digest, error = None, _removed(path) if isinstance(e, FileNotFoundError) else e
+            with settled:
+                if error is None:
+                    found[path] = digest
+                else:
+                    failed[path] = error
+                    stop.set()
+                settled.notify()
 
-    # daemon threads: a Ctrl-C stops the run at once, not after a 100 GB file's digest
-    threads = [threading.Thread(target=hash_the_next_ones, daemon=True)
-               for _ in range(min(len(paths), available_cores()))]  # fmt: skip
+    def answered() -> bool:
+        """Every file hashed, or one failed and every file before it is settled: its error
+        is the one to say (the inputs' first), whatever later files are still doing."""
+        if not failed:
+            return len(found) == len(paths)
+        first = min(map(paths.index, failed))
+        return all(p in found or p in failed for p in paths[:first])
+
+    # daemon threads: neither a Ctrl-C nor an error waits for a 100 GB file's digest
+    count = min(len(paths), threads or available_cores())
+    for _ in range(count):
+        threading.Thread(target=hash_the_next_ones, daemon=True).start()
     try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:  # interrupted: no thread starts on another file
+        with settled:
+            while not answered():
+                settled.wait()
+    finally:  # said or interrupted: no thread starts on another file
         stop.set()
-    if failed:  # the first file's error, in the inputs' order (raised in a thread: the
-        raise failed[min(failed, key=paths.index)] from None  # caller's context is not its)
+    if failed:  # raised in a thread: the caller's context is not its
+        raise failed[min(failed, key=paths.index)] from None
     # by name for documents (a zip member's own key), by path for the files on disk
     return {**found, **{f.name: _member_digest(found[f.path], f.member) for f in files}}
 
@@ -866,7 +888,7 @@ def _hash_and_record(run: Run) -> dict[str, bytes]:
     the run first looked at them (before any shard read it): a file changed in place while
     it was hashed (even with its size and mtime put back) leaves no record, and shards made
     from it are never reused."""
-    hashes = _hashes(run.files)
+    hashes = _hashes(run.files, run.cores)
     if all(_identity(_stat(path)) == _identity(stat) for path, stat in run.before.items()):
         _record_inputs(run, _inputs_record(hashes, run.before))
     return hashes

@@ -255,10 +255,10 @@ def test_one_texts_sha256_is_taken_while_the_workers_encode(tmp_path, monkeypatc
     seen = []
     real = prepare_module._hashes
 
-    def hashes(files):
+    def hashes(files, threads):
         work = next((tmp_path / "out").glob(".corpusprep-work/*"))
         seen.append((len(list(work.glob("*.done"))), (work / "inputs.json").exists()))
-        return real(files)
+        return real(files, threads)
 
     monkeypatch.setattr(prepare_module, "_hashes", hashes)
     manifest = prepare_module.prepare(compose(*_one_text(tmp_path), "executor.workers=2"))
@@ -282,7 +282,7 @@ def test_an_input_touched_while_hashed_leaves_no_record(tmp_path: Path):
     file = InputFile(str(path), "text", size=path.stat().st_size)
     with OutputWriter(tmp_path / "out") as out:
         work = out.work("key")
-        run = SimpleNamespace(files=[file], before={str(path): os.stat(path)}, out=out)
+        run = SimpleNamespace(files=[file], before={str(path): os.stat(path)}, out=out, cores=2)
         _check_recorded_only_while_untouched(run, path, work)
 
 
@@ -1327,3 +1327,77 @@ def test_a_ctrl_c_while_inputs_are_hashed_stops_the_run_at_once(tmp_path: Path, 
         endless.set()
     time.sleep(0.5)  # the thread ends its file: it takes no other
     assert hashed == paths[:1]
+
+
+def _concurrency(monkeypatch) -> tuple[list[int], threading.Event]:
+    """sha256_file patched to note how many files are being hashed at once (each waits a
+    little, so that threads overlap if they may)."""
+    import corpusprep.prepare as prepare_module
+
+    lock, now, most = threading.Lock(), [0], [0]
+    real = prepare_module.sha256_file
+
+    def counting(path: Path) -> str:
+        with lock:
+            now[0] += 1
+            most[0] = max(most[0], now[0])
+        time.sleep(0.05)
+        try:
+            return real(path)
+        finally:
+            with lock:
+                now[0] -= 1
+
+    monkeypatch.setattr(prepare_module, "sha256_file", counting)
+    return most
+
+
+def test_executor_workers_bounds_the_hashing_threads(tmp_path: Path, monkeypatch, tiktoken_cache):
+    """executor.workers=1 asks for one core: the input files are hashed one at a time then,
+    as they are encoded (a thread per core is for a run that may use them all)."""
+    from helpers import compose
+
+    import corpusprep.prepare as prepare_module
+
+    monkeypatch.setattr(prepare_module, "available_cores", lambda: 4)
+    for i in range(4):
+        rows = [json.dumps({"text": f"file {i} document {k} " + "words " * 20}) for k in range(50)]
+        (tmp_path / f"p{i}.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    args = ["source=files", f"source.glob={tmp_path}/p*.jsonl", "tokenizer=tiktoken",
+            "split_by=document", "quiet=true"]  # fmt: skip
+    most = _concurrency(monkeypatch)
+    prepare_module.prepare(compose(*args, f"out_dir={tmp_path / 'one'}", "executor.workers=1"))
+    assert most[0] == 1
+    most = _concurrency(monkeypatch)
+    prepare_module.prepare(compose(*args, f"out_dir={tmp_path / 'all'}", "executor.workers=3"))
+    assert most[0] == 3  # as many as the workers (of the 4 cores), no more
+
+
+def test_a_failed_file_is_said_without_waiting_for_later_files(tmp_path: Path, monkeypatch):
+    """The first file's error is said as soon as no file before it can fail first: not
+    after a later, huge file's digest that the error makes useless."""
+    import corpusprep.prepare as prepare_module
+    from corpusprep.errors import UserError
+
+    first, huge = tmp_path / "gone.jsonl", tmp_path / "huge.jsonl"
+    huge.write_text('{"text": "a"}\n')
+    endless, started = threading.Event(), threading.Event()
+    real = prepare_module.sha256_file
+
+    def slow(path: Path) -> str:
+        if path == huge:
+            started.set()
+            endless.wait(60)
+        else:  # the first file fails once the huge one's digest is under way
+            started.wait(10)
+        return real(path)
+
+    monkeypatch.setattr(prepare_module, "sha256_file", slow)
+    start = time.monotonic()
+    try:
+        with pytest.raises(UserError, match=f"{first}: the file was removed"):
+            prepare_module._hashes([InputFile(str(first), "jsonl"), InputFile(str(huge), "jsonl")],
+                                   threads=2)  # fmt: skip
+        assert time.monotonic() - start < 20  # not the 60 s the later digest takes
+    finally:
+        endless.set()
