@@ -626,7 +626,7 @@ def report_ceiling(label: str, corpusprep_seconds: float, ceilings: Ceilings, na
              f"reach {cap:.0%}{beyond}" if not cap < fraction else  # nan: a failed ceiling
              "together they come to more than the run took: they bound nothing here")  # fmt: skip
     print(f"  {label}: {outside:.2f} s outside corpusprep's own clock (start-up, imports, "
-          f"compose, exit; median of the timed runs), so the ceiling is "
+          f"compose, the manifest's write, exit; median of the timed runs), so the ceiling is "
           f"{ceiling / inside:.0%} of the time inside; the sha256 of the input and outputs "
           f"takes {sha256:.2f} s of a core, {sha256 / workers:.2f} s of {workers} cores; "
           f"{bound}")  # fmt: skip

@@ -554,8 +554,13 @@ def commit(run: Run) -> dict[str, Any]:
         run.out.write_bytes(TOKEN_BYTES, buffer.getvalue())
     if run.replacing:
         print(run.replacing, file=sys.stderr)
+
+    def timed(manifest: dict[str, Any]) -> dict[str, Any]:  # the seal on the clock too
+        run.clock.lap("commit")
+        return {**manifest, "seconds": {**run.clock.laps, "total": run.clock.total()}}
+
     # the writer adds every file's size and sha256, and writes the manifest last
-    return run.out.commit(manifest)
+    return run.out.commit(manifest, timed)
 
 
 def _side_orders(perm: np.ndarray, val_docs: Optional[np.ndarray], split_by: str,

@@ -271,12 +271,17 @@ class OutputWriter:
         with disk_errors(self.out_dir), open(self.temp(name), "wb") as f:
             pickle.dump(obj, f)
 
-    def commit(self, manifest: dict[str, Any]) -> dict[str, Any]:
+    def commit(
+        self, manifest: dict[str, Any], sealed: Optional[Callable[[dict], dict]] = None
+    ) -> dict[str, Any]:
         """Seal every file (fsync, size, sha256), then put them all in place: the old
-        manifest goes first, the new one (listing every file) last. Returns the manifest."""
+        manifest goes first, the new one (listing every file) last. `sealed`: what the
+        manifest becomes once the files are sealed (the run's clock stopped then). Returns
+        the manifest."""
         with disk_errors(self.out_dir):
             files, checksums = self._seal()
-            manifest = {**manifest, "files": files, "checksums": checksums}
+            manifest = {**(sealed(manifest) if sealed else manifest), "files": files,
+                        "checksums": checksums}  # fmt: skip
             final = self.out_dir / f".{MANIFEST}.{self._tag}.tmp"
             self._temps[MANIFEST] = final  # before it exists: an abort removes it from then on
             with open(final, "w", encoding="utf-8") as f:

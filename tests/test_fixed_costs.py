@@ -1401,3 +1401,28 @@ def test_a_failed_file_is_said_without_waiting_for_later_files(tmp_path: Path, m
         assert time.monotonic() - start < 20  # not the 60 s the later digest takes
     finally:
         endless.set()
+
+
+def test_the_commit_is_on_the_runs_clock(tmp_path: Path, monkeypatch):
+    """The manifest's seconds count the commit's seal too (the fsyncs, the outputs'
+    digests still being taken): its total is all the run's own time but the manifest's
+    writing, so that what a benchmark finds outside it is start-up and exit."""
+    from helpers import compose
+
+    import corpusprep.prepare as prepare_module
+    from corpusprep.writer import OutputWriter
+
+    seal = OutputWriter._seal
+
+    def slow_seal(self):
+        time.sleep(0.3)
+        return seal(self)
+
+    monkeypatch.setattr(OutputWriter, "_seal", slow_seal)
+    (tmp_path / "t.txt").write_text("hello world\n" * 200)
+    args = ["source=file", f"source.path={tmp_path / 't.txt'}", f"out_dir={tmp_path / 'out'}"]
+    manifest = prepare_module.prepare(compose(*args, "quiet=true"))
+    seconds = manifest["seconds"]
+    assert seconds["commit"] >= 0.3 and seconds["total"] >= 0.3
+    on_disk = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert on_disk["seconds"] == seconds
