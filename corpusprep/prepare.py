@@ -799,9 +799,14 @@ def _hashes(files: list[InputFile], threads: Optional[int] = None) -> dict[str, 
 
     # daemon threads: neither a Ctrl-C nor an error waits for a 100 GB file's digest
     count = min(len(paths), threads or available_cores())
-    for _ in range(count):
-        threading.Thread(target=hash_the_next_ones, daemon=True).start()
     try:
+        for started in range(count):
+            try:
+                threading.Thread(target=hash_the_next_ones, daemon=True).start()
+            except RuntimeError:  # no more threads to be had: those running do the work
+                if not started:
+                    raise
+                break
         with settled:
             while not answered():
                 settled.wait()

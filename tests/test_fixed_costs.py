@@ -5,6 +5,7 @@ from its start (where its pieces start), and the outputs' sha256 while they are 
 from __future__ import annotations
 
 import bz2
+import contextlib
 import gzip
 import hashlib
 import json
@@ -1329,18 +1330,22 @@ def test_a_ctrl_c_while_inputs_are_hashed_stops_the_run_at_once(tmp_path: Path, 
     assert hashed == paths[:1]
 
 
-def _concurrency(monkeypatch) -> tuple[list[int], threading.Event]:
+def _concurrency(monkeypatch, meet: int = 0) -> list[int]:
     """sha256_file patched to note how many files are being hashed at once (each waits a
-    little, so that threads overlap if they may)."""
+    little, so that threads overlap if they may; the first `meet` wait for each other)."""
     import corpusprep.prepare as prepare_module
 
     lock, now, most = threading.Lock(), [0], [0]
+    meeting = threading.Barrier(meet, timeout=10) if meet else None
     real = prepare_module.sha256_file
 
     def counting(path: Path) -> str:
         with lock:
             now[0] += 1
             most[0] = max(most[0], now[0])
+        if meeting is not None and not meeting.broken and meeting.n_waiting < meet:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                meeting.wait()
         time.sleep(0.05)
         try:
             return real(path)
@@ -1368,7 +1373,7 @@ def test_executor_workers_bounds_the_hashing_threads(tmp_path: Path, monkeypatch
     most = _concurrency(monkeypatch)
     prepare_module.prepare(compose(*args, f"out_dir={tmp_path / 'one'}", "executor.workers=1"))
     assert most[0] == 1
-    most = _concurrency(monkeypatch)
+    most = _concurrency(monkeypatch, meet=3)
     prepare_module.prepare(compose(*args, f"out_dir={tmp_path / 'all'}", "executor.workers=3"))
     assert most[0] == 3  # as many as the workers (of the 4 cores), no more
 
@@ -1426,3 +1431,82 @@ def test_the_commit_is_on_the_runs_clock(tmp_path: Path, monkeypatch):
     assert seconds["commit"] >= 0.3 and seconds["total"] >= 0.3
     on_disk = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert on_disk["seconds"] == seconds
+
+
+def test_the_first_failing_file_is_said_even_when_it_fails_last(tmp_path: Path, monkeypatch):
+    """A later file failing first does not pre-empt an earlier one still being hashed: the
+    error said is the first file's in the inputs' order, as one after another would say."""
+    import corpusprep.prepare as prepare_module
+
+    later_failed = threading.Event()
+
+    def failing(path: Path) -> str:
+        if path.name == "a.jsonl":  # the first input: fails once the second has failed
+            later_failed.wait(10)
+            time.sleep(0.2)
+            raise ValueError("a")
+        later_failed.set()
+        raise ValueError("b")
+
+    monkeypatch.setattr(prepare_module, "sha256_file", failing)
+    files = [InputFile(str(tmp_path / name), "jsonl") for name in ("a.jsonl", "b.jsonl")]
+    with pytest.raises(ValueError, match="^a$"):
+        prepare_module._hashes(files, threads=2)
+
+
+def _counted_hashing(monkeypatch, paths: list[Path]) -> list[Path]:
+    """sha256_file made slow (0.05 s a file), noting each file it is called on."""
+    import corpusprep.prepare as prepare_module
+
+    hashed: list[Path] = []
+
+    def slow(path: Path) -> str:
+        hashed.append(path)
+        if path.name != "bad.jsonl":
+            time.sleep(0.05)
+            return "00" * 32
+        raise ValueError("unreadable")
+
+    monkeypatch.setattr(prepare_module, "sha256_file", slow)
+    return hashed
+
+
+def test_after_a_failure_no_thread_starts_on_another_file(tmp_path: Path, monkeypatch):
+    import corpusprep.prepare as prepare_module
+
+    paths = [tmp_path / "bad.jsonl", *(tmp_path / f"f{i}.jsonl" for i in range(20))]
+    hashed = _counted_hashing(monkeypatch, paths)
+    with pytest.raises(ValueError, match="unreadable"):
+        prepare_module._hashes([InputFile(str(p), "jsonl") for p in paths], threads=1)
+    time.sleep(0.3)  # time for a thread that went on to take several files
+    assert hashed == paths[:1]
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
+def test_an_interrupt_between_thread_starts_stops_the_started_ones(tmp_path: Path, monkeypatch,
+                                                                   error):  # fmt: skip
+    """A Ctrl-C (or "can't start new thread") while the threads are being started: the ones
+    running take no other file once the first is done; a RuntimeError after one thread is
+    running leaves the work to the threads there are."""
+    import corpusprep.prepare as prepare_module
+
+    paths = [tmp_path / f"f{i}.jsonl" for i in range(20)]
+    hashed = _counted_hashing(monkeypatch, paths)
+    real_start, starts = threading.Thread.start, []
+
+    def start(self: threading.Thread) -> None:
+        starts.append(self)
+        if len(starts) == 2:
+            raise error("can't start new thread")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    files = [InputFile(str(p), "jsonl") for p in paths]
+    if error is KeyboardInterrupt:
+        with pytest.raises(KeyboardInterrupt):
+            prepare_module._hashes(files, threads=2)
+        time.sleep(0.3)
+        assert len(hashed) <= 2  # the one in flight (and at most one more), not all 20
+    else:
+        digests = prepare_module._hashes(files, threads=2)  # one thread does it all
+        assert sorted(hashed) == sorted(paths) and sorted(digests) == sorted(map(str, paths))
