@@ -35,6 +35,7 @@ from common import (
     clean_up,
     corpusprep_phases,
     open_workdir,
+    paired,
     parse_args,
     prepare_corpus,
     print_memory_notes,
@@ -106,7 +107,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"corpusprep's own phases (last run): {corpusprep_phases(outs['corpusprep'])}")
     label = f"BPE one text {args.mb} MB"
     report_ratio(f"{label}, tiktoken, corpusprep/nanoGPT", ratio, target_ratio(args.mb),
-                 (best["nanoGPT"], ceilings.seconds("corpusprep")))  # fmt: skip
+                 (best["nanoGPT"], ceilings.seconds("corpusprep")),
+                 paired(runs["nanoGPT"], runs["corpusprep"]))  # fmt: skip
     for name in methods:
         report_ceiling(f"{label}, {ceilings.encoders[name]}", best[name], ceilings, name)
     report_memory(label, runs["corpusprep"], TARGET_MEMORY)

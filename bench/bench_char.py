@@ -24,6 +24,7 @@ from common import (
     clean_up,
     corpusprep_phases,
     open_workdir,
+    paired,
     parse_args,
     prepare_corpus,
     print_memory_notes,
@@ -68,7 +69,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"corpusprep's own phases (last run): {corpusprep_phases(outs['corpusprep'])}")
     label = f"char {args.mb} MB"
     ceiling = ceilings.seconds("corpusprep")
-    report_ratio(f"{label}, corpusprep/nanoGPT", ratio, TARGET_RATIO, (best["nanoGPT"], ceiling))
+    report_ratio(f"{label}, corpusprep/nanoGPT", ratio, TARGET_RATIO, (best["nanoGPT"], ceiling),
+                 paired(runs["nanoGPT"], runs["corpusprep"]))  # fmt: skip
     report_ceiling(label, best["corpusprep"], ceilings, "corpusprep")
     report_memory(label, runs["corpusprep"], TARGET_MEMORY)
     print_memory_notes()

@@ -48,6 +48,7 @@ from common import (
     corpusprep_origin,
     corpusprep_phases,
     open_workdir,
+    paired,
     parse_args,
     print_memory_notes,
     print_table,
@@ -243,10 +244,12 @@ def report_targets(best: dict[str, float], runs: dict[str, list[Run]], mb: int,
     label = f"documents {mb} MB"
     backend = ceilings.encoders["corpusprep"]
     report_ratio(f"{label}, tiktoken, corpusprep/llm.c", best["llm.c"] / best["cp-tiktoken"],
-                 1.2, (best["llm.c"], ceilings.seconds("cp-tiktoken")))  # fmt: skip
+                 1.2, (best["llm.c"], ceilings.seconds("cp-tiktoken")),
+                 paired(runs["llm.c"], runs["cp-tiktoken"]))  # fmt: skip
     if backend != "tiktoken":
         report_ratio(f"{label}, {backend}, corpusprep/llm.c", best["llm.c"] / best["corpusprep"],
-                     2.0, (best["llm.c"], ceilings.seconds("corpusprep")))  # fmt: skip
+                     2.0, (best["llm.c"], ceilings.seconds("corpusprep")),
+                     paired(runs["llm.c"], runs["corpusprep"]))  # fmt: skip
     for name in ("cp-tiktoken", "corpusprep"):
         report_ceiling(f"{label}, {ceilings.encoders[name]}", best[name], ceilings, name)
     peers = [name for name in best if name != "corpusprep"]

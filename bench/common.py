@@ -632,12 +632,21 @@ def report_ceiling(label: str, corpusprep_seconds: float, ceilings: Ceilings, na
           f"{bound}")  # fmt: skip
 
 
+def paired(peer: Sequence[Run], ours: Sequence[Run]) -> list[float]:
+    """The peer's time over ours, round by round (timed runs only: the n-th of each ran in
+    the same round, minutes apart at most)."""
+    timed = [[r.seconds for r in runs if r.timed] for runs in (peer, ours)]
+    return [theirs / mine for theirs, mine in zip(*timed)]
+
+
 def report_ratio(label: str, ratio: float, target: float,
-                 reach: Optional[tuple[float, float]] = None) -> None:  # fmt: skip
+                 reach: Optional[tuple[float, float]] = None,
+                 pairs: Optional[Sequence[float]] = None) -> None:  # fmt: skip
     """A throughput target. reach: (the peer's seconds, the encoder's ceiling in seconds):
     then the line also says how long the target leaves corpusprep, against what the
     encoder alone takes on the same input (a target under it cannot be met by anything
-    around the encoder)."""
+    around the encoder). pairs: the ratio round by round (paired()), said on a line of its
+    own; the verdict stays the ratio of the medians."""
     note = ""
     if reach is not None:
         allowed, ceiling = reach[0] / target, reach[1]
@@ -649,6 +658,10 @@ def report_ratio(label: str, ratio: float, target: float,
             note = (f" (needs {allowed:.2f} s: the encoder alone takes {ceiling:.2f} s, "
                     f"leaving {left:.2f} s for start-up, reading and writing)")  # fmt: skip
     print(f"target: {label}: >= {target:g}x: {ratio:.2f}x, {verdict(ratio >= target)}{note}")
+    if pairs:
+        each = ", ".join(f"{r:.2f}x" for r in pairs)
+        print(f"  {label}: round by round (each run against the peer's run of its round): "
+              f"{each}; median {statistics.median(pairs):.2f}x")  # fmt: skip
 
 
 def report_memory(label: str, runs: Sequence[Run], limit: int) -> None:

@@ -132,6 +132,20 @@ def test_the_reach_counts_start_up_and_the_sha256_share_and_says_when_they_bound
     assert line.endswith("together they come to more than the run took: they bound nothing here")
 
 
+def test_a_ratio_is_also_given_round_by_round(capsys: pytest.CaptureFixture) -> None:
+    """Each timed run against the peer's run of the same round: on a machine that drifts by a
+    third within minutes, the pairs tell a slow spell from a slower method. Informational:
+    the verdict stays the ratio of the medians."""
+    peer = [_run(6.0), _run(8.6), _run(6.6), common.Run(30.0, 0, 0, 0, 1, timed=False)]
+    ours = [_run(5.0), _run(5.9), _run(5.5), common.Run(1.0, 0, 0, 0, 1, timed=False)]
+    assert common.paired(peer, ours) == pytest.approx([1.2, 8.6 / 5.9, 1.2])
+    common.report_ratio("x", 6.6 / 5.5, 1.2, pairs=common.paired(peer, ours))
+    target, pairs = capsys.readouterr().out.splitlines()
+    assert target.startswith("target: x: >= 1.2x: 1.20x, met")
+    assert pairs == "  x: round by round (each run against the peer's run of its round): " \
+                    "1.20x, 1.46x, 1.20x; median 1.20x"  # fmt: skip
+
+
 def _returning(values: list[float]):
     it = iter(values)
     return lambda *args, **kwargs: next(it)
