@@ -555,7 +555,7 @@ def commit(run: Run) -> dict[str, Any]:
     if run.replacing:
         print(run.replacing, file=sys.stderr)
 
-    def timed(manifest: dict[str, Any]) -> dict[str, Any]:  # the seal on the clock too
+    def timed(manifest: dict[str, Any]) -> dict[str, Any]:  # taken once the files are sealed
         run.clock.lap("commit")
         return {**manifest, "seconds": {**run.clock.laps, "total": run.clock.total()}}
 
@@ -1159,7 +1159,6 @@ def _manifest(run: Run) -> dict[str, Any]:
             "plan_sha256": plan_digest(run.shards),
         },  # fmt: skip
         "executor": run.executor.describe(),
-        "seconds": {**run.clock.laps, "total": run.clock.total()},
         "config": _redacted_config(run.cfg),
         "overrides": [redact_override(o) for o in run.overrides],
         "versions": {
