@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import io
 import json
 import lzma
 import math
@@ -277,6 +278,51 @@ def test_doc_separator_and_skip_invalid(tmp_path, enc):
     m = run(tmp_path / "b", "source=files", "source.glob=mixed.jsonl", "source.skip_invalid=true")
     assert m["documents"]["skipped_invalid"] == 1  # left out while reading, and counted
     assert m["documents"]["total"] == 40
+
+
+def separated(raw: bytes, sep: str) -> list[str]:
+    """TinyStories' documents, read independently: the text as open() reads it (universal
+    newlines), cut at every line that holds the separator and nothing else but blanks."""
+    text = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8", newline=None).read()
+    docs, lines = [], []
+    for line in text.split("\n"):
+        if line.strip(" \t") == sep:
+            docs.append("\n".join(lines))
+            lines = []
+        else:
+            lines.append(line)
+    docs.append("\n".join(lines))
+    return [d.strip() for d in docs if d.strip()]
+
+
+def test_doc_separator_only_where_it_is_a_line_of_its_own(tmp_path, enc):
+    """A shard may end only after a separator *line*: "word<|endoftext|>" ending a line
+    separates nothing, so cutting there split one document in two (and the document count
+    and tokens depended on shard_bytes)."""
+    rng = random.Random(5)
+    real = [
+        "\n<|endoftext|>\n",
+        "\r\n<|endoftext|>\r\n",
+        "\n \t<|endoftext|>\t \n",
+        "\r<|endoftext|>\n",
+    ]
+    fake = [" word<|endoftext|>\n", "x<|endoftext|>\r\n", "\n<|endoftext|>x\n", "<|endoftext|>\n"]
+    raw = b""
+    for doc in make_docs(120, seed=3):
+        raw += doc.replace("\n", rng.choice(["\n", "\r\n"])).encode()
+        raw += rng.choice(real if rng.random() < 0.4 else fake).encode()
+    (tmp_path / "stories.txt").write_bytes(raw)
+    docs = separated(raw, "<|endoftext|>")
+    assert len(docs) > 30 and any("<|endoftext|>" in d for d in docs)  # both kinds are there
+    want = expected(docs, enc)
+    sep = 'source.doc_separator="<|endoftext|>"'
+    for shard_bytes in (1, 97, 1000, 10**9):
+        out = tmp_path / f"s{shard_bytes}"
+        m = run(out, "source=file", f"source.path={tmp_path / 'stories.txt'}", sep,
+                "tokenizer=tiktoken", f"shard_bytes={shard_bytes}")  # fmt: skip
+        assert m["documents"]["total"] == len(docs), shard_bytes
+        assert read(out, "train") == want["train"], shard_bytes
+        assert read(out, "val") == want["val"], shard_bytes
 
 
 def test_position_split_over_documents(tmp_path, enc):

@@ -359,6 +359,20 @@ def test_bad_bounds(tmp_path: Path, override: str):
     assert_one_line_error(result, override.split("=")[0], "must be")
 
 
+@pytest.mark.parametrize(
+    "override",
+    ["source.doc_separator=123", "source.doc_end=5", "source.doc_separator=''",
+     "source.doc_end=''", "source.doc_separator='a\nb'", "source.doc_end=[x]"],
+)  # fmt: skip
+def test_bad_document_marks(tmp_path: Path, override: str):
+    """A separator or end mark that is not a string (Hydra reads 123 as a number), is empty,
+    or holds a line break (a separator is a line of its own) is a one-line error naming the
+    key, with the quoting that works; it used to be a TypeError traceback or ignored."""
+    (tmp_path / "a.txt").write_text("some text\n123\nmore text\n" * 100)
+    result = _run(tmp_path, "source=file", "source.path=a.txt", override)
+    assert_one_line_error(result, override.split("=")[0], "must be")
+
+
 # --- 6. caps on what is read, and a deadline for downloads ----------------------------------
 
 

@@ -37,7 +37,7 @@ class TextFormat(Format):
     def plan(self, file: InputFile, shard_bytes: int, boundary: Optional[re.Pattern],
              pieces: bool = False) -> list:  # fmt: skip
         if file.doc_separator:  # cut only right after a separator line: documents stay whole
-            boundary = re.compile(re.escape(file.doc_separator.encode()) + rb"\r?\n")
+            boundary = separator_line(file.doc_separator)
         if not file.seekable or boundary is None or file.doc_end:  # doc_end: read in order
             return [file.whole()]
         return [(a, b, b - a) for a, b in plan_shards(file.path, file.size, shard_bytes, boundary)]
@@ -131,6 +131,14 @@ class TextFormat(Format):
         with open(segment.file.path, "rb") as f:
             chars, _ = count_chars(f, segment.start)
         return chars if chars < cap else None
+
+
+def separator_line(separator: str) -> re.Pattern:
+    """Where a shard may end in a text of documents: right after a line that holds the
+    separator and nothing else but blanks (as `_split` reads it), so never inside a line
+    such as "word<|endoftext|>". The line end before it is part of the match: a shard
+    search that starts mid-line cannot take a line's tail for a whole line."""
+    return re.compile(rb"[\r\n][ \t]*" + re.escape(separator.encode()) + rb"[ \t]*\r?\n")
 
 
 def _split(

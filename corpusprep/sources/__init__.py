@@ -32,6 +32,22 @@ class ReadOptions:
         check_bytes("max_uncut_bytes", self.max_uncut_bytes)
         if self.max_bytes is not None:
             check_bytes("max_bytes", self.max_bytes, "(or null: no cap)")
+        check_mark("doc_separator", self.doc_separator, one_line=True)
+        check_mark("doc_end", self.doc_end, one_line=False)
+
+
+def check_mark(key: str, value: Any, one_line: bool) -> None:
+    """source.KEY (a document separator or end) must be null or a non-empty string (Hydra
+    reads 123 as a number); a separator is a line of its own, so it holds no line break."""
+    if value is None:
+        return
+    if not isinstance(value, str) or not value or (one_line and ("\n" in value or "\r" in value)):
+        shown = f"{value!r}" if isinstance(value, str) else f"{value} ({type(value).__name__})"
+        what = "a non-empty string" + (" without line breaks" if one_line else "")
+        raise UserError(
+            f"source.{key}={shown}: must be {what}, or null; quote a number or a special "
+            f"character: \"source.{key}='<|endoftext|>'\""
+        )
 
 
 def check_bytes(key: str, value: Any, also: str = "") -> None:
