@@ -10,6 +10,7 @@ sure each number is.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -190,10 +191,14 @@ def _share(part: int, total: int) -> str:
 
 def _val_tokens(settings, tokens: int, docs: int) -> int:
     """About how many tokens go to val: a count for head/tail, else the val documents' share
-    (val_size as given) or the rest of split."""
+    (val_size as given: a count, or ceil(val_size * n) as the split takes it), or what
+    train's int(n * split) leaves (exact for a character-level text)."""
     size = settings.val_size
     if settings.split_by in ("head", "tail"):
         return min(int(size), tokens)
-    if isinstance(size, int) and docs:
-        return round(tokens * min(size / docs, 1))
-    return round(tokens * (size if size is not None else 1 - settings.split))
+    if size is None:
+        return tokens - math.floor(tokens * settings.split)
+    if docs:
+        val_docs = size if isinstance(size, int) else math.ceil(size * docs)
+        return round(tokens * min(val_docs / docs, 1))
+    return round(tokens * size)

@@ -248,3 +248,20 @@ def test_dry_run_of_a_small_input_is_exact(tmp_path):
     r = run_cli("source=files", "source.glob=lib/*.py", "dry_run=true", cwd=tmp_path)
     guess, line = _dry_run_documents(r)
     assert guess == 30 and "exact" in line and "counts are exact" in r.stdout
+
+
+@pytest.mark.parametrize("split", ["0.9", "0.7"])
+def test_dry_run_of_one_text_splits_as_the_run(tmp_path, split):
+    """A dry run that read the whole text gives each side's tokens by the run's own rule
+    (train int(n * split), as nanoGPT): it said val ~111,539 where the run writes 111,540."""
+    rng = random.Random(1)
+    (tmp_path / "t.txt").write_text("".join(rng.choice("ab c\né") for _ in range(111_544)))
+    dry = run_cli("source=file", "source.path=t.txt", f"split={split}", "dry_run=true",
+                  cwd=tmp_path)  # fmt: skip
+    assert dry.returncode == 0, dry.stderr
+    line = next(line for line in dry.stdout.splitlines() if line.strip().startswith("tokens"))
+    train, val = (int(n.replace(",", "")) for n in re.findall(r"(?:train|val) ~([\d,]+)", line))
+    real = run_cli("source=file", "source.path=t.txt", f"split={split}", cwd=tmp_path)
+    assert real.returncode == 0, real.stderr
+    tokens = json.loads((tmp_path / "data" / "t" / "manifest.json").read_text())["tokens"]
+    assert (train, val) == (tokens["train"], tokens["val"]), line
