@@ -20,7 +20,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -50,13 +50,22 @@ def describe_format(ds: PreparedDataset) -> str:
     return text
 
 
+def _source_name(src: dict[str, Any]) -> str:
+    """The URL, path or glob the text came from, with the file count where several."""
+    hub = f"{src['dataset']} (Hugging Face Hub)" if src.get("dataset") else None
+    name = src.get("url") or src.get("path") or ", ".join(src.get("glob") or []) or hub
+    name = name or src["file"]
+    files = len(src.get("files") or [])
+    return f"{name}  ({files:,} files)" if files > 1 else name
+
+
 def summary(ds: PreparedDataset, top: int = 10, head: int = 64) -> str:
     m = ds.manifest
     src, tok = m["source"], m["tokenizer"]
     tokens = m["tokens"]["train"] + m["tokens"]["val"]
     rows = [
         ("name", m.get("name")),
-        ("source", redact_text(src.get("url") or src.get("path") or src["file"])),
+        ("source", redact_text(_source_name(src))),
         ("  bytes", f"{src['bytes']:,}  sha256 {src['sha256']}"),
         (
             "tokenizer",
@@ -70,7 +79,11 @@ def summary(ds: PreparedDataset, top: int = 10, head: int = 64) -> str:
         ("train", f"{m['tokens']['train']:,} tokens  ({ds.train.nbytes:,} bytes)"),
         ("val", f"{m['tokens']['val']:,} tokens  ({ds.val.nbytes:,} bytes)"),
         ("chars/token", f"{m['chars'] / tokens:.3f}"),
-        ("bytes/token", f"{src['bytes'] / tokens:.3f}  (input bytes per token)"),
+        *(
+            [("bytes/token", f"{m['bytes_per_token']:.3f}  (val text's UTF-8 bytes per token)")]
+            if m.get("bytes_per_token")
+            else []
+        ),
         ("made", f"{m['created']} by corpusprep {m['corpusprep']} in {m['seconds']['total']} s"),
     ]
     out = [str(ds.path)] + [f"  {k:<12} {v}" for k, v in rows]

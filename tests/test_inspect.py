@@ -97,3 +97,25 @@ def test_inspect_of_a_non_output_folder_is_one_line(tmp_path):
     r = inspect_cli(tmp_path, cwd=tmp_path)
     assert r.returncode == 1
     assert r.stderr.strip().startswith("corpusprep.inspect: error:") and "no manifest" in r.stderr
+
+
+def test_inspect_of_compressed_documents_in_many_files(tmp_path):
+    """Bytes per token is the text's, not the compressed files' (it said 0.409 for char
+    tokens of .jsonl.gz files, where each token is one byte of text), and a glob is named
+    as given, with its file count (it named the first file, beside all files' bytes)."""
+    import gzip
+
+    (tmp_path / "corpus").mkdir()
+    for i in range(3):
+        lines = "".join(
+            json.dumps({"text": f"doc {i}.{j} " + "abc " * 50}) + "\n" for j in range(200)
+        )
+        (tmp_path / "corpus" / f"c{i}.jsonl.gz").write_bytes(gzip.compress(lines.encode()))
+    out = tmp_path / "out"
+    prepare(compose("source=files", f"source.glob={tmp_path}/corpus/*.jsonl.gz", f"out_dir={out}",
+                    "quiet=true", "eot=none"))  # fmt: skip
+    r = inspect_cli(out, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rows = {line.split()[0]: line for line in r.stdout.splitlines() if line.startswith("  ")}
+    assert "corpus/*.jsonl.gz" in rows["source"] and "3 files" in rows["source"], rows["source"]
+    assert rows["bytes/token"].split()[1] == "1.000", rows["bytes/token"]  # char: 1 byte each
