@@ -304,14 +304,23 @@ def _check_shard_tokens(cfg: DictConfig) -> None:
 
 
 def _closest(key: str, known: list[str]) -> str:
-    """The known keys closest to a misspelt one: within its group when it names one."""
+    """The known keys closest to a misspelt one: within its group when it names one; a
+    misspelt group (tokenizr=bpe, tokenizr.vocab_size=512) is matched among the groups."""
     head, _, last = key.rpartition(".")
+    groups = sorted({k.split(".")[0] for k in known if "." in k})
+    if head and not any(k.startswith(head + ".") for k in known):
+        near = difflib.get_close_matches(head, groups, n=1, cutoff=0.7)
+        if near:
+            return f"did you mean {near[0]}.{last}?"
     pool = {k.rpartition(".")[2]: k for k in known if k.rpartition(".")[0] == head}
+    if not head:
+        pool.update({g: g for g in groups})  # a group is chosen as a key is set
     close = [pool[m] for m in difflib.get_close_matches(last, list(pool), n=3, cutoff=0.7)]
     if close:
         return f"did you mean {' or '.join(close)}?"
-    if pool:
+    if head and pool:
         return f"its keys are {', '.join(sorted(pool))}"
-    groups = sorted({k.split(".")[0] + ".*" for k in known if "." in k})
     tops = sorted(k for k in known if "." not in k)
-    return f"the keys are {', '.join(tops + groups)} (python -m corpusprep --help)"
+    return (
+        f"the keys are {', '.join(tops + [g + '.*' for g in groups])} (python -m corpusprep --help)"
+    )

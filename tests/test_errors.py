@@ -135,6 +135,14 @@ CASES = {
         ["dataset=shakespeare_char", "executor.wrkers=2"],
         ["executor.wrkers", "did you mean executor.workers?"],
     ),
+    "misspelt group": (
+        ["source=file", "source.path=good.txt", "tokenizr=bpe"],
+        ["tokenizr", "did you mean tokenizer?"],
+    ),  # fmt: skip
+    "misspelt group of a key": (
+        ["source=file", "source.path=good.txt", "tokenizr.vocab_size=512"],
+        ["tokenizr.vocab_size", "did you mean tokenizer.vocab_size?"],
+    ),
     "path without source=file": (
         ["source.path=good.txt"],
         ["source.path", "source=url does not take path", "source=file"],
