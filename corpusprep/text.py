@@ -89,7 +89,8 @@ def _not_utf8_fix(raw: bytes) -> str:
     if b"\x00" in raw[:65536]:
         return (
             "it holds NUL bytes, so it is binary data (a program, an image, an archive), "
-            "not text: give a text file, or source.skip_invalid=true to leave such documents out"
+            "not text: give a text file instead (among other files, source.skip_invalid=true "
+            "leaves such files out)"
         )
     return "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)"
 

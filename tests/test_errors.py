@@ -174,7 +174,7 @@ CASES = {
     ),
     "a binary file": (
         ["source=file", "source.path=program"],
-        ["program", "binary", "!iconv"],
+        ["program", "binary", "!iconv", "among other files"],  # skip_invalid: not for one
     ),
     "a fifo": (["source=file", "source.path=fifo"], ["fifo", "not a regular file"]),
     "a device": (["source=file", "source.path=/dev/zero"], ["/dev/zero", "not a regular file"]),
