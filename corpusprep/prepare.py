@@ -33,7 +33,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from functools import partial
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Optional
 
 import numpy as np
@@ -206,15 +206,25 @@ def replacing(run: Run, made: dict[str, Any], input_checked: bool) -> Optional[s
             changed.append(f"{group}={made.get(group, {}).get('kind')}")
             suffix.append(choice_name(group, run.cfg[group]))
             regrouped.add(group)
-    for key in sorted(set(was) | set(now)):
+
+    def differs(key: str) -> bool:
+        return was.get(key) != now.get(key)
+
+    for key in sorted(set(was) | set(now), key=lambda k: ("." in k, k)):  # top-level first
         group, leaf = key.split(".")[0], key.split(".")[-1]
         if group in NOT_IN_FINGERPRINT | regrouped or leaf in SOURCE_NOT_IN_FINGERPRINT:
             continue
         if key == "shard_tokens" and "format" in regrouped:  # the format's own default
             continue
-        if was.get(key) != now.get(key):
+        if (
+            "." in key
+            and differs(leaf)
+            and (was.get(leaf), now.get(leaf)) == (was.get(key), now.get(key))
+        ):
+            continue  # format.shard_tokens follows shard_tokens: said once
+        if differs(key):
             changed.append(f"{key}={_shown(was.get(key))}")
-            suffix.append(f"{leaf}{_shown(now.get(key))}")
+            suffix.append(_slug_part(leaf, now.get(key)))
     if not changed and not input_checked:
         return None
     if changed:
@@ -226,6 +236,14 @@ def replacing(run: Run, made: dict[str, Any], input_checked: bool) -> Optional[s
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(suffix[:2]))
     keep = f"{run.settings.out_dir.rstrip('/')}-{slug}"
     return f"corpusprep: replacing {run.settings.out_dir}, {what}; out_dir={keep} keeps both"
+
+
+def _slug_part(leaf: str, value: Any) -> str:
+    """A changed setting in a folder name: split0.8, byte; a path or URL by its stem (my)."""
+    shown = _shown(value)
+    if isinstance(value, str) and ("/" in value or leaf in ("path", "url", "glob")):
+        return PurePosixPath(shown.rstrip("/")).stem or leaf
+    return f"{leaf}{shown}"
 
 
 def _shown(value: Any) -> str:

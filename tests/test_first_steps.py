@@ -193,6 +193,26 @@ def test_a_rerun_with_other_settings_says_what_it_replaces(tmp_path, seeded_cach
     assert made["config"]["split"] == 0.8
 
 
+def test_the_replacing_line_names_each_change_once(tmp_path):
+    """shard_tokens (format.shard_tokens follows it) was named twice, in the line and in
+    the suggested folder; a changed path gave out_dir=data/good-pathmy.txt."""
+    (tmp_path / "good.txt").write_text("some good text\n" * 2000)
+    (tmp_path / "my.txt").write_text("my own text\n" * 2000)
+    base = ["source=file", "format=npy", "quiet=true", "out_dir=data/good"]
+    first = run_cli(*base, "source.path=good.txt", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    shards = run_cli(*base, "source.path=good.txt", "shard_tokens=1000", cwd=tmp_path)
+    assert _replacing_line(shards) == [
+        "corpusprep: replacing data/good, made with shard_tokens=100000000; "
+        "out_dir=data/good-shard_tokens1000 keeps both"
+    ]
+    path = run_cli(*base, "source.path=my.txt", "shard_tokens=1000", cwd=tmp_path)
+    assert _replacing_line(path) == [
+        "corpusprep: replacing data/good, made with source.path=good.txt; "
+        "out_dir=data/good-my keeps both"
+    ]
+
+
 def test_a_tiny_side_is_warned(tmp_path, seeded_cache):
     r = run_cli("dataset=shakespeare_char", "split=0.9999999", "quiet=true", cwd=tmp_path)
     assert r.returncode == 0
