@@ -31,6 +31,14 @@ from corpusprep.formats import MAX_PIECES, STREAM_END, InputFile, compressed_pie
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
+def shakespeare_file() -> Path:
+    """../shared/data's tiny shakespeare; the test is skipped where that folder is absent."""
+    path = SHARED / "tinyshakespeare" / "input.txt"
+    if not path.is_file():
+        pytest.skip(f"offline data folder {SHARED} is absent")
+    return path
+
+
 # --- the start of the process -----------------------------------------------------------
 
 # a Ctrl-C that lands while Python imports OmegaConf (the command line's first ~0.1 s)
@@ -164,7 +172,7 @@ def test_an_error_in_threadings_exit_hooks_keeps_the_code(tmp_path: Path):
 def test_a_profiler_still_writes_its_report(tmp_path: Path):
     """python -m cProfile -o FILE -m corpusprep ...: the profile is written after main
     returns, so a profiled run ends the usual way."""
-    text = SHARED / "tinyshakespeare" / "input.txt"
+    text = shakespeare_file()
     r = subprocess.run([sys.executable, "-m", "cProfile", "-o", "run.prof", "-m", "corpusprep",
                         "source=file", f"source.path={text}", "out_dir=out", "quiet=true"],
                        capture_output=True, text=True, cwd=tmp_path, timeout=300)  # fmt: skip
@@ -181,7 +189,7 @@ def test_a_bug_still_ends_with_its_traceback(tmp_path: Path):
 def test_the_command_line_ends_as_before(tmp_path: Path):
     """Through `python -m corpusprep`: the summary reaches a pipe whole, errors keep
     their exit code, and a skipped re-run still says so."""
-    text = SHARED / "tinyshakespeare" / "input.txt"
+    text = shakespeare_file()
     env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(SHARED / "tiktoken")}
     command = [sys.executable, "-m", "corpusprep", "source=file", f"source.path={text}",
                "out_dir=out"]  # fmt: skip
@@ -228,7 +236,7 @@ def test_the_input_sha256_is_the_files_when_hashed_in_a_thread(tmp_path: Path, t
     the file's (a resume after a kill: tests/test_safety.py)."""
     import hashlib
 
-    text = (SHARED / "tinyshakespeare" / "input.txt").read_bytes()
+    text = shakespeare_file().read_bytes()
     (tmp_path / "in.txt").write_bytes(text * 3)
     r = run_cli("source=file", "source.path=in.txt", "tokenizer=tiktoken", "shard_bytes=100000",
                 "executor.workers=2", "out_dir=out", "quiet=true", cwd=tmp_path)  # fmt: skip
@@ -239,7 +247,7 @@ def test_the_input_sha256_is_the_files_when_hashed_in_a_thread(tmp_path: Path, t
 
 
 def _one_text(tmp_path: Path, copies: int = 3) -> list[str]:
-    text = (SHARED / "tinyshakespeare" / "input.txt").read_bytes()
+    text = shakespeare_file().read_bytes()
     (tmp_path / "in.txt").write_bytes(text * copies)
     return ["source=file", f"source.path={tmp_path / 'in.txt'}", "tokenizer=tiktoken",
             "shard_bytes=100000", f"out_dir={tmp_path / 'out'}", "quiet=true"]  # fmt: skip
@@ -700,7 +708,7 @@ def test_in_place_outputs_are_hashed_while_written(tmp_path: Path, monkeypatch, 
     import corpusprep.writer as writer
     from corpusprep.prepare import prepare
 
-    text = (SHARED / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")
+    text = shakespeare_file().read_text(encoding="utf-8")
     (tmp_path / "in.txt").write_text(text * 2, encoding="utf-8")
     read_again = []
     real = writer.file_sha256
@@ -972,7 +980,7 @@ def test_workers_share_the_drivers_core(tmp_path: Path, monkeypatch, tiktoken_ca
         recorded("splintr", splintr.Tokenizer.from_bytes))})  # fmt: skip
     monkeypatch.setattr(splintr, "Tokenizer", made)
     monkeypatch.setattr(tiktoken_tokenizer, "_cache", {})  # nothing built by earlier tests
-    text = (SHARED / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")
+    text = shakespeare_file().read_text(encoding="utf-8")
     if split_by == "document":
         source = tmp_path / "docs.jsonl"
         source.write_text("".join(json.dumps({"text": text[i : i + 5000]}) + "\n"
