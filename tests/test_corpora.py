@@ -325,6 +325,46 @@ def test_doc_separator_only_where_it_is_a_line_of_its_own(tmp_path, enc):
         assert read(out, "val") == want["val"], shard_bytes
 
 
+@pytest.mark.parametrize("compressed", [False, True])
+def test_doc_separator_at_the_edge_of_a_read(tmp_path, enc, compressed):
+    """A line that starts with the separator and goes on past the end of a 64 KiB read
+    ("<|endoftext|>abc") was taken for a separator line, as `$` matched the end of what was
+    read so far; so was it wherever a shard start moved the reads. A last line holding only
+    the separator, with no newline after it, still is one."""
+    head = "p\n<|endoftext|>\n"
+    raw = (head + "x" * (65522 - len(head)) + "\n<|endoftext|>abc\nlast\n<|endoftext|>").encode()
+    path = tmp_path / ("t.txt.gz" if compressed else "t.txt")
+    path.write_bytes(gzip.compress(raw) if compressed else raw)
+    docs = separated(raw, "<|endoftext|>")
+    assert len(docs) == 2
+    sep = 'source.doc_separator="<|endoftext|>"'
+    for shard_bytes in (1, 10**9):
+        out = tmp_path / f"s{shard_bytes}"
+        m = run(out, "source=file", f"source.path={path}", sep, "tokenizer=tiktoken",
+                "split_by=document", "val_size=1", f"shard_bytes={shard_bytes}")  # fmt: skip
+        assert m["documents"]["total"] == 2, shard_bytes
+        want = expected(docs, enc, split=0.5)  # of 2 documents, 1 to val: as val_size=1
+        assert (read(out, "train"), read(out, "val")) == (want["train"], want["val"])
+
+
+def test_doc_separator_whatever_the_reads():
+    """The documents of a text, read in pieces cut anywhere, are those of the whole text."""
+    from corpusprep.formats.text import _split
+
+    rng = random.Random(11)
+    lines = ["<|endoftext|>", " <|endoftext|>\t", "<|endoftext|>abc", "x<|endoftext|>", "",
+             "word", "<|endoftext|><|endoftext|>", "é 😀"]  # fmt: skip
+    for _ in range(300):
+        text = "\n".join(rng.choice(lines) for _ in range(rng.randint(1, 30)))
+        text += rng.choice(["", "\n"])
+        cuts = sorted(
+            rng.sample(range(1, len(text)), min(max(len(text) - 1, 0), rng.randint(0, 6)))
+        )
+        pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
+        got = list(_split(((0, p) for p in pieces), "<|endoftext|>", 10**6, "t"))
+        assert got == separated(text.encode(), "<|endoftext|>"), (text, cuts)
+
+
 def test_position_split_over_documents(tmp_path, enc):
     docs = make_docs(100)
     (tmp_path / "d.jsonl").write_bytes(jsonl_bytes(docs))

@@ -147,11 +147,14 @@ def _split(
     """Documents between lines that hold only `separator`; surrounding blank space trimmed,
     empty documents dropped. `pieces`: (byte offset where the piece ends, its text). A
     document is held whole: one longer than `limit` characters is an error."""
-    line = re.compile(rf"(?m)^[ \t]*{re.escape(separator)}[ \t]*$")
+    # a line is whole once its newline is read (or the text ends): a line read so far as
+    # "<|endoftext|>" may go on in the next piece ("<|endoftext|>abc")
+    ended = re.compile(rf"(?m)^[ \t]*{re.escape(separator)}[ \t]*\n")
+    last = re.compile(rf"(?m)^[ \t]*{re.escape(separator)}[ \t]*\Z")
     buf = ""
-    for end, piece in pieces:
-        start = buf.rfind("\n") + 1  # only the last line held may go on into this piece
-        buf += piece
+
+    def cut(line: re.Pattern, start: int) -> Iterator[str]:
+        nonlocal buf
         done = 0
         for m in line.finditer(buf, start):
             doc = buf[done : m.start()].strip()
@@ -159,12 +162,18 @@ def _split(
                 yield doc
             done = m.end()
         buf = buf[done:]
+
+    for end, piece in pieces:
+        start = buf.rfind("\n") + 1  # only the last line held may go on into this piece
+        buf += piece
+        yield from cut(ended, start)
         if len(buf) > limit:
             raise UserError(
                 f"{name}: no line {separator!r} for more than source.max_uncut_bytes={limit} "
                 f"bytes, up to byte {end:,}: a document is held whole; check "
                 "source.doc_separator, or raise source.max_uncut_bytes"
             )
+    yield from cut(last, buf.rfind("\n") + 1)  # the text's last line: no newline after it
     if buf.strip():
         yield buf.strip()
 
