@@ -96,6 +96,7 @@ class Run:
     out: OutputWriter
     clock: _Clock
     dtype: Optional[str] = None
+    learns: bool = False  # the tokenizer learns its vocabulary from this input
     files: list[InputFile] = field(default_factory=list)
     hashes: dict[str, bytes] = field(default_factory=dict)  # sha256 of every input file
     before: dict[str, os.stat_result] = field(default_factory=dict)
@@ -153,7 +154,7 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
     # work folder (in out_dir) from the start; a user error still leaves nothing behind.
     with OutputWriter(settings.out_dir) as out:
         run = Run(cfg, list(overrides or []), settings, source, tokenizer, executor, exporter,
-                  out, _Clock(), dtype)  # fmt: skip
+                  out, _Clock(), dtype, tokenizer.needs_fit)  # fmt: skip
         previous = read_inputs(run)
         if previous is not None:
             return previous
@@ -183,11 +184,11 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
     if previous is not None:  # a finished run is there: redo it only if something changed
         run.hashes = _hashes(run.files, run.cores)
         digest = input_sha256(run.files, run.hashes)
-        if previous.get("fingerprint") == fingerprint(run.cfg, run.tokenizer, digest):
+        if previous.get("fingerprint") == fingerprint(run, digest, _max_id(run, previous)):
             run.out.remove_stale_work()  # of a run killed after its commit, or superseded
             return {**previous, "skipped": True}
     if previous is not None:  # its input or settings differ: said when it is replaced
-        run.replacing = replacing(run, previous, input_checked=True)
+        run.replacing = replacing(run, previous, input_checked=True)  # fmt: skip
     elif run.settings.force and (made := _read_manifest(Path(run.settings.out_dir))):
         run.replacing = replacing(run, made, input_checked=False)  # force: no hashing
     return None
@@ -199,7 +200,9 @@ def replacing(run: Run, made: dict[str, Any], input_checked: bool) -> Optional[s
     Said at the commit: a run that fails replaces nothing (and its error stays one line)."""
     from corpusprep.overrides import choice_name
 
-    was, now = _flat(made.get("config") or {}), _flat(_redacted_config(run.cfg))
+    max_id = _max_id(run, made)
+    was = _flat(as_auto(made.get("config") or {}, run, max_id))
+    now = _flat(as_auto(_redacted_config(run.cfg), run, max_id))
     changed, suffix, regrouped = [], [], set()
     for group in ("source", "tokenizer", "format"):  # another class: named by its choice
         if was.get(f"{group}._target_") != now.get(f"{group}._target_"):
@@ -301,7 +304,7 @@ def plan_shards(run: Run) -> None:
     run.eot = eot_mode(settings.eot, run.single, run.tokenizer)
     run.shards = plan(run.files, settings.shard_bytes, run.tokenizer)
     stats = _stat_digest(run.before) + plan_digest(run.shards)
-    run.run_key = fingerprint(run.cfg, run.tokenizer, stats)[:20]
+    run.run_key = fingerprint(run, stats, None if run.learns else run.tokenizer.max_id)[:20]
     if not run.executor.shared_files:
         run.executor.attach(run.out.work(run.run_key))
 
@@ -851,10 +854,12 @@ SOURCE_NOT_IN_FINGERPRINT = {"cache_dir", "timeout", "retries", "name", "deadlin
                              "max_bytes", "max_uncut_bytes"}  # fmt: skip
 
 
-def fingerprint(cfg: DictConfig, tokenizer: Tokenizer, input_digest: str) -> str:
+def fingerprint(run: Run, input_digest: str, max_id: Optional[int]) -> str:
     """What the outputs depend on: the input bytes, the resolved settings that shape the
-    output, corpusprep's version and the tokenizer's (its library version, its files)."""
-    settings = OmegaConf.to_container(cfg, resolve=True)
+    output, corpusprep's version and the tokenizer's (its library version, its files).
+    `max_id`: the tokenizer's largest id where known, for as_auto."""
+    tokenizer = run.tokenizer
+    settings = as_auto(OmegaConf.to_container(run.cfg, resolve=True), run, max_id)
     settings = {k: v for k, v in settings.items() if k not in NOT_IN_FINGERPRINT}
     settings["source"] = {k: v for k, v in settings.get("source", {}).items()
                           if k not in SOURCE_NOT_IN_FINGERPRINT}  # fmt: skip
@@ -869,6 +874,28 @@ def fingerprint(cfg: DictConfig, tokenizer: Tokenizer, input_digest: str) -> str
     data = {"input": input_digest, "settings": settings, "corpusprep": corpusprep.__version__,
             "tokenizer": described}  # fmt: skip
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def as_auto(settings: dict[str, Any], run: Run, max_id: Optional[int]) -> dict[str, Any]:
+    """`settings` with each value auto would have chosen said as auto (split_by=position
+    and eot=none for one text, dtype=uint16 where every id fits): the same files, so the
+    same fingerprint. Only what is known before any run learns a vocabulary counts."""
+    single = is_single_text(run.files)
+    chosen = {"split_by": "position" if single else "document"}
+    if single or not run.learns:
+        chosen["eot"] = eot_mode("auto", single, run.tokenizer)
+    if max_id is not None:
+        chosen["dtype"] = choose_dtype("auto", max_id)
+    return {k: "auto" if k in chosen and v == chosen[k] else v for k, v in settings.items()}
+
+
+def _max_id(run: Run, made: dict[str, Any]) -> Optional[int]:
+    """The largest id of the tokenizer, or for one that learns, of the vocabulary a run
+    `made` learnt: from the same input and settings this run learns the same one."""
+    if not run.learns:
+        return run.tokenizer.max_id
+    vocab = made.get("vocab_size")
+    return vocab - 1 if isinstance(vocab, int) and not isinstance(vocab, bool) else None
 
 
 def _read_manifest(folder: Path) -> Optional[dict[str, Any]]:
@@ -1142,7 +1169,7 @@ def _manifest(run: Run) -> dict[str, Any]:
         split["val_size"] = settings.val_size
     manifest: dict[str, Any] = {
         "corpusprep": corpusprep.__version__,
-        "fingerprint": fingerprint(run.cfg, run.tokenizer, sha256),
+        "fingerprint": fingerprint(run, sha256, run.tokenizer.max_id),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "name": run.cfg.get("name"),
         "source": redact_values(

@@ -213,6 +213,30 @@ def test_the_replacing_line_names_each_change_once(tmp_path):
     ]
 
 
+def test_a_value_auto_would_choose_is_up_to_date(tmp_path, tiktoken_cache):
+    """dtype=uint16, split_by=position or eot=none, given where auto chooses just that,
+    make the same files: the folder is up to date (it was redone, 'made with dtype=auto')."""
+    (tmp_path / "one.txt").write_text("one plain text\n" * 3000)
+    (tmp_path / "docs").mkdir()
+    for i in range(4):
+        (tmp_path / "docs" / f"{i}.txt").write_text(f"document {i}\n" * 500)
+    cases = [
+        (["source=file", "source.path=one.txt"], ["dtype=uint16", "split_by=position", "eot=none"]),
+        (["source=files", "source.glob=docs/*.txt", "tokenizer=tiktoken"],
+         ["dtype=uint16", "split_by=document", "eot=append"]),
+    ]  # fmt: skip
+    for i, (source, explicit) in enumerate(cases):
+        base = [*source, f"out_dir=out{i}", "quiet=true"]
+        assert run_cli(*base, cwd=tmp_path).returncode == 0
+        again = run_cli(*base, *explicit, cwd=tmp_path)
+        assert again.returncode == 0 and "is up to date" in again.stdout, again.stderr
+        other = run_cli(*base, "dtype=uint32", cwd=tmp_path)  # a real change still counts
+        assert _replacing_line(other) == [
+            f"corpusprep: replacing out{i}, made with dtype=auto; out_dir=out{i}-dtypeuint32 "
+            "keeps both"
+        ]
+
+
 def test_a_tiny_side_is_warned(tmp_path, seeded_cache):
     r = run_cli("dataset=shakespeare_char", "split=0.9999999", "quiet=true", cwd=tmp_path)
     assert r.returncode == 0
