@@ -358,7 +358,7 @@ def test_doc_separator_whatever_the_reads():
         text = "\n".join(rng.choice(lines) for _ in range(rng.randint(1, 30)))
         text += rng.choice(["", "\n"])
         cuts = sorted(
-            rng.sample(range(1, len(text)), min(max(len(text) - 1, 0), rng.randint(0, 6)))
+            rng.sample(range(1, len(text)), min(max(len(text) - 1, 0), rng.randint(0, 20)))
         )
         pieces = [text[a:b] for a, b in zip([0, *cuts], [*cuts, len(text)])]
         got = list(_split(((0, p) for p in pieces), "<|endoftext|>", 10**6, "t"))

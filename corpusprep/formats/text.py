@@ -11,6 +11,7 @@ read in parallel); a compressed one is one shard, streamed.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -151,31 +152,41 @@ def _split(
     # "<|endoftext|>" may go on in the next piece ("<|endoftext|>abc")
     ended = re.compile(rf"(?m)^[ \t]*{re.escape(separator)}[ \t]*\n")
     last = re.compile(rf"(?m)^[ \t]*{re.escape(separator)}[ \t]*\Z")
-    buf = ""
-
-    def cut(line: re.Pattern, start: int) -> Iterator[str]:
-        nonlocal buf
-        done = 0
-        for m in line.finditer(buf, start):
-            doc = buf[done : m.start()].strip()
-            if doc:
-                yield doc
-            done = m.end()
-        buf = buf[done:]
-
+    buf, open_line = "", 0  # open_line: where the line not yet ended begins in buf
     for end, piece in pieces:
-        start = buf.rfind("\n") + 1  # only the last line held may go on into this piece
+        held = len(buf)
         buf += piece
-        yield from cut(ended, start)
+        docs, done = _separated(buf, ended, open_line, held)
+        yield from docs
+        buf = buf[done:]
+        newline = buf.rfind("\n", max(held - done, 0))  # in this piece only: lines stay linear
+        open_line = newline + 1 if newline >= 0 else open_line if done == 0 else 0
         if len(buf) > limit:
             raise UserError(
                 f"{name}: no line {separator!r} for more than source.max_uncut_bytes={limit} "
                 f"bytes, up to byte {end:,}: a document is held whole; check "
                 "source.doc_separator, or raise source.max_uncut_bytes"
             )
-    yield from cut(last, buf.rfind("\n") + 1)  # the text's last line: no newline after it
-    if buf.strip():
-        yield buf.strip()
+    docs, done = _separated(buf, last, open_line, len(buf))  # the last line, if unended
+    yield from docs
+    if buf[done:].strip():
+        yield buf[done:].strip()
+
+
+def _separated(buf: str, line: re.Pattern, open_line: int, held: int) -> tuple[list[str], int]:
+    """The documents before each separator `line` in `buf`, and where the text after the
+    last one begins. A separator line begins at `open_line` (the line that was not ended
+    when the newest text came) or in the newest text, after `held`: every other line was
+    looked at when it ended."""
+    docs, done = [], 0
+    first = line.match(buf, open_line)
+    rest = line.finditer(buf, first.end() if first else held)
+    for m in itertools.chain([first] if first else [], rest):
+        doc = buf[done : m.start()].strip()
+        if doc:
+            docs.append(doc)
+        done = m.end()
+    return docs, done
 
 
 def _split_after(
