@@ -203,6 +203,7 @@ def replacing(run: Run, made: dict[str, Any], input_checked: bool) -> Optional[s
     max_id = _max_id(run, made)
     was = _flat(as_auto(made.get("config") or {}, run, max_id))
     now = _flat(as_auto(_redacted_config(run.cfg), run, max_id))
+    given = _flat(OmegaConf.to_container(run.cfg, resolve=False))  # interpolations unresolved
     changed, suffix, regrouped = [], [], set()
     for group in ("source", "tokenizer", "format"):  # another class: named by its choice
         if was.get(f"{group}._target_") != now.get(f"{group}._target_"):
@@ -219,12 +220,8 @@ def replacing(run: Run, made: dict[str, Any], input_checked: bool) -> Optional[s
             continue
         if key == "shard_tokens" and "format" in regrouped:  # the format's own default
             continue
-        if (
-            "." in key
-            and differs(leaf)
-            and (was.get(leaf), now.get(leaf)) == (was.get(key), now.get(key))
-        ):
-            continue  # format.shard_tokens follows shard_tokens: said once
+        if given.get(key) == f"${{{leaf}}}" and differs(leaf):
+            continue  # format.shard_tokens: ${shard_tokens}: said once, by the key set
         if differs(key):
             changed.append(f"{key}={_shown(was.get(key))}")
             suffix.append(_slug_part(leaf, now.get(key)))
@@ -237,16 +234,29 @@ def replacing(run: Run, made: dict[str, Any], input_checked: bool) -> Optional[s
         sha256 = str(made.get("source", {}).get("sha256"))[:12]
         what, suffix = f"made from other input (sha256 {sha256}...)", ["new"]
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(suffix[:2]))
-    keep = f"{run.settings.out_dir.rstrip('/')}-{slug}"
+    keep = _unused(f"{run.settings.out_dir.rstrip('/')}-{slug}")
     return f"corpusprep: replacing {run.settings.out_dir}, {what}; out_dir={keep} keeps both"
 
 
+def _unused(folder: str) -> str:
+    """`folder`, or folder-2, -3, ...: the first that does not exist, so that following
+    the advice never replaces what an earlier piece of advice kept."""
+    for n in range(1, 1000):
+        name = folder if n == 1 else f"{folder}-{n}"
+        if not os.path.lexists(name):
+            return name
+    return f"{folder}-{os.getpid()}"
+
+
 def _slug_part(leaf: str, value: Any) -> str:
-    """A changed setting in a folder name: split0.8, byte; a path or URL by its stem (my)."""
-    shown = _shown(value)
-    if isinstance(value, str) and ("/" in value or leaf in ("path", "url", "glob")):
-        return PurePosixPath(shown.rstrip("/")).stem or leaf
-    return f"{leaf}{shown}"
+    """A changed setting in a folder name: split0.8; a path, URL or glob by the last name in
+    it that is not a wildcard, without its extension (my.txt: my; lib/*.txt: lib)."""
+    if leaf not in ("path", "url", "glob"):
+        return f"{leaf}{_shown(value)}"
+    first = value[0] if isinstance(value, list) and value else value
+    stems = [PurePosixPath(name).stem.strip("*?[]") for name in str(first).split("/")]
+    named = [stem for stem in stems if re.search(r"[A-Za-z0-9]", stem)]
+    return named[-1] if named else leaf
 
 
 def _shown(value: Any) -> str:

@@ -213,6 +213,37 @@ def test_the_replacing_line_names_each_change_once(tmp_path):
     ]
 
 
+def test_following_the_advice_never_replaces_what_it_kept(tmp_path):
+    """Three texts of one name in three folders: the second advice named the folder the
+    first advice had kept (out_dir=x-corpus both times), so following it lost b's files."""
+    for name in "abc":
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "corpus.txt").write_text(f"text {name}\n" * 2000)
+    base = ["source=file", "quiet=true"]
+    assert run_cli(*base, "source.path=a/corpus.txt", "out_dir=x", cwd=tmp_path).returncode == 0
+    b = run_cli(*base, "source.path=b/corpus.txt", "out_dir=x", cwd=tmp_path)
+    assert _replacing_line(b)[0].endswith("out_dir=x-corpus keeps both")
+    assert (
+        run_cli(*base, "source.path=b/corpus.txt", "out_dir=x-corpus", cwd=tmp_path).returncode == 0
+    )
+    c = run_cli(*base, "source.path=c/corpus.txt", "out_dir=x", cwd=tmp_path)
+    assert _replacing_line(c)[0].endswith("out_dir=x-corpus-2 keeps both"), c.stderr
+    # a glob by its folder, not its wildcard; a key inside a group said with its group
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "f.txt").write_text("library text\n" * 2000)
+    glob = run_cli(*base, "source=files", "source.glob=lib/*.txt", "out_dir=x", cwd=tmp_path)
+    assert _replacing_line(glob)[0].endswith("out_dir=x-files keeps both"), glob.stderr
+    (tmp_path / "lib2").mkdir()
+    (tmp_path / "lib2" / "f.txt").write_text("other library text\n" * 2000)
+    glob2 = run_cli(*base, "source=files", "source.glob=lib2/**/*.txt", "out_dir=x", cwd=tmp_path)
+    assert _replacing_line(glob2)[0].endswith("out_dir=x-lib2 keeps both"), glob2.stderr
+    bpe = ["source=file", "source.path=a/corpus.txt", "tokenizer=bpe", "tokenizer.vocab_size=300",
+           "quiet=true", "out_dir=y"]  # fmt: skip
+    assert run_cli(*bpe, "seed=0", cwd=tmp_path).returncode == 0
+    both = run_cli(*bpe, "seed=1", "tokenizer.seed=1", cwd=tmp_path)
+    assert "made with seed=0, tokenizer.seed=" in _replacing_line(both)[0], both.stderr
+
+
 def test_a_value_auto_would_choose_is_up_to_date(tmp_path, tiktoken_cache):
     """dtype=uint16, split_by=position or eot=none, given where auto chooses just that,
     make the same files: the folder is up to date (it was redone, 'made with dtype=auto')."""
