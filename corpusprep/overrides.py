@@ -305,22 +305,39 @@ def _check_shard_tokens(cfg: DictConfig) -> None:
 
 def _closest(key: str, known: list[str]) -> str:
     """The known keys closest to a misspelt one: within its group when it names one; a
-    misspelt group (tokenizr=bpe, tokenizr.vocab_size=512) is matched among the groups."""
+    misspelt group (datset=, tokenizr=bpe, tokenizr.vocab_size=512) among the groups."""
     head, _, last = key.rpartition(".")
     groups = sorted({k.split(".")[0] for k in known if "." in k})
-    if head and not any(k.startswith(head + ".") for k in known):
+    if head and "." not in head and not any(k.startswith(head + ".") for k in known):
         near = difflib.get_close_matches(head, groups, n=1, cutoff=0.7)
         if near:
-            return f"did you mean {near[0]}.{last}?"
+            return _in_group(near[0], last, known)
+    known = [k for k in known if not k.endswith("._target_")]  # not a key to advise
     pool = {k.rpartition(".")[2]: k for k in known if k.rpartition(".")[0] == head}
-    if not head:
-        pool.update({g: g for g in groups})  # a group is chosen as a key is set
+    if "." in head and not pool:  # source.foo.bar: what source takes
+        pool = {k.rpartition(".")[2]: k for k in known if k.startswith(head.split(".")[0] + ".")}
+    if not head:  # a group is chosen as a key is set: tokenizer=bpe, dataset=NAME
+        pool.update({g: g for g in [*groups, "dataset"]})
     close = [pool[m] for m in difflib.get_close_matches(last, list(pool), n=3, cutoff=0.7)]
     if close:
         return f"did you mean {' or '.join(close)}?"
     if head and pool:
         return f"its keys are {', '.join(sorted(pool))}"
     tops = sorted(k for k in known if "." not in k)
+    tops = sorted([*tops, "dataset"]) if tops else tops  # the top level: presets too
     return (
         f"the keys are {', '.join(tops + [g + '.*' for g in groups])} (python -m corpusprep --help)"
     )
+
+
+def _in_group(group: str, leaf: str, known: list[str]) -> str:
+    """The advice for GROUP.LEAF typed with the group misspelt: that key if some option of
+    the group takes it, else the closest key of the group as chosen, else its keys."""
+    if f"{group}.{leaf}" in known or _choices_taking(group, leaf):
+        return f"did you mean {group}.{leaf}?"
+    keys = sorted(k.rpartition(".")[2] for k in known
+                  if k.startswith(group + ".") and not k.endswith("._target_"))  # fmt: skip
+    close = difflib.get_close_matches(leaf, keys, n=1, cutoff=0.7)
+    if close:
+        return f"did you mean {group}.{close[0]}?"
+    return f"did you mean {group}? its keys are {', '.join(keys)}"

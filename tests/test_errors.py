@@ -143,6 +143,19 @@ CASES = {
         ["source=file", "source.path=good.txt", "tokenizr.vocab_size=512"],
         ["tokenizr.vocab_size", "did you mean tokenizer.vocab_size?"],
     ),
+    "misspelt group, misspelt key": (
+        ["source=file", "source.path=good.txt", "tokenizr.separater=x"],
+        ["tokenizr.separater", "did you mean tokenizer.separator?"],
+    ),
+    "misspelt group, unknown key": (
+        ["source=file", "source.path=good.txt", "+tokenizr.x=1"],
+        ["tokenizr.x", "did you mean tokenizer? its keys are"],
+    ),
+    "misspelt preset group": (["datset=shakespeare_char"], ["datset", "did you mean dataset?"]),
+    "a key inside a key": (
+        ["source=file", "source.path=good.txt", "source.foo.bar=1"],
+        ["source.foo.bar", "!did you mean source.bar"],
+    ),
     "path without source=file": (
         ["source.path=good.txt"],
         ["source.path", "source=url does not take path", "source=file"],
