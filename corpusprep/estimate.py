@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig
 
-from corpusprep.config import build, read_settings
+from corpusprep.config import Settings, build, read_settings
 from corpusprep.formats import InputFile, Segment, get_format
-from corpusprep.prepare import eot_mode, is_single_text, plan
+from corpusprep.prepare import corpus_name, eot_mode, is_single_text, plan, split_rule
 from corpusprep.sample import merge_samples
 from corpusprep.shards import scan_shard
 from corpusprep.writer import choose_dtype
@@ -34,6 +34,7 @@ def estimate(cfg: DictConfig) -> dict[str, Any]:
     executor = build(cfg.executor, "executor")
     files = source.files(progress=not settings.quiet)
     single = is_single_text(files)
+    split_by = split_rule(settings, single, corpus_name(files))  # the run's own checks
     eot = eot_mode(settings.eot, single, tokenizer)
     shards = plan(files, settings.shard_bytes, tokenizer)
     total = sum(s.nbytes for s in shards) or 1
@@ -93,8 +94,8 @@ def estimate(cfg: DictConfig) -> dict[str, Any]:
         "documents": 1 if single else docs,
         "documents_how": "exact: one text" if single else how,
         "tokens": est_tokens,
-        "train_tokens": est_tokens - _val_tokens(settings, est_tokens, docs),
-        "val_tokens": _val_tokens(settings, est_tokens, docs),
+        "train_tokens": est_tokens - _val_tokens(settings, split_by, est_tokens, docs),
+        "val_tokens": _val_tokens(settings, split_by, est_tokens, docs),
         # a learned vocabulary only grows with more text: the sample gives a lower bound
         "vocab": f">= {vocab:,}" if tokenizer.needs_fit else vocab,
         "dtype": dtype,
@@ -189,16 +190,19 @@ def _share(part: int, total: int) -> str:
     return f"{100 * part / max(total, 1):.2g}%"
 
 
-def _val_tokens(settings, tokens: int, docs: int) -> int:
-    """About how many tokens go to val: a count for head/tail, else the val documents' share
-    (val_size as given: a count, or ceil(val_size * n) as the split takes it), or what
-    train's int(n * split) leaves (exact for a character-level text)."""
+def _val_tokens(settings: Settings, split_by: str, tokens: int, docs: int) -> int:
+    """About how many tokens go to val, by the run's rule for each split_by: the first
+    int(n * split) characters to train (exact for a character-level text); val_size or
+    n - floor(split * n) of the documents; a count for head/tail; 1 - split for hash."""
     size = settings.val_size
-    if settings.split_by in ("head", "tail"):
+    if split_by in ("head", "tail"):
         return min(int(size), tokens)
-    if size is None:
+    if split_by == "position":
         return tokens - math.floor(tokens * settings.split)
-    if docs:
-        val_docs = size if isinstance(size, int) else math.ceil(size * docs)
+    if split_by == "document" and docs:
+        if size is None:
+            val_docs = docs - math.floor(settings.split * docs)
+        else:
+            val_docs = size if isinstance(size, int) else math.ceil(size * docs)
         return round(tokens * min(val_docs / docs, 1))
-    return round(tokens * size)
+    return round(tokens * (1 - settings.split))

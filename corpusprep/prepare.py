@@ -124,7 +124,7 @@ class Run:
 
     @property
     def name(self) -> str:
-        return _name(self.files)
+        return corpus_name(self.files)
 
     @property
     def itemsize(self) -> int:
@@ -285,38 +285,45 @@ def plan_shards(run: Run) -> None:
     settings = run.settings
     # one text, nanoGPT's case: split by position and no end-of-text tokens, unless asked
     run.single = is_single_text(run.files)
-    run.split_by = settings.split_by if settings.split_by != "auto" else (
-        "position" if run.single else "document")  # fmt: skip
-    if run.split_by in ("document", "hash") and run.single:
-        raise UserError(
-            f"split_by={run.split_by}: {run.name} is one text, not documents; use "
-            "split_by=position (or head/tail), or source.doc_separator to cut it into documents"
-        )
-    if settings.val_size is not None and run.split_by in ("position", "hash"):
-        rule = "splits one text by position" if run.split_by == "position" else "hashes"
-        raise UserError(
-            f"val_size={settings.val_size}: does nothing with split_by={run.split_by} (it "
-            f"{rule}, by split={settings.split}); drop val_size, or use split_by=document "
-            "(or head/tail for tokens)"
-        )
-    if settings.order == "shuffle" and run.single:
-        raise UserError(
-            f"order=shuffle: {run.name} is one text, not documents; use order=source, or "
-            "source.doc_separator to cut it into documents"
-        )
-    if settings.order == "shuffle" and run.split_by in ("hash", "position"):
-        why = ("picks each document's side on its own, with no permutation to order by"
-               if run.split_by == "hash" else "cuts the text at one character, through a "
-               "document")  # fmt: skip
-        raise UserError(
-            f"order=shuffle: needs split_by=document (or head/tail); split_by={run.split_by} {why}"
-        )
+    run.split_by = split_rule(settings, run.single, run.name)
     run.eot = eot_mode(settings.eot, run.single, run.tokenizer)
     run.shards = plan(run.files, settings.shard_bytes, run.tokenizer)
     stats = _stat_digest(run.before) + plan_digest(run.shards)
     run.run_key = fingerprint(run, stats, None if run.learns else run.tokenizer.max_id)[:20]
     if not run.executor.shared_files:
         run.executor.attach(run.out.work(run.run_key))
+
+
+def split_rule(settings: Settings, single: bool, name: str) -> str:
+    """The split_by a run uses (auto: by position for one text, else by document), or a
+    UserError for settings that rule cannot honour; the dry run asks the same."""
+    split_by = settings.split_by if settings.split_by != "auto" else (
+        "position" if single else "document")  # fmt: skip
+    if split_by in ("document", "hash") and single:
+        raise UserError(
+            f"split_by={split_by}: {name} is one text, not documents; use "
+            "split_by=position (or head/tail), or source.doc_separator to cut it into documents"
+        )
+    if settings.val_size is not None and split_by in ("position", "hash"):
+        rule = "splits one text by position" if split_by == "position" else "hashes"
+        raise UserError(
+            f"val_size={settings.val_size}: does nothing with split_by={split_by} (it "
+            f"{rule}, by split={settings.split}); drop val_size, or use split_by=document "
+            "(or head/tail for tokens)"
+        )
+    if settings.order == "shuffle" and single:
+        raise UserError(
+            f"order=shuffle: {name} is one text, not documents; use order=source, or "
+            "source.doc_separator to cut it into documents"
+        )
+    if settings.order == "shuffle" and split_by in ("hash", "position"):
+        why = ("picks each document's side on its own, with no permutation to order by"
+               if split_by == "hash" else "cuts the text at one character, through a "
+               "document")  # fmt: skip
+        raise UserError(
+            f"order=shuffle: needs split_by=document (or head/tail); split_by={split_by} {why}"
+        )
+    return split_by
 
 
 def needs_scan(run: Run) -> bool:
@@ -1027,7 +1034,7 @@ def _check_unchanged(before: dict[str, os.stat_result]) -> None:
             raise UserError(f"{path}: the file changed while it was being read; run again")
 
 
-def _name(files: list[InputFile]) -> str:
+def corpus_name(files: list[InputFile]) -> str:
     return files[0].name if len(files) == 1 else f"{len(files)} files ({files[0].name}, ...)"
 
 

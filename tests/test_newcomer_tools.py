@@ -265,3 +265,20 @@ def test_dry_run_of_one_text_splits_as_the_run(tmp_path, split):
     assert real.returncode == 0, real.stderr
     tokens = json.loads((tmp_path / "data" / "t" / "manifest.json").read_text())["tokens"]
     assert (train, val) == (tokens["train"], tokens["val"]), line
+
+
+def test_dry_run_of_documents_splits_as_the_run(tmp_path):
+    """7 documents: the run puts 7 - floor(0.9 * 7) = 1 in val, and the dry run says so (it
+    said 10% of the tokens); a val_size the run refuses, the dry run refuses alike."""
+    docs = [f"{i}" + "abcdefghij" * 30 for i in range(7)]  # each the same length
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    args = ["source=files", "source.glob=d.jsonl", "eot=none"]
+    dry = run_cli(*args, "dry_run=true", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    line = next(line for line in dry.stdout.splitlines() if line.strip().startswith("tokens"))
+    train, val = (int(n.replace(",", "")) for n in re.findall(r"(?:train|val) ~([\d,]+)", line))
+    assert (train, val) == (6 * 301, 301), line
+    (tmp_path / "t.txt").write_text("one text\n" * 100)
+    for extra in ([], ["dry_run=true"]):
+        r = run_cli("source=file", "source.path=t.txt", "val_size=0.1", *extra, cwd=tmp_path)
+        assert r.returncode == 1 and "val_size=0.1: does nothing with split_by=position" in r.stderr
