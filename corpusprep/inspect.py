@@ -78,14 +78,13 @@ def summary(ds: PreparedDataset, top: int = 10, head: int = 64) -> str:
         ("format", describe_format(ds)),
         ("train", f"{m['tokens']['train']:,} tokens  ({ds.train.nbytes:,} bytes)"),
         ("val", f"{m['tokens']['val']:,} tokens  ({ds.val.nbytes:,} bytes)"),
-        ("chars/token", f"{m['chars'] / tokens:.3f}"),
-        *(
-            [("bytes/token", f"{m['bytes_per_token']:.3f}  (val text's UTF-8 bytes per token)")]
-            if m.get("bytes_per_token")
-            else []
-        ),
-        ("made", f"{m['created']} by corpusprep {m['corpusprep']} in {m['seconds']['total']} s"),
+        ("chars/token", f"{m['chars'] / tokens:.3f}  (train + val)"),
     ]
+    if m.get("bytes_per_token"):  # written since 0.1: the val text's, to compare tokenizers
+        rows.append(("bytes/token", f"{m['bytes_per_token']:.3f}  (val's UTF-8 bytes per token)"))
+    rows.append(
+        ("made", f"{m['created']} by corpusprep {m['corpusprep']} in {m['seconds']['total']} s")
+    )
     out = [str(ds.path)] + [f"  {k:<12} {v}" for k, v in rows]
     if "nanogpt_note" in m:
         out.append(f"  {'note':<12} {m['nanogpt_note']}")

@@ -362,7 +362,8 @@ def test_bad_bounds(tmp_path: Path, override: str):
 @pytest.mark.parametrize(
     "override",
     ["source.doc_separator=123", "source.doc_end=5", "source.doc_separator=''",
-     "source.doc_end=''", "source.doc_separator='a\nb'", "source.doc_end=[x]"],
+     "source.doc_end=''", "source.doc_separator='a\nb'", "source.doc_end=[x]",
+     "source.doc_separator=true"],
 )  # fmt: skip
 def test_bad_document_marks(tmp_path: Path, override: str):
     """A separator or end mark that is not a string (Hydra reads 123 as a number), is empty,

@@ -36,18 +36,27 @@ class ReadOptions:
         check_mark("doc_end", self.doc_end, one_line=False)
 
 
-def check_mark(key: str, value: Any, one_line: bool) -> None:
+def check_mark(key: str, value: Any, *, one_line: bool) -> None:
     """source.KEY (a document separator or end) must be null or a non-empty string (Hydra
     reads 123 as a number); a separator is a line of its own, so it holds no line break."""
-    if value is None:
+    if value is None or (isinstance(value, str) and value and not (
+            one_line and ("\n" in value or "\r" in value))):  # fmt: skip
         return
-    if not isinstance(value, str) or not value or (one_line and ("\n" in value or "\r" in value)):
-        shown = f"{value!r}" if isinstance(value, str) else f"{value} ({type(value).__name__})"
-        what = "a non-empty string" + (" without line breaks" if one_line else "")
+    if isinstance(value, (bool, int, float)):  # as typed: true, 123
+        typed = str(value).lower() if isinstance(value, bool) else str(value)
         raise UserError(
-            f"source.{key}={shown}: must be {what}, or null; quote a number or a special "
-            f"character: \"source.{key}='<|endoftext|>'\""
+            f"source.{key}={typed}: must be a string, and Hydra reads this as a "
+            f"{'boolean' if isinstance(value, bool) else 'number'}; quote it: "
+            f"\"source.{key}='{typed}'\""
         )
+    if not isinstance(value, str):
+        raise UserError(f"source.{key}={value}: must be one string, or null")
+    if not value:
+        raise UserError(f"source.{key}='': must be a non-empty string; use null for none")
+    raise UserError(
+        f"source.{key}={value!r}: must be one line (a separator is a line of its own); "
+        "give the text of that line alone"
+    )
 
 
 def check_bytes(key: str, value: Any, also: str = "") -> None:
