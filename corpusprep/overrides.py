@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from corpusprep._paths import config_dirs
 from corpusprep.config import PLUGIN_GROUPS
 from corpusprep.errors import UserError
-from corpusprep.redact import redact_override
+from corpusprep.redact import is_secret_name, redact_override
 
 GROUPS = ("dataset", "source", "tokenizer", "executor", "format")
 LAUNCHER_EXTRAS = {  # hydra/launcher=NAME: the module Hydra needs, and corpusprep's extra
@@ -212,7 +212,7 @@ def _check_key(o: Any, cfg: DictConfig) -> None:
             _check_shard_tokens(cfg)
         return
     known = top + [f"{g}.{k}" for g in PLUGIN_GROUPS if g in cfg for k in _settable(cfg[g])]
-    raise UserError(f"{key}: no such key; {_closest(key, known)}")
+    raise UserError(_unknown(key, "no such key", _closest(key, known)))
 
 
 def choice_name(group: str, node: DictConfig) -> str:
@@ -278,7 +278,7 @@ def _check_plugin_key(o: Any, node: DictConfig, group: str, sub: str, nested: bo
             f"{others[0]} before {line}"
         )
     known = [f"{group}.{k}" for k in settable]
-    raise UserError(f"{key}: {group}={choice} has no such key; {_closest(key, known)}")
+    raise UserError(_unknown(key, f"{group}={choice} has no such key", _closest(key, known)))
 
 
 def _choices_taking(group: str, sub: str) -> list[str]:
@@ -301,6 +301,14 @@ def _check_shard_tokens(cfg: DictConfig) -> None:
             f"shard_tokens: format={fmt} writes one file per split, not shards, so it would "
             f"do nothing; use {sharded or 'a sharded format'} (e.g. format=llmc shard_tokens=N)"
         )
+
+
+def _unknown(key: str, what: str, advice: str) -> str:
+    """ "KEY: WHAT; ADVICE", unless KEY looks like a secret's name (token=char): the redactor
+    hides what follows "token:" in any message, so it is said "WHAT: KEY; ADVICE"."""
+    if is_secret_name(key.rpartition(".")[2]):
+        return f"{what}: {key}; {advice}"
+    return f"{key}: {what}; {advice}"
 
 
 def _closest(key: str, known: list[str]) -> str:

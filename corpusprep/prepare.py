@@ -188,7 +188,7 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
             run.out.remove_stale_work()  # of a run killed after its commit, or superseded
             return {**previous, "skipped": True}
     if previous is not None:  # its input or settings differ: said when it is replaced
-        run.replacing = replacing(run, previous, input_checked=True)  # fmt: skip
+        run.replacing = replacing(run, previous, input_checked=True)
     elif run.settings.force and (made := _read_manifest(Path(run.settings.out_dir))):
         run.replacing = replacing(run, made, input_checked=False)  # force: no hashing
     return None

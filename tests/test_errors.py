@@ -156,6 +156,10 @@ CASES = {
         ["source=file", "source.path=good.txt", "source.foo.bar=1"],
         ["source.foo.bar", "!did you mean source.bar"],
     ),
+    "misspelt key that looks like a secret": (  # it was "token: ***", the advice hidden
+        ["source=file", "source.path=good.txt", "token=char"],
+        ["token", "did you mean tokenizer?"],
+    ),
     "path without source=file": (
         ["source.path=good.txt"],
         ["source.path", "source=url does not take path", "source=file"],
