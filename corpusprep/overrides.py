@@ -314,13 +314,13 @@ def _unknown(key: str, what: str, advice: str) -> str:
 def _closest(key: str, known: list[str]) -> str:
     """The known keys closest to a misspelt one: within its group when it names one; a
     misspelt group (datset=, tokenizr=bpe, tokenizr.vocab_size=512) among the groups."""
+    known = [k for k in known if not k.endswith("._target_")]  # not a key to advise
     head, _, last = key.rpartition(".")
     groups = sorted({k.split(".")[0] for k in known if "." in k})
     if head and "." not in head and not any(k.startswith(head + ".") for k in known):
         near = difflib.get_close_matches(head, groups, n=1, cutoff=0.7)
         if near:
             return _in_group(near[0], last, known)
-    known = [k for k in known if not k.endswith("._target_")]  # not a key to advise
     pool = {k.rpartition(".")[2]: k for k in known if k.rpartition(".")[0] == head}
     if "." in head and not pool:  # source.foo.bar: what source takes
         pool = {k.rpartition(".")[2]: k for k in known if k.startswith(head.split(".")[0] + ".")}
@@ -343,8 +343,7 @@ def _in_group(group: str, leaf: str, known: list[str]) -> str:
     the group takes it, else the closest key of the group as chosen, else its keys."""
     if f"{group}.{leaf}" in known or _choices_taking(group, leaf):
         return f"did you mean {group}.{leaf}?"
-    keys = sorted(k.rpartition(".")[2] for k in known
-                  if k.startswith(group + ".") and not k.endswith("._target_"))  # fmt: skip
+    keys = sorted(k.rpartition(".")[2] for k in known if k.startswith(group + "."))
     close = difflib.get_close_matches(leaf, keys, n=1, cutoff=0.7)
     if close:
         return f"did you mean {group}.{close[0]}?"

@@ -214,7 +214,7 @@ def replacing(run: Run, made: dict[str, Any], input_checked: bool) -> Optional[s
     def differs(key: str) -> bool:
         return was.get(key) != now.get(key)
 
-    for key in sorted(set(was) | set(now), key=lambda k: ("." in k, k)):  # top-level first
+    for key in sorted(set(was) | set(now)):
         group, leaf = key.split(".")[0], key.split(".")[-1]
         if group in NOT_IN_FINGERPRINT | regrouped or leaf in SOURCE_NOT_IN_FINGERPRINT:
             continue

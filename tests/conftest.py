@@ -49,12 +49,17 @@ def _clear_hydra():
     GlobalHydra.instance().clear()
 
 
-@pytest.fixture(scope="session")
-def shared_data() -> Path:
-    """../shared/data (byte-identical copies of what users download); skip if absent."""
+def shared_data_dir() -> Path:
+    """../shared/data (byte-identical copies of what users download); skip if absent.
+    A function too, for helpers that are not fixtures."""
     if not (SHARED_DATA / "tinyshakespeare" / "input.txt").is_file():
         pytest.skip(f"offline data folder {SHARED_DATA} is absent")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    return shared_data_dir()
 
 
 @pytest.fixture(scope="session")

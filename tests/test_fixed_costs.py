@@ -23,20 +23,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zstandard
+from conftest import shared_data_dir
 from helpers import run_cli
 
 from corpusprep.compression import GUESSED_RATIO, SAMPLE_TEXT, text_size
 from corpusprep.formats import MAX_PIECES, STREAM_END, InputFile, compressed_pieces
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-
 
 def shakespeare_file() -> Path:
-    """../shared/data's tiny shakespeare; the test is skipped where that folder is absent."""
-    path = SHARED / "tinyshakespeare" / "input.txt"
-    if not path.is_file():
-        pytest.skip(f"offline data folder {SHARED} is absent")
-    return path
+    return shared_data_dir() / "tinyshakespeare" / "input.txt"
 
 
 # --- the start of the process -----------------------------------------------------------
@@ -190,7 +185,7 @@ def test_the_command_line_ends_as_before(tmp_path: Path):
     """Through `python -m corpusprep`: the summary reaches a pipe whole, errors keep
     their exit code, and a skipped re-run still says so."""
     text = shakespeare_file()
-    env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(SHARED / "tiktoken")}
+    env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(shared_data_dir() / "tiktoken")}
     command = [sys.executable, "-m", "corpusprep", "source=file", f"source.path={text}",
                "out_dir=out"]  # fmt: skip
     first = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env)

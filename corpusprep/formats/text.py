@@ -169,8 +169,8 @@ def _split(
             )
     docs, done = _separated(buf, last, open_line, len(buf))  # the last line, if unended
     yield from docs
-    if buf[done:].strip():
-        yield buf[done:].strip()
+    if rest := buf[done:].strip():
+        yield rest
 
 
 def _separated(buf: str, line: re.Pattern, open_line: int, held: int) -> tuple[list[str], int]:

@@ -39,8 +39,7 @@ class ReadOptions:
 def check_mark(key: str, value: Any, *, one_line: bool) -> None:
     """source.KEY (a document separator or end) must be null or a non-empty string (Hydra
     reads 123 as a number); a separator is a line of its own, so it holds no line break."""
-    if value is None or (isinstance(value, str) and value and not (
-            one_line and ("\n" in value or "\r" in value))):  # fmt: skip
+    if value is None:
         return
     if isinstance(value, (bool, int, float)):  # as typed: true, 123
         typed = str(value).lower() if isinstance(value, bool) else str(value)
@@ -53,10 +52,11 @@ def check_mark(key: str, value: Any, *, one_line: bool) -> None:
         raise UserError(f"source.{key}={value}: must be one string, or null")
     if not value:
         raise UserError(f"source.{key}='': must be a non-empty string; use null for none")
-    raise UserError(
-        f"source.{key}={value!r}: must be one line (a separator is a line of its own); "
-        "give the text of that line alone"
-    )
+    if one_line and ("\n" in value or "\r" in value):
+        raise UserError(
+            f"source.{key}={value!r}: must be one line (a separator is a line of its own); "
+            "give the text of that line alone"
+        )
 
 
 def check_bytes(key: str, value: Any, also: str = "") -> None:
