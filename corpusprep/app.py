@@ -101,10 +101,10 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
         _record(folder, cfg, "failed", reason=message)
         return None
     except KeyboardInterrupt:
-        fail(_interrupted(commits, finished), code=130)
+        fail(_interrupted(commits, finished, _out_dir(cfg)), code=_interrupt_code())
     except Exception as e:
         if is_interrupt(e):  # one C code reported as a SystemError
-            fail(_interrupted(commits, finished), code=130)
+            fail(_interrupted(commits, finished, _out_dir(cfg)), code=_interrupt_code())
         # a bug: its traceback is the useful report, printed here with any credential
         # hidden (Hydra's own report would show the overrides as they were typed)
         print(redact_text(traceback.format_exc()), end="", file=sys.stderr)
@@ -119,12 +119,16 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
         if not cfg.get("quiet") or status == "skipped":
             print(summary(result, cfg.out_dir))
     except KeyboardInterrupt:
-        said = "interrupted" if status == "estimate" else _interrupted(commits, finished, status)
-        fail(said, code=130)
+        said = (
+            "interrupted"
+            if status == "estimate"
+            else _interrupted(commits, finished, _out_dir(cfg), status)
+        )
+        fail(said, code=_interrupt_code())
     return result
 
 
-def _interrupted(commits: int, finished: int, status: str = "") -> str:
+def _interrupted(commits: int, finished: int, out_dir: Optional[str], status: str = "") -> str:
     """What a Ctrl-C in a run says out_dir holds, wherever it was raised: `commits` and
     `finished` are the counts from before the run began (writer.COMMITS, FINISHED)."""
     if _commits() > commits:
@@ -133,7 +137,26 @@ def _interrupted(commits: int, finished: int, status: str = "") -> str:
         return INTERRUPTED_AFTER_FINISHING
     if status == "skipped":
         return "interrupted; out_dir was already up to date and is unchanged"
+    if not _has_outputs(out_dir):  # a first run: nothing there to keep
+        return "interrupted; out_dir has no outputs yet"
     return "interrupted; the previous outputs in out_dir are untouched"
+
+
+def _out_dir(cfg: DictConfig) -> Optional[str]:
+    with contextlib.suppress(Exception):  # an interpolation that fails
+        return str(cfg.out_dir)
+    return None
+
+
+def _has_outputs(out_dir: Optional[str]) -> bool:
+    """Whether out_dir holds anything but a run's hidden temporary and work files (which
+    an interrupted run removes, or keeps to resume from)."""
+    if out_dir is None:  # not known (a key that did not resolve): say the safe thing
+        return True
+    try:
+        return any(not name.startswith(".") for name in os.listdir(out_dir))
+    except OSError:  # no such folder
+        return False
 
 
 def _commits(kind: str = "COMMITS") -> int:
@@ -273,7 +296,7 @@ def cli() -> NoReturn:
         single = not {"-m", "--multirun"} & set(sys.argv[1:])
         said = INTERRUPTED_AFTER_COMMIT if single and _commits() else "interrupted"
         print(f"corpusprep: error: {said}", file=sys.stderr)
-        code = 130
+        code = _interrupt_code()
     else:
         code = 0
     if not isinstance(code, int):  # sys.exit("message"): Python prints it, and exits 1
@@ -387,7 +410,18 @@ def _targets(node: Any, prefix: str) -> Any:
 
 
 def _interrupt(signum: int, frame: Any) -> NoReturn:
+    _STOPPED_BY.append(signum)
     raise KeyboardInterrupt
+
+
+_STOPPED_BY = [signal.SIGINT]  # the signals that raised a KeyboardInterrupt (Ctrl-C: Python's)
+
+
+def _interrupt_code() -> int:
+    """The exit code of an interrupted run: 128 + the signal's number, as a shell reports a
+    process that signal ended (130 for Ctrl-C, 143 for SIGTERM), so a scheduler or script
+    can tell a timeout's kill from a user's Ctrl-C."""
+    return 128 + _STOPPED_BY[-1]
 
 
 def _check_required(cfg: DictConfig) -> None:

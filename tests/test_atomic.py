@@ -78,7 +78,8 @@ def _start_slow_run(tmp_path, workers=1, **popen):
 def _wait_for_temp_files(tmp_path, proc, timeout=60):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if any(p.name.endswith(".tmp") for p in (tmp_path / "out").iterdir()):
+        out = tmp_path / "out"
+        if out.is_dir() and any(p.name.endswith(".tmp") for p in out.iterdir()):
             return
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.01)
@@ -105,11 +106,31 @@ def test_an_interrupted_run_cleans_up_and_keeps_the_old_outputs(tmp_path, previo
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == 130
+    assert proc.returncode == 128 + sig  # what the shell reports for a process the signal ended
     assert err.strip() == (
         "corpusprep: error: interrupted; the previous outputs in out_dir are untouched"
     )
     unchanged(tmp_path, previous)
+
+
+# found by a newcomer: a first run stopped early said "the previous outputs ... are
+# untouched" of a folder that never had any
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_first_run_says_out_dir_has_no_outputs_yet(tmp_path, sig):
+    (tmp_path / "new.txt").write_text("a new and different corpus\n" * 20_000)
+    proc = _start_slow_run(tmp_path)
+    try:
+        _wait_for_temp_files(tmp_path, proc)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + sig
+    assert err.strip() == ("corpusprep: error: interrupted; out_dir has no outputs yet")
+    out = tmp_path / "out"
+    assert (
+        not [p.name for p in out.iterdir() if not p.name.startswith(".")] if out.exists() else True
+    )
 
 
 def test_a_killed_run_leaves_only_hidden_temp_files(tmp_path, previous):
