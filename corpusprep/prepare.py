@@ -150,14 +150,16 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
     # a tokenizer that does not learn knows its ids now: a too-small dtype fails before any work
     dtype = None if tokenizer.needs_fit else choose_dtype(settings.dtype, tokenizer.max_id)
     # the lock first: another run in this out_dir waits for nothing and mixes nothing; the
-    # up-to-date check reads a folder no one is writing. Engines on other machines need the
-    # work folder (in out_dir) from the start; a user error still leaves nothing behind.
+    # up-to-date check reads a folder no one is writing (or no one can: a read-only disk).
+    # Engines on other machines need the work folder (in out_dir) from the start; a user
+    # error still leaves nothing behind.
     with OutputWriter(settings.out_dir) as out:
         run = Run(cfg, list(overrides or []), settings, source, tokenizer, executor, exporter,
                   out, _Clock(), dtype, tokenizer.needs_fit)  # fmt: skip
         previous = read_inputs(run)
         if previous is not None:
             return previous
+        out.check_writable()  # a read-only out_dir: fine only if it was up to date
         plan_shards(run)
         if not tokenizer.needs_fit:  # before the first fork: workers share what it builds
             tokenizer.load()

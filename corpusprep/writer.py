@@ -143,6 +143,7 @@ class OutputWriter:
         self._aborting = False
         self._journaled = False  # the commit began writing its journal
         self._held: Optional[contextlib.AbstractContextManager] = None  # signals_held()
+        self.read_only = False  # out_dir may only be read: no lock, nothing written
 
     def __enter__(self) -> OutputWriter:
         missing = []
@@ -163,7 +164,12 @@ class OutputWriter:
         self._made_dirs = missing
         if not os.access(self.out_dir, os.W_OK | os.X_OK):
             self._remove_made_dirs()
-            raise UserError(f"out_dir={self.label}: not writable; choose another out_dir")
+            if not (self.out_dir / "manifest.json").is_file():
+                raise self._not_writable()
+            # a finished folder on a read-only disk (or another user's): a run may still
+            # find it up to date, which writes nothing; anything more is refused then
+            self.read_only = True
+            return self
         try:
             # Ctrl-C waits: the lock file is made and held as one step, and a commit a
             # killed run began is finished whole, never half (then its journal is gone)
@@ -178,9 +184,20 @@ class OutputWriter:
             raise
         return self
 
+    def check_writable(self) -> None:
+        """Before a run writes anything: out_dir must be writable (it was read-only, which
+        only a run that finds it up to date can live with)."""
+        if self.read_only:
+            raise self._not_writable()
+
+    def _not_writable(self) -> UserError:
+        return UserError(f"out_dir={self.label}: not writable; choose another out_dir")
+
     def __exit__(self, exc_type: Any, exc: Optional[BaseException], *tb: object) -> None:
         """Tidy up (the work folder, temporary files, the lock) with Ctrl-C waiting until
         it is done, then let it act (COMMITS says whether it came after the commit)."""
+        if self.read_only:  # nothing was written, nor locked
+            return
         held, self._held = self._held, None  # held since the commit's journal, if it began
         if held is None:
             held = signals_held()
@@ -308,6 +325,8 @@ class OutputWriter:
 
     def remove_stale_work(self) -> None:
         """This run's work folder and any a dead run left (the lock: no one else is here)."""
+        if self.read_only:
+            return
         shutil.rmtree(self.out_dir / WORK, ignore_errors=True)
 
     def abort(self, keep_work: bool = False) -> None:
