@@ -182,9 +182,8 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
     run.clock.lap("source")
     # what every input is before anything reads it: a change from here on fails the run
     run.before = {f.path: os.stat(f.path) for f in run.files}
-    previous = None if run.settings.force else finished_manifest(run.settings.out_dir)
+    previous = None if run.settings.force else finished_manifest(run.settings.out_dir, run)
     if previous is not None:  # a finished run is there: redo it only if something changed
-        run.hashes = _hashes(run.files, run.cores)
         digest = input_sha256(run.files, run.hashes)
         if previous.get("fingerprint") == fingerprint(run, digest, _max_id(run, previous)):
             run.out.remove_stale_work()  # of a run killed after its commit, or superseded
@@ -928,16 +927,19 @@ def _read_manifest(folder: Path) -> Optional[dict[str, Any]]:
     )
 
 
-def finished_manifest(out_dir: str) -> Optional[dict[str, Any]]:
-    """The manifest of a finished run in out_dir, if its outputs are all there and whole."""
+def finished_manifest(out_dir: str, run: Run) -> Optional[dict[str, Any]]:
+    """The manifest of a finished run in out_dir, if its outputs are all there and whole;
+    then with the input's sha256 in run.hashes, taken side by side with the outputs'."""
     folder = Path(out_dir)
     manifest = _read_manifest(folder)
     if manifest is None or not manifest["files"]:
         return None
-    # a skipped run must be right: every file's size, then its bytes (1-2 GB/s); a folder
-    # without checksums is from an older version: redo it
-    whole = changed_files(folder, manifest) == []
-    return manifest if whole else None
+    # a skipped run must be right: every file's size, then its bytes (1-2 GB/s a core); a
+    # folder without checksums is from an older version: redo it
+    checking = Meanwhile(partial(changed_files, folder, manifest, run.cores))
+    checking.start()
+    run.hashes = run.hashes or _hashes(run.files, run.cores)
+    return manifest if checking.result() == [] else None
 
 
 INPUTS = "inputs.json"  # in a work folder: the input its shards come from
@@ -1071,18 +1073,19 @@ class Meanwhile:
     def once_started(self, results: Iterable[Any]) -> Iterator[Any]:
         for result in results:
             yield result
-            self._start()
-        self._start()
+            self.start()
+        self.start()
 
     def result(self) -> Any:
-        self._start()  # no result came (nothing to run): the job runs now
+        self.start()  # no result came (nothing to run): the job runs now
         self._thread.join()
         value, error = self._outcome
         if error is not None:
             raise error
         return value
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Now (no pool to fork first)."""
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, daemon=True)
             self._thread.start()

@@ -505,25 +505,58 @@ def _fsync_file(path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def changed_files(folder: Path, manifest: dict[str, Any]) -> Optional[list[str]]:
+def changed_files(
+    folder: Path, manifest: dict[str, Any], threads: Optional[int] = None
+) -> Optional[list[str]]:
     """The files of a finished folder whose size or sha256 is not what its manifest says
-    ([] when all agree); None when the manifest lists no checksums for all of them."""
+    ([] when all agree); None when the manifest lists no checksums for all of them. The
+    files are hashed side by side, `threads` at most (default: a thread per core)."""
     files, sums = manifest.get("files"), manifest.get("checksums")
     if not isinstance(files, dict) or not isinstance(sums, dict) or set(files) != set(sums):
         return None
-    changed = []
-    for name, size in files.items():
-        path = folder / name
-        try:
-            if (
-                not _plain_name(name)
-                or path.stat().st_size != size
-                or file_sha256(path) != sums[name]
-            ):
-                changed.append(name)
-        except OSError:
-            changed.append(name)
-    return changed
+    largest_first = sorted(
+        files, key=lambda name: -files[name] if isinstance(files[name], int) else 0
+    )
+    sized = {name: sums[name] for name in largest_first if _has_size(folder, name, files[name])}
+    same = _sha256_matches(folder, sized, threads or os.cpu_count() or 1)
+    return [name for name in files if name not in same]
+
+
+def _has_size(folder: Path, name: str, size: Any) -> bool:
+    try:
+        return _plain_name(name) and (folder / name).stat().st_size == size
+    except OSError:
+        return False
+
+
+def _sha256_matches(folder: Path, sums: dict[str, Any], threads: int) -> set[str]:
+    """The files among `sums` whose sha256 is the one given, hashed in their order (the
+    largest first: they decide how long it takes) by daemon threads, which a Ctrl-C waits
+    for none of (hashlib lets go of the GIL)."""
+    todo = iter(sums)
+    same: set[str] = set()
+    taking, stop = threading.Lock(), threading.Event()
+
+    def hash_the_next_ones() -> None:
+        while not stop.is_set():
+            with taking:
+                name = next(todo, None)
+            if name is None:
+                return
+            with contextlib.suppress(OSError):  # unreadable, or gone since: not the same
+                if file_sha256(folder / name, stop) == sums[name]:
+                    same.add(name)
+
+    hashing = [threading.Thread(target=hash_the_next_ones, daemon=True)
+               for _ in range(min(threads, len(sums)))]  # fmt: skip
+    try:
+        for thread in hashing:
+            thread.start()
+        for thread in hashing:
+            thread.join()
+    finally:  # done, or interrupted: none goes on reading
+        stop.set()
+    return same
 
 
 _LEFT = object()  # GrowingDigest: the writer has left the file
@@ -595,10 +628,13 @@ class GrowingDigest:
             self._failed = True
 
 
-def file_sha256(path: Path) -> str:
+def file_sha256(path: Path, stop: Optional[threading.Event] = None) -> str:
+    """The file's sha256; a thread given `stop` gives up (OSError) once it is set."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 22):
+            if stop is not None and stop.is_set():
+                raise InterruptedError(f"{path}: hashing stopped")
             digest.update(chunk)
     return digest.hexdigest()
 

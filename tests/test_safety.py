@@ -158,6 +158,44 @@ def test_an_edited_output_file_is_not_taken_as_up_to_date(tmp_path, corpus):
     assert train.read_bytes() == good
 
 
+# the check hashes the outputs side by side, a thread per core, beside the input's: an edit
+# in any one of many shards is still found, whichever thread reads it
+@pytest.mark.parametrize("edited", [0, 3, -1])
+def test_an_edited_shard_of_many_is_not_taken_as_up_to_date(tmp_path, corpus, edited):
+    args = ["source=file", "source.path=corpus.txt", "out_dir=out", "format=llmc",
+            "shard_tokens=20000"]  # fmt: skip
+    assert run_cli(*args, cwd=tmp_path).returncode == 0
+    shards = sorted((tmp_path / "out").glob("*.bin"))
+    assert len(shards) >= 5
+    good = shards[edited].read_bytes()
+    shards[edited].write_bytes(good[:-2] + bytes([good[-2] ^ 1, good[-1]]))  # same size
+    again = run_cli(*args, cwd=tmp_path)
+    assert again.returncode == 0 and "up to date" not in again.stdout
+    assert shards[edited].read_bytes() == good
+    assert "up to date" in run_cli(*args, cwd=tmp_path).stdout
+
+
+@pytest.mark.parametrize("threads", [1, 3, 64])
+def test_changed_files_names_each_changed_file_in_the_manifests_order(tmp_path, threads):
+    import hashlib
+
+    from corpusprep.writer import changed_files
+
+    files = {f"part{i}.bin": bytes([i]) * (1000 * i + 1) for i in range(12)}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    manifest = {"files": {n: len(d) for n, d in files.items()},
+                "checksums": {n: hashlib.sha256(d).hexdigest() for n, d in files.items()}}  # fmt: skip
+    assert changed_files(tmp_path, manifest, threads) == []
+    (tmp_path / "part7.bin").write_bytes(b"\xff" * len(files["part7.bin"]))  # same size
+    (tmp_path / "part2.bin").unlink()
+    (tmp_path / "part11.bin").write_bytes(files["part11.bin"][:-1])
+    (tmp_path / "part0.bin").unlink()
+    (tmp_path / "part0.bin").mkdir()  # a folder where a file was: unreadable as one
+    want = ["part0.bin", "part2.bin", "part7.bin", "part11.bin"]
+    assert changed_files(tmp_path, manifest, threads) == want
+
+
 def test_the_manifest_lists_every_file_with_its_size_and_sha256(tmp_path, corpus):
     import hashlib
 
