@@ -439,8 +439,8 @@ def _apply(folder: Path, journal: dict[str, Any]) -> None:
         if name != MANIFEST and (folder / temp).exists():
             os.replace(folder / temp, folder / name)
     for name in journal["obsolete"]:
-        if (folder / name).parent.is_symlink():
-            continue  # a file elsewhere, not of this folder
+        if "/" in name and (folder / name).parent.is_symlink():
+            continue  # a file elsewhere, not of this folder (which may itself be a link)
         (folder / name).unlink(missing_ok=True)
         if "/" in name:  # a subfolder the new run no longer uses goes too, once empty
             with contextlib.suppress(OSError):

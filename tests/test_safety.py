@@ -196,6 +196,28 @@ def test_changed_files_names_each_changed_file_in_the_manifests_order(tmp_path, 
     assert changed_files(tmp_path, manifest, threads) == want
 
 
+# found by an attack: through a symlink to the folder, every file of the run before that
+# this run does not make was kept (the commit took the folder's own link for a subfolder
+# leading elsewhere), so the folder held two runs' files under one manifest
+@pytest.mark.parametrize("second", [("tokenizer=byte",), ("format=llmc", "shard_tokens=50000")])
+@pytest.mark.parametrize("through", ["link", "real"])
+def test_a_run_through_a_symlinked_out_dir_removes_the_files_of_the_run_before(tmp_path, corpus,
+                                                                                second, through):  # fmt: skip
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to("real")
+    first = run_cli("source=file", "source.path=corpus.txt", "out_dir=link", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    again = run_cli("source=file", "source.path=corpus.txt", f"out_dir={through}", *second,
+                    cwd=tmp_path)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    alone = run_cli("source=file", "source.path=corpus.txt", "out_dir=alone", *second,
+                    cwd=tmp_path)  # fmt: skip
+    assert alone.returncode == 0, alone.stderr
+    assert sorted(_data(_visible(tmp_path / "real"))) == sorted(_data(_visible(tmp_path / "alone")))
+    assert _data(_visible(tmp_path / "real")) == _data(_visible(tmp_path / "alone"))
+    assert (tmp_path / "link").is_symlink()  # the user's link stays as it was
+
+
 def test_the_manifest_lists_every_file_with_its_size_and_sha256(tmp_path, corpus):
     import hashlib
 
