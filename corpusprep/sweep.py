@@ -195,6 +195,14 @@ def _count_jobs(config: DictConfig) -> int:
         return 0
 
 
+def _real_path(path: str) -> str:
+    """The folder a path names, links followed: a folder and a link to it are one."""
+    try:
+        return str(Path(path).resolve())
+    except (OSError, RuntimeError):  # a symlink loop: the job's own run says so
+        return str(Path(path).absolute())
+
+
 def check_clashes(config: DictConfig) -> None:
     """Stop before any work if two jobs of the sweep would write to the same out_dir.
     A job's default out_dir is its own sweep folder; only explicit ones can clash."""
@@ -209,7 +217,7 @@ def check_clashes(config: DictConfig) -> None:
         cfg = compose(config_name="config", overrides=overrides)
         if "cp.out_dir" in str(OmegaConf.to_container(cfg, resolve=False)["out_dir"]):
             continue  # the default: unique per job
-        out_dir = str(Path(str(cfg.out_dir)).absolute())
+        out_dir = _real_path(str(cfg.out_dir))
         if out_dir in seen:
             print(
                 f"corpusprep: error: jobs {seen[out_dir]} and {number} of this sweep would both "

@@ -75,6 +75,16 @@ def test_jobs_that_would_share_a_folder_stop_the_sweep_first(work):
     assert not (work / "data").exists()
 
 
+# found by an attack: a folder named twice, once through a symlink to it, got past the check
+# (and one job then failed on the other's lock, after work)
+def test_jobs_that_share_a_folder_through_a_symlink_stop_the_sweep_first(work):
+    (work / "real").mkdir()
+    (work / "link").symlink_to("real")
+    r = run_cli("-m", "source=file", "source.path=a.txt", "out_dir=real,link", cwd=work)
+    assert_one_line_error(r, "jobs 0 and 1", "out_dir=link")
+    assert list((work / "real").iterdir()) == []
+
+
 def test_a_failed_job_is_a_row_and_the_others_are_kept(work):
     r = run_cli("-m", "source=file", "source.path=a.txt,missing.txt,b.txt", cwd=work)
     assert r.returncode == 1
