@@ -184,8 +184,8 @@ def test_changed_files_names_each_changed_file_in_the_manifests_order(tmp_path, 
     files = {f"part{i}.bin": bytes([i]) * (1000 * i + 1) for i in range(12)}
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
-    manifest = {"files": {n: len(d) for n, d in files.items()},
-                "checksums": {n: hashlib.sha256(d).hexdigest() for n, d in files.items()}}  # fmt: skip
+    sums = {n: hashlib.sha256(d).hexdigest() for n, d in files.items()}
+    manifest = {"files": {n: len(d) for n, d in files.items()}, "checksums": sums}
     assert changed_files(tmp_path, manifest, threads) == []
     (tmp_path / "part7.bin").write_bytes(b"\xff" * len(files["part7.bin"]))  # same size
     (tmp_path / "part2.bin").unlink()
@@ -201,8 +201,8 @@ def test_changed_files_names_each_changed_file_in_the_manifests_order(tmp_path, 
 # leading elsewhere), so the folder held two runs' files under one manifest
 @pytest.mark.parametrize("second", [("tokenizer=byte",), ("format=llmc", "shard_tokens=50000")])
 @pytest.mark.parametrize("through", ["link", "real"])
-def test_a_run_through_a_symlinked_out_dir_removes_the_files_of_the_run_before(tmp_path, corpus,
-                                                                                second, through):  # fmt: skip
+def test_a_run_through_a_symlinked_out_dir_removes_the_old_runs_files(tmp_path, corpus,
+                                                                      second, through):  # fmt: skip
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to("real")
     first = run_cli("source=file", "source.path=corpus.txt", "out_dir=link", cwd=tmp_path)
