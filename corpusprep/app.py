@@ -176,6 +176,7 @@ def main() -> None:
     """Console entry point (`corpusprep ...` and `python -m corpusprep ...`)."""
     # SIGTERM (kill, a scheduler's timeout) cleans up like Ctrl-C: no half-written files.
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)  # as Python's own, but noted (_STOPPED_BY)
     # `split=0.8,0.9 -m` as well as `-m split=0.8,0.9` (argparse wants flags first)
     flags = [a for a in sys.argv[1:] if a in ("-m", "--multirun")]
     sys.argv[1:] = flags + [a for a in sys.argv[1:] if a not in flags]
@@ -206,6 +207,10 @@ def _compose_and_run() -> None:
     try:
         task(_hydra_job)()
     except SystemExit as e:  # Hydra's own error (argparse's usage errors exit with 2)
+        if e.code == 1 and _STOPPED_BY[1:]:  # a Ctrl-C that Hydra or OmegaConf turned into
+            hydra_stderr.held = None  # an error of their own (or half-built state) while
+            sys.stderr = stderr  # composing: what they said is not the story
+            fail("interrupted", code=_interrupt_code())
         message = hydra_stderr.error() if e.code == 1 else None
         if message is None:
             raise
@@ -414,7 +419,9 @@ def _interrupt(signum: int, frame: Any) -> NoReturn:
     raise KeyboardInterrupt
 
 
-_STOPPED_BY = [signal.SIGINT]  # the signals that raised a KeyboardInterrupt (Ctrl-C: Python's)
+# the signals that raised a KeyboardInterrupt, after a first entry that stands for Python's
+# own Ctrl-C (one that came before main() set _interrupt as its handler)
+_STOPPED_BY = [signal.SIGINT]
 
 
 def _interrupt_code() -> int:

@@ -201,6 +201,34 @@ sys.argv = ["corpusprep", *sys.argv[1:]]
 main()
 """
 
+# a Ctrl-C or SIGTERM while Hydra composes the config, which its code turned into an error
+# of its own (an attack saw "'NoneType' object has no attribute '_invalidate_flags_cache'"
+# and Hydra's traceback as corpusprep's error line, exit 1): the patched loader is hit by
+# the signal, then fails as that half-built state did
+_INTERRUPTED_COMPOSING = """
+import os, signal, sys, time
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+def load_configuration(self, *args, **kwargs):
+    try:
+        os.kill(os.getpid(), int(os.environ["SIGNAL"]))
+        time.sleep(5)
+    except KeyboardInterrupt:
+        raise AttributeError("'NoneType' object has no attribute '_invalidate_flags_cache'")
+ConfigLoaderImpl.load_configuration = load_configuration
+from corpusprep.app import cli
+sys.argv = ["corpusprep", *sys.argv[1:]]
+cli()
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_hydra_turns_into_an_error_while_composing_is_said_as_one(tmp_path, sig):
+    r = _script(tmp_path, _INTERRUPTED_COMPOSING, SIGNAL=str(int(sig)),
+                CORPUSPREP_COMPOSE_CACHE="0")  # fmt: skip
+    assert (r.returncode, r.stderr) == (128 + sig, "corpusprep: error: interrupted\n")
+    assert not (tmp_path / "out").exists()
+
+
 NEW_RUN = ("source=file", "source.path=new.txt", "out_dir=out", "tokenizer=tiktoken",
            "shard_bytes=100000")  # fmt: skip
 
