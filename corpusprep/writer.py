@@ -60,12 +60,20 @@ def choose_dtype(requested: str, max_id: int) -> str:
     return requested
 
 
-def no_space(e: OSError, folder: Path | str, needed: Optional[int] = None) -> UserError:
-    """The one line for a full (or read-only) disk: the folder and, if known, the space."""
+def no_space(e: OSError, folder: Path | str, needed: Optional[int] = None,
+             committing: bool = False) -> UserError:  # fmt: skip
+    """The one line for a full (or read-only) disk: the folder and, if known, the space.
+    `committing`: it stopped a commit halfway (its journal written), which the next run
+    in the folder finishes: the previous outputs are gone already."""
     what = "is read-only" if e.errno == errno.EROFS else "has no space left"
     if e.errno == errno.EDQUOT:
         what = "is over its disk quota"
     need = f" (this run needs about {_mb(needed)} MB there)" if needed else ""
+    if committing:
+        return UserError(
+            f"{folder}: the disk {what} in the middle of a commit; free some space (or "
+            "inodes) and run again: the next run in this folder finishes that commit"
+        )
     return UserError(
         f"{folder}: the disk {what}{need}; free some space or choose another out_dir "
         "(the previous outputs are untouched)"
@@ -73,13 +81,14 @@ def no_space(e: OSError, folder: Path | str, needed: Optional[int] = None) -> Us
 
 
 @contextlib.contextmanager
-def disk_errors(folder: Path | str, needed: Optional[int] = None) -> Iterator[None]:
+def disk_errors(folder: Path | str, needed: Optional[int] = None,
+                committing: bool = False) -> Iterator[None]:  # fmt: skip
     """Turn a full or read-only disk into the one-line error (never retried)."""
     try:
         yield
     except OSError as e:
         if e.errno in NO_SPACE:
-            raise no_space(e, folder, needed) from None
+            raise no_space(e, folder, needed, committing) from None
         raise
 
 
@@ -143,7 +152,7 @@ class OutputWriter:
         self._aborting = False
         self._journaled = False  # the commit began writing its journal
         self._held: Optional[contextlib.AbstractContextManager] = None  # signals_held()
-        self.read_only = False  # out_dir may only be read: no lock, nothing written
+        self._refusal: Optional[UserError] = None  # why out_dir may only be read
 
     def __enter__(self) -> OutputWriter:
         missing = []
@@ -163,20 +172,20 @@ class OutputWriter:
             ) from None
         self._made_dirs = missing
         if not os.access(self.out_dir, os.W_OK | os.X_OK):
-            self._remove_made_dirs()
-            if not (self.out_dir / "manifest.json").is_file():
-                raise self._not_writable()
-            # a finished folder on a read-only disk (or another user's): a run may still
-            # find it up to date, which writes nothing; anything more is refused then
-            self.read_only = True
-            return self
+            return self._only_to_read(self._not_writable())
         try:
             # Ctrl-C waits: the lock file is made and held as one step, and a commit a
             # killed run began is finished whole, never half (then its journal is gone)
             with signals_held():
-                self._lock = _acquire_lock(self.out_dir, self.label)
-                if recover(self.out_dir):
-                    FINISHED.append(self.label)
+                try:
+                    self._lock = _acquire_lock(self.out_dir, self.label)
+                except OSError as e:  # no inode left for the lock file (or no quota)
+                    if e.errno not in NO_SPACE:
+                        raise
+                    return self._only_to_read(no_space(e, self.label))
+                with disk_errors(self.label, committing=True):
+                    if recover(self.out_dir):
+                        FINISHED.append(self.label)
             self._remove_dead_temps()
         except BaseException:
             self._release_lock()
@@ -184,11 +193,25 @@ class OutputWriter:
             raise
         return self
 
+    def _only_to_read(self, refusal: UserError) -> OutputWriter:
+        """A folder this run cannot write to (a read-only or full disk, another user's):
+        a finished one may still be found up to date, which writes nothing and takes no
+        lock; anything more is refused (check_writable) with `refusal`."""
+        self._remove_made_dirs()
+        if not (self.out_dir / MANIFEST).is_file():
+            raise refusal
+        self._refusal = refusal
+        return self
+
+    @property
+    def read_only(self) -> bool:
+        return self._refusal is not None
+
     def check_writable(self) -> None:
-        """Before a run writes anything: out_dir must be writable (it was read-only, which
-        only a run that finds it up to date can live with)."""
-        if self.read_only:
-            raise self._not_writable()
+        """Before a run writes anything: out_dir must be writable (it was not, which only
+        a run that finds it up to date can live with)."""
+        if self._refusal is not None:
+            raise self._refusal
 
     def _not_writable(self) -> UserError:
         return UserError(f"out_dir={self.label}: not writable; choose another out_dir")
@@ -211,7 +234,7 @@ class OutputWriter:
         try:
             if self.committed:
                 for path in self._scratch:
-                    path.unlink(missing_ok=True)
+                    _remove(path)
                 self.remove_stale_work()
             else:
                 # finished shards stay for a re-run after a failure the user did not cause
@@ -318,7 +341,8 @@ class OutputWriter:
         self._journaled = True  # from here the files a journal names are its own
         with disk_errors(self.out_dir):
             _write_atomic(self.out_dir / JOURNAL, json.dumps(journal).encode(), self._tag)
-        _apply(self.out_dir, journal)
+        with disk_errors(self.out_dir, committing=True):  # a folder, a rename: an inode
+            _apply(self.out_dir, journal)
         self.committed = True
         COMMITS.append(self.label)
         return manifest  # the scratch files and the work folder go as the block is left
@@ -339,7 +363,7 @@ class OutputWriter:
         journaled = self._journal_files() if self._journaled else set()
         for path in [*self._temps.values(), *self._scratch]:
             if path not in journaled:
-                path.unlink(missing_ok=True)
+                _remove(path)
         self._temps.clear()
         if self._work is not None and not keep_work:
             shutil.rmtree(self._work, ignore_errors=True)
@@ -382,7 +406,7 @@ class OutputWriter:
         """Temporary files of runs that died (we hold the lock: no live run owns them)."""
         for path in self.out_dir.iterdir():
             if TEMP.fullmatch(path.name) and path.is_file():
-                path.unlink(missing_ok=True)
+                _remove(path)
 
     def _release_lock(self) -> None:
         if self._lock is not None:
@@ -482,8 +506,10 @@ def _acquire_lock(folder: Path, label: str) -> Optional[int]:
         if same:
             break
         os.close(fd)
-    os.ftruncate(fd, 0)
-    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+    # who holds it, for another run's message; a full disk leaves it unsaid ("unknown pid")
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
     return fd
 
 
@@ -687,13 +713,24 @@ def copy_range(src: BinaryIO, dst: BinaryIO, offset: int, nbytes: int,
             progress(len(chunk))
 
 
+def _remove(path: Path) -> None:
+    """A temporary file, gone: on a disk turned read-only (or failing) the tidying goes on,
+    and the run's own error is the one said; a later run removes what is left."""
+    with contextlib.suppress(OSError):
+        path.unlink(missing_ok=True)
+
+
 def _write_atomic(path: Path, data: bytes, tag: str) -> None:
     tmp = path.with_name(f".{path.name.lstrip('.')}.{tag}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: nothing half written stays behind
+        _remove(tmp)
+        raise
     _fsync_dir(path.parent)
 
 

@@ -1,0 +1,140 @@
+"""A disk with no space or no inodes left, at every step that writes: one line, nothing
+left behind, the previous outputs untouched; and a folder that is up to date is still
+found so, since that writes nothing. (Found by an attack: a full disk was a traceback from
+the lock file, even for an up-to-date folder.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers import assert_one_line_error, run_cli
+
+COMMAND = ("source=file", "source.path=in.txt")
+
+
+@pytest.fixture
+def disk(tmp_path: Path):
+    """mount(options): a tmpfs at tmp_path/disk, unmounted at the end (root only)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    where = tmp_path / "disk"
+    where.mkdir()
+    mounted = []
+
+    def mount(options: str) -> Path:
+        verb = ["-o", f"remount,{options}"] if mounted else ["-t", "tmpfs", "-o", options, "tmpfs"]
+        r = subprocess.run(["mount", *verb, str(where)], capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+        mounted.append(options)
+        return where
+
+    try:
+        yield mount
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def _fill(folder: Path) -> None:
+    """Every free block of folder's disk taken."""
+    with open(folder / "filler", "wb", buffering=0) as f:
+        for size in (65536, 4096, 1):
+            try:
+                while True:
+                    f.write(b"\0" * size)
+            except OSError:
+                pass
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    (tmp_path / "in.txt").write_text("a small corpus on a small disk\n" * 3000)
+    return tmp_path
+
+
+@pytest.mark.parametrize("full", ["blocks", "inodes"])
+def test_an_up_to_date_folder_on_a_full_disk_is_found_up_to_date(corpus, disk, full):
+    root = disk("size=2m,nr_inodes=64")
+    out = root / "out"
+    assert run_cli(*COMMAND, f"out_dir={out}", cwd=corpus).returncode == 0
+    if full == "blocks":
+        _fill(root)
+    else:  # every inode taken: not even the lock file can be made
+        for i in range(100):
+            try:
+                (root / f"f{i}").touch()
+            except OSError:
+                break
+    before = _files(out)
+    r = run_cli(*COMMAND, f"out_dir={out}", cwd=corpus)
+    assert r.returncode == 0, r.stderr
+    assert "up to date" in r.stdout + r.stderr
+    assert _files(out) == before
+    # one that must write: one line, nothing of it left, not even an empty lock file
+    r = run_cli(*COMMAND, f"out_dir={out}", "split=0.8", cwd=corpus)
+    assert_one_line_error(r, str(out), "free some space", "the previous outputs are untouched")
+    assert _files(out) == before
+    assert sorted(p.name for p in out.iterdir()) == sorted(before)
+    # and a new folder there: the same line, and no folder made
+    r = run_cli(*COMMAND, f"out_dir={root / 'new'}", cwd=corpus)
+    assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (root / "new").exists()
+
+
+def test_inodes_that_run_out_during_the_commit_are_one_line_and_the_next_run_finishes_it(
+    tmp_path, disk, tiktoken_cache
+):
+    rows = [
+        json.dumps({"text": f"document {i} " + "of a few words " * (i % 7)}) for i in range(6000)
+    ]
+    (tmp_path / "docs.jsonl").write_text("\n".join(rows) + "\n")
+    args = ["source=files", "source.glob=docs.jsonl", "tokenizer=tiktoken"]
+    env = {"TIKTOKEN_CACHE_DIR": str(tiktoken_cache)}
+    ref = run_cli(*args, "out_dir=ref", cwd=tmp_path, env=env)
+    assert ref.returncode == 0, ref.stderr
+    # inodes for the folder, the lock, the temporary files and the journal, not for the
+    # doc_index folder the commit makes (found by trying, as the attack did)
+    for inodes in range(8, 30):
+        root = disk(f"size=64m,nr_inodes={inodes}")
+        out = root / f"out{inodes}"
+        r = run_cli(*args, f"out_dir={out}", cwd=tmp_path, env=env)
+        assert "Traceback" not in r.stderr, r.stderr
+        if r.returncode != 0 and "middle of a commit" in r.stderr:
+            break
+        shutil.rmtree(out, ignore_errors=True)
+    else:
+        pytest.skip("no inode count stopped the run inside its commit here")
+    assert_one_line_error(r, str(out), "middle of a commit", "the next run in this folder finishes")
+    disk(f"size=64m,nr_inodes={inodes + 100}")
+    again = run_cli(*args, f"out_dir={out}", cwd=tmp_path, env=env)
+    assert again.returncode == 0, again.stderr
+    assert "up to date" in again.stdout
+    names = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
+    assert names == sorted(p.relative_to(tmp_path / "ref") for p in (tmp_path / "ref").rglob("*")
+                           if p.is_file())  # fmt: skip
+    for name in names:
+        if name.name != "manifest.json":
+            assert (out / name).read_bytes() == (tmp_path / "ref" / name).read_bytes(), name
+
+
+def test_a_journal_that_cannot_be_written_leaves_no_temporary_file(tmp_path, monkeypatch):
+    from corpusprep import writer
+
+    def failing_fsync(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer.os, "fsync", failing_fsync)
+    with pytest.raises(OSError):
+        writer._write_atomic(tmp_path / ".corpusprep-commit.json", b"{}", "tag")
+    assert list(tmp_path.iterdir()) == []  # neither the temporary file nor the journal
