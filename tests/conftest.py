@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -138,3 +139,27 @@ def _cli_server():
 
     yield
     stop_cli_servers()
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path):
+    """mount(options): a tmpfs at tmp_path/disk, unmounted at the end (root only)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    where = tmp_path / "disk"
+    where.mkdir()
+    mounted = []
+
+    def mount(options: str) -> Path:
+        verb = ["-o", f"remount,{options}"] if mounted else ["-t", "tmpfs", "-o", options, "tmpfs"]
+        r = subprocess.run(["mount", *verb, str(where)], capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+        mounted.append(options)
+        return where
+
+    try:
+        yield mount
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", str(where)], check=False)

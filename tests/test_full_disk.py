@@ -6,39 +6,13 @@ the lock file, even for an up-to-date folder.)"""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 from helpers import assert_one_line_error, run_cli
 
 COMMAND = ("source=file", "source.path=in.txt")
-
-
-@pytest.fixture
-def disk(tmp_path: Path):
-    """mount(options): a tmpfs at tmp_path/disk, unmounted at the end (root only)."""
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a tmpfs needs root")
-    where = tmp_path / "disk"
-    where.mkdir()
-    mounted = []
-
-    def mount(options: str) -> Path:
-        verb = ["-o", f"remount,{options}"] if mounted else ["-t", "tmpfs", "-o", options, "tmpfs"]
-        r = subprocess.run(["mount", *verb, str(where)], capture_output=True, text=True)
-        if r.returncode != 0:
-            pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
-        mounted.append(options)
-        return where
-
-    try:
-        yield mount
-    finally:
-        if mounted:
-            subprocess.run(["umount", "-l", str(where)], check=False)
 
 
 def _fill(folder: Path) -> None:
@@ -63,8 +37,8 @@ def corpus(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("full", ["blocks", "inodes"])
-def test_an_up_to_date_folder_on_a_full_disk_is_found_up_to_date(corpus, disk, full):
-    root = disk("size=2m,nr_inodes=64")
+def test_an_up_to_date_folder_on_a_full_disk_is_found_up_to_date(corpus, tmpfs, full):
+    root = tmpfs("size=2m,nr_inodes=64")
     out = root / "out"
     assert run_cli(*COMMAND, f"out_dir={out}", cwd=corpus).returncode == 0
     if full == "blocks":
@@ -93,7 +67,7 @@ def test_an_up_to_date_folder_on_a_full_disk_is_found_up_to_date(corpus, disk, f
 
 
 def test_inodes_that_run_out_during_the_commit_are_one_line_and_the_next_run_finishes_it(
-    tmp_path, disk, tiktoken_cache
+    tmp_path, tmpfs, tiktoken_cache
 ):
     rows = [
         json.dumps({"text": f"document {i} " + "of a few words " * (i % 7)}) for i in range(6000)
@@ -106,7 +80,7 @@ def test_inodes_that_run_out_during_the_commit_are_one_line_and_the_next_run_fin
     # inodes for the folder, the lock, the temporary files and the journal, not for the
     # doc_index folder the commit makes (found by trying, as the attack did)
     for inodes in range(8, 30):
-        root = disk(f"size=64m,nr_inodes={inodes}")
+        root = tmpfs(f"size=64m,nr_inodes={inodes}")
         out = root / f"out{inodes}"
         r = run_cli(*args, f"out_dir={out}", cwd=tmp_path, env=env)
         assert "Traceback" not in r.stderr, r.stderr
@@ -116,7 +90,7 @@ def test_inodes_that_run_out_during_the_commit_are_one_line_and_the_next_run_fin
     else:
         pytest.skip("no inode count stopped the run inside its commit here")
     assert_one_line_error(r, str(out), "middle of a commit", "the next run in this folder finishes")
-    disk(f"size=64m,nr_inodes={inodes + 100}")
+    tmpfs(f"size=64m,nr_inodes={inodes + 100}")
     again = run_cli(*args, f"out_dir={out}", cwd=tmp_path, env=env)
     assert again.returncode == 0, again.stderr
     assert "up to date" in again.stdout

@@ -357,3 +357,33 @@ def test_another_url_is_still_downloaded_not_bundled(tmp_path, cache_dir):
     r = run_cli("dataset=shakespeare_char", "source.sha256=null", "source.retries=0",
                 cwd=tmp_path, env=env)  # fmt: skip
     assert_one_line_error(r, "could not download")
+
+
+# --- a download cache that cannot take the file (found by an attack) --------------------------
+
+
+def test_a_full_cache_disk_is_one_line_naming_the_folder_and_leaves_no_part_file(
+    server: LocalServer, tmp_path: Path, tmpfs
+):
+    cache = tmpfs("size=512k")  # tiny shakespeare is 1.1 MB
+    r = _cli(tmp_path, cache, server.url("/input.txt"))
+    assert_one_line_error(r, str(cache), "No space left", "1.1 MB")
+    assert _cache_files(cache) == []
+
+
+def test_a_read_only_cache_is_one_line_and_no_traceback(server: LocalServer, tmp_path: Path,
+                                                        tmpfs):  # fmt: skip
+    cache = tmpfs("size=4m")
+    tmpfs("ro")
+    r = _cli(tmp_path, cache, server.url("/input.txt"))
+    assert_one_line_error(r, str(cache), "Read-only file system", "CORPUSPREP_CACHE_DIR")
+
+
+def test_a_bundled_copy_that_does_not_fit_in_the_cache_leaves_no_part_file(tmp_path, tmpfs):
+    cache = tmpfs("size=512k")
+    env = {"CORPUSPREP_CACHE_DIR": str(cache), "HTTPS_PROXY": "http://127.0.0.1:9"}
+    for _ in range(2):  # a second try leaves no second one either
+        r = run_cli("dataset=shakespeare_char", f"out_dir={tmp_path / 'out'}", cwd=tmp_path,
+                    env=env)  # fmt: skip
+        assert_one_line_error(r, str(cache), "No space left", "1.1 MB")
+    assert _cache_files(cache) == []

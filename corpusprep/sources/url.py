@@ -12,6 +12,7 @@ source.max_bytes caps its size.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -40,6 +41,22 @@ def sha256_file(path: Path) -> str:
         while chunk := f.read(CHUNK):
             h.update(chunk)
     return h.hexdigest()
+
+
+def _cache_error(dest: Path, e: OSError, size: Optional[int]) -> UserError:
+    """The one line for a download cache that cannot take the file: the folder (not the
+    hidden file being written), why, and how big the file is."""
+    need = f" (the file is {size / 1e6:.1f} MB)" if size else ""
+    return UserError(
+        f"cannot write the download to the cache {dest.parent}: {e.strerror}{need}; free "
+        "some space there, or set source.cache_dir or CORPUSPREP_CACHE_DIR to another folder"
+    )
+
+
+def _remove(part: Path) -> None:
+    """A partial download, gone (on a read-only disk there is none to remove)."""
+    with contextlib.suppress(OSError):
+        part.unlink(missing_ok=True)
 
 
 class _Transient(Exception):
@@ -135,16 +152,15 @@ class UrlSource(Source):
             return False  # not shipped in this install: download as usual
         if hashlib.sha256(data).hexdigest() != self.sha256:
             return False
+        part = dest.with_name(f".{dest.name}.{os.getpid()}.part")
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
-            part = dest.with_name(f".{dest.name}.{os.getpid()}.part")
             part.write_bytes(data)
             os.replace(part, dest)
         except OSError as e:
-            raise UserError(
-                f"cannot write {dest}: {e.strerror}; set source.cache_dir or "
-                "CORPUSPREP_CACHE_DIR to a writable folder"
-            ) from None
+            raise _cache_error(dest, e, len(data)) from None
+        finally:
+            _remove(part)
         self.bundled = True
         return True
 
@@ -256,9 +272,9 @@ class UrlSource(Source):
                 raise _Late(_reason(e)) from None
             raise _Transient(_reason(e)) from None
         except OSError as e:
-            raise UserError(f"cannot write the download to {part}: {e.strerror}") from None
+            raise _cache_error(dest, e, total) from None
         finally:
-            part.unlink(missing_ok=True)
+            _remove(part)
 
     def _too_big(self, size: str) -> UserError:
         return UserError(
