@@ -10,6 +10,7 @@ checked without looking at a picture. matplotlib is imported only to draw, witho
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -218,7 +219,8 @@ def _save(fig, path: str | Path) -> None:
         fig.savefig(tmp, format="png")
         os.replace(tmp, path)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a read-only folder: there is none to remove
+            tmp.unlink(missing_ok=True)
         raise UserError(f"{path}: cannot write the figure ({e.strerror or e})") from None
 
 

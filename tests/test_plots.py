@@ -210,3 +210,14 @@ def test_sweep_comparison(tmp_path, shakespeare):
             assert data["vocab_use"][i] == 1.0  # char: the vocabulary is what occurs
         else:
             assert used == len(set(text.encode())) and m["vocab_size"] == 256
+
+
+# found by an attack: a read-only folder for the figure was a traceback (removing the
+# temporary file that could not be made failed too)
+def test_a_figure_for_a_read_only_folder_is_one_line(tmp_path, shakespeare, tmpfs):
+    out = run(tmp_path / "out", "source=file", f"source.path={shakespeare}")
+    tmpfs("size=1m")
+    folder = tmpfs("ro")
+    r = inspect_cli(out, "--plot", folder / "c.png", cwd=tmp_path)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "cannot write the figure (Read-only file system)" in r.stderr
