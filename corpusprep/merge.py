@@ -68,7 +68,8 @@ def merge(out: OutputWriter, parts: list[PartFile], results: list[EncodeResult],
     itemsize = np.dtype(dtype).itemsize
     totals = {side: sum(getattr(r, f"{side}_tokens") for r in results) for side in SIDES}
     # the merge writes every id once more (twice with a shuffle) while the parts still exist
-    check_free_space(out.out_dir, sum(totals.values()) * itemsize * (2 if order or cut else 1))
+    check_free_space(out.out_dir, sum(totals.values()) * itemsize * (2 if order or cut else 1),
+                     out.needed)  # fmt: skip
     indexed = bool(parts) and parts[0].index is not None
     docs = {side: sum(getattr(r, f"{side}_docs") for r in results) for side in SIDES}
     follow = not (order or cut)  # a shuffle or a cut rewrites the streams afterwards

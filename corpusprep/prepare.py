@@ -97,6 +97,7 @@ class Run:
     clock: _Clock
     dtype: Optional[str] = None
     learns: bool = False  # the tokenizer learns its vocabulary from this input
+    in_place: bool = False  # shards write their ids where they end up (no parts to merge)
     files: list[InputFile] = field(default_factory=list)
     hashes: dict[str, bytes] = field(default_factory=dict)  # sha256 of every input file
     before: dict[str, os.stat_result] = field(default_factory=dict)
@@ -483,7 +484,7 @@ def merge_parts(run: Run) -> None:
                 f"val_size={cut[1]:,}: the corpus has only "
                 f"{sum(r.train_tokens for r in results):,} tokens; choose a smaller val_size"
             )
-        with disk_errors(run.out.label, sum(r.tokens for r in results) * run.itemsize):
+        with disk_errors(run.out.label, _space_needed(run, sum(r.tokens for r in results))):
             run.merged = merge(run.out, run.parts, results, run.dtype, order, cut,
                                run.val_docs, run.token_bytes, shown(settings.quiet))  # fmt: skip
     run.clock.lap("encode")
@@ -566,7 +567,7 @@ def _ids_seen(results: list[EncodeResult], vocab: int) -> Optional[int]:
 def export(run: Run) -> None:
     """The format's files, from the finished streams."""
     out = run.out
-    with disk_errors(out.label, sum(run.merged.tokens.values()) * run.itemsize):
+    with disk_errors(out.label, _space_needed(run, sum(run.merged.tokens.values()))):
         run.produced = run.exporter.export(
             Streams(out.path_of("train.bin"), out.path_of("val.bin"),
                     out.path_of("train.docs.bin"), out.path_of("val.docs.bin"), run.dtype,
@@ -700,9 +701,11 @@ def _encode_tasks(run: Run) -> tuple[list[EncodeTask], list[PartFile]]:
     work = None if in_place else out.work(run.run_key)
     if work is not None:
         run.executor.attach(work)
+    run.in_place = in_place
     if in_place:
         totals = [sum(c[k] for c in counts) for k in (0, 1)]
-        check_free_space(out.out_dir, sum(totals) * run.itemsize)
+        check_free_space(out.out_dir, sum(totals) * run.itemsize,
+                         _space_needed(run, sum(totals)))  # fmt: skip
         paths = [out.temp(f"{side}.bin", totals[k] * run.itemsize)
                  for k, side in enumerate(SIDES)]  # fmt: skip
         position = [0, 0]
@@ -995,14 +998,21 @@ def _recorded_inputs(work: Path) -> Optional[dict[str, Any]]:
         return None
 
 
-def _space_needed(run: Run) -> int:
-    """About how many bytes the run writes: its ids twice (shard parts, then merged), with
-    one token per character for char/byte and about four characters per token for BPE
-    (without a scan: one character per byte of text)."""
-    chars = run.chars or sum(shard.nbytes for shard in run.shards)
-    tokens = chars if run.tokenizer.tokens_for(1) is not None else chars // 4
-    itemsize = run.itemsize
-    return 2 * tokens * itemsize
+def _space_needed(run: Run, tokens: Optional[int] = None) -> int:
+    """About how many bytes the run writes at its peak, also kept as run.out.needed for
+    the writer's own messages: its ids twice (shard parts, then merged; once where shards
+    write in place), once more for a format that copies them into files of its own (llmc,
+    npy), plus token_bytes.npy (an int32 per id). Before the tokens are counted: one per
+    character for char/byte and, for BPE, one per three characters (English prose has
+    four; code and other languages fewer), one character per byte of text where no scan
+    counted them."""
+    if tokens is None:
+        chars = run.chars or sum(shard.nbytes for shard in run.shards)
+        tokens = chars if run.tokenizer.tokens_for(1) is not None else chars // 3
+    copies = (1 if run.in_place else 2) + run.exporter.copies_ids
+    max_id = None if run.learns else run.tokenizer.max_id
+    run.out.needed = copies * tokens * run.itemsize + 4 * (max_id or 0)
+    return run.out.needed
 
 
 def plan_digest(shards: list[Shard]) -> str:

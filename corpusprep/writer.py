@@ -19,6 +19,7 @@ import contextlib
 import errno
 import hashlib
 import json
+import math
 import os
 import pickle
 import queue
@@ -104,23 +105,26 @@ def save_array(array: np.ndarray, dst: Path | str | BinaryIO) -> None:
         dst.write(data)
 
 
-def check_free_space(folder: Path, needed: int) -> None:
-    """Fail before writing when the disk visibly cannot hold `needed` more bytes."""
+def check_free_space(folder: Path, needed: int, total: Optional[int] = None) -> None:
+    """Fail before writing when the disk visibly cannot hold `needed` more bytes (of the
+    `total` the run writes at its peak, what a user must make room for)."""
     try:
         st = os.statvfs(folder)
     except (OSError, AttributeError):
         return
     free = st.f_bavail * st.f_frsize
     if needed > free:
+        in_all = f" ({_mb(total)} MB in all)" if total and total > needed else ""
         raise UserError(
             f"{folder}: the disk has {_mb(free)} MB free but this run needs about "
-            f"{_mb(needed)} MB; free some space or choose another out_dir "
+            f"{_mb(needed)} MB more{in_all}; free some space or choose another out_dir "
             "(the previous outputs are untouched)"
         )
 
 
 def _mb(nbytes: int) -> str:
-    return f"{max(nbytes / 1e6, 0.1):,.1f}"
+    """Megabytes, rounded up to a tenth: an amount of space said is never too little."""
+    return f"{max(math.ceil(nbytes / 1e5) / 10, 0.1):,.1f}"
 
 
 # the out_dirs this process committed, in order (a sweep: several): an interrupt is said
@@ -153,6 +157,7 @@ class OutputWriter:
         self._journaled = False  # the commit began writing its journal
         self._held: Optional[contextlib.AbstractContextManager] = None  # signals_held()
         self._refusal: Optional[UserError] = None  # why out_dir may only be read
+        self.needed: Optional[int] = None  # about how many bytes the run writes, once known
 
     def __enter__(self) -> OutputWriter:
         missing = []
@@ -258,7 +263,7 @@ class OutputWriter:
                 )
         path = self.out_dir / f".{name.replace('/', '--')}.{self._tag}.tmp"
         self._temps[name] = path
-        with disk_errors(self.out_dir, nbytes), open(path, "wb") as f:
+        with disk_errors(self.out_dir, self.needed or nbytes), open(path, "wb") as f:
             if nbytes:
                 _reserve(f.fileno(), nbytes)
         return path
@@ -272,7 +277,7 @@ class OutputWriter:
         that a re-run with the same input, settings and plan (`key`) redoes only missing
         shards. It lives in out_dir (shared by every worker, on a shared file system)."""
         self._work = self.out_dir / WORK / key
-        with disk_errors(self.out_dir):
+        with disk_errors(self.out_dir, self.needed):
             self._work.mkdir(parents=True, exist_ok=True)
         return self._work
 
@@ -304,11 +309,11 @@ class OutputWriter:
         self._scratch.append(path)
 
     def write_bytes(self, name: str, data: bytes) -> None:
-        with disk_errors(self.out_dir), open(self.temp(name), "wb") as f:
+        with disk_errors(self.out_dir, self.needed), open(self.temp(name), "wb") as f:
             f.write(data)
 
     def write_pickle(self, name: str, obj: Any) -> None:
-        with disk_errors(self.out_dir), open(self.temp(name), "wb") as f:
+        with disk_errors(self.out_dir, self.needed), open(self.temp(name), "wb") as f:
             pickle.dump(obj, f)
 
     def commit(
@@ -318,7 +323,7 @@ class OutputWriter:
         manifest goes first, the new one (listing every file) last. `sealed`: what the
         manifest becomes once the files are sealed (the run's clock stopped then). Returns
         the manifest."""
-        with disk_errors(self.out_dir):
+        with disk_errors(self.out_dir, self.needed):
             files, checksums = self._seal()
             manifest = {**(sealed(manifest) if sealed else manifest), "files": files,
                         "checksums": checksums}  # fmt: skip
@@ -339,7 +344,7 @@ class OutputWriter:
         self._held = signals_held()
         self._held.__enter__()
         self._journaled = True  # from here the files a journal names are its own
-        with disk_errors(self.out_dir):
+        with disk_errors(self.out_dir, self.needed):
             _write_atomic(self.out_dir / JOURNAL, json.dumps(journal).encode(), self._tag)
         with disk_errors(self.out_dir, committing=True):  # a folder, a rename: an inode
             _apply(self.out_dir, journal)

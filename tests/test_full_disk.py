@@ -112,3 +112,44 @@ def test_a_journal_that_cannot_be_written_leaves_no_temporary_file(tmp_path, mon
     with pytest.raises(OSError):
         writer._write_atomic(tmp_path / ".corpusprep-commit.json", b"{}", "tag")
     assert list(tmp_path.iterdir()) == []  # neither the temporary file nor the journal
+
+
+def _stated_mb(stderr: str) -> float:
+    import re
+
+    found = re.search(r"\(([\d.]+) MB in all\)", stderr) or re.search(
+        r"needs about ([\d.]+) MB", stderr
+    )
+    assert found, stderr
+    return float(found.group(1))
+
+
+# found by an attack: near the limit the line gave no amount, and where it did, a disk of
+# that size was far too small (token_bytes.npy, a sharded format's copy and BPE's ids
+# counted at four characters each were left out)
+@pytest.mark.parametrize(
+    "settings",
+    [
+        ("tokenizer=tiktoken",),
+        ("tokenizer=tiktoken", "format=llmc", "shard_tokens=20000"),
+        ("tokenizer=char",),
+    ],  # fmt: skip
+)
+@pytest.mark.parametrize("fraction", [0.3, 0.6, 0.9])
+def test_the_space_a_full_disk_says_a_run_needs_is_enough(tmp_path, tmpfs, shakespeare,
+                                                          tiktoken_cache, settings,
+                                                          fraction):  # fmt: skip
+    args = ["source=file", f"source.path={shakespeare}", *settings]
+    env = {"TIKTOKEN_CACHE_DIR": str(tiktoken_cache)}
+    ref = run_cli(*args, "out_dir=ref", cwd=tmp_path, env=env)
+    assert ref.returncode == 0, ref.stderr
+    made = sum(p.stat().st_size for p in (tmp_path / "ref").rglob("*") if p.is_file())
+    root = tmpfs(f"size={int(made * fraction) // 4096 * 4096}")
+    r = run_cli(*args, f"out_dir={root / 'out'}", cwd=tmp_path, env=env)
+    assert_one_line_error(r, "needs about")
+    stated = _stated_mb(r.stderr)
+    assert stated * 1e6 >= made  # at least what the finished folder holds
+    assert stated * 1e6 <= 3.5 * made  # and not wildly more
+    tmpfs(f"size={int(stated * 1e6) + 65536}")  # what it said, and a little for the manifest
+    again = run_cli(*args, f"out_dir={root / 'out'}", cwd=tmp_path, env=env)
+    assert again.returncode == 0, again.stderr

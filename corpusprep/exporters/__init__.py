@@ -59,6 +59,10 @@ def keep_doc_index(streams: Streams, out: OutputWriter) -> dict[str, int]:
 
 
 class Exporter(ABC):
+    # whether export() writes the ids again into files of its own (sharded formats), so that
+    # for a while the disk holds them one more time (the run's space estimate counts it)
+    copies_ids = True
+
     def check(self, name: str) -> None:  # noqa: B027 - optional hook
         """Refuse, before any work, a run `name` that would make this format's files
         unreadable or mixed (a UserError naming `name` and a fix)."""

@@ -119,6 +119,8 @@ def write_index(f: BinaryIO, starts: Optional[np.ndarray], total: int, dtype: st
 
 
 class MegatronExporter(Exporter):
+    copies_ids = False  # its files are the merged ones, renamed
+
     def __init__(self) -> None:
         self._described: dict[str, Any] = {}
 

@@ -10,6 +10,8 @@ from corpusprep.writer import OutputWriter
 
 
 class NanoGPTExporter(Exporter):
+    copies_ids = False  # its files are the merged ones, renamed
+
     def export(self, streams: Streams, out: OutputWriter) -> dict[str, int]:
         files = {"train.bin": streams.train, "val.bin": streams.val}
         return {name: path.stat().st_size for name, path in files.items()} | keep_doc_index(
