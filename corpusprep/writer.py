@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -491,8 +492,14 @@ def _acquire_lock(folder: Path, label: str) -> Optional[int]:
     except ImportError:
         return None
     path = folder / LOCK
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    for attempt in itertools.count():
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:  # another run that made the folder failed and removed it,
+            if attempt > 2:  # empty, as this one came in: it is made again
+                raise
+            folder.mkdir(parents=True, exist_ok=True)
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:

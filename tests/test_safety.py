@@ -551,3 +551,18 @@ def test_signals_held_puts_every_handler_back_when_one_runs_as_it_is_put_back(mo
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
     finally:
         real(signal.SIGTERM, before)
+
+
+# an attack's race: a run that made out_dir failed at once and removed it, empty, between
+# another run's mkdir and its lock; the second run makes it again instead of a traceback
+def test_the_lock_is_taken_in_a_folder_removed_just_before(tmp_path):
+    import os
+
+    from corpusprep.writer import _acquire_lock
+
+    folder = tmp_path / "out"
+    fd = _acquire_lock(folder, "out")
+    try:
+        assert (folder / ".corpusprep.lock").is_file()
+    finally:
+        os.close(fd)
