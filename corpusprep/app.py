@@ -174,9 +174,12 @@ def _record(folder: Any, cfg: DictConfig, status: str, **fields: Any) -> None:
 
 def main() -> None:
     """Console entry point (`corpusprep ...` and `python -m corpusprep ...`)."""
-    # SIGTERM (kill, a scheduler's timeout) cleans up like Ctrl-C: no half-written files.
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)  # as Python's own, but noted (_STOPPED_BY)
+    # SIGTERM (kill, a scheduler's timeout) cleans up like Ctrl-C: no half-written files
+    # (Ctrl-C: as Python's own handler, but noted in _STOPPED_BY.) A signal the process was
+    # started ignoring (`trap '' INT`, a script's `cmd &`) stays ignored.
+    for stopping in (signal.SIGTERM, signal.SIGINT):
+        if signal.getsignal(stopping) != signal.SIG_IGN:
+            signal.signal(stopping, _interrupt)
     # `split=0.8,0.9 -m` as well as `-m split=0.8,0.9` (argparse wants flags first)
     flags = [a for a in sys.argv[1:] if a in ("-m", "--multirun")]
     sys.argv[1:] = flags + [a for a in sys.argv[1:] if a not in flags]

@@ -939,9 +939,14 @@ def finished_manifest(out_dir: str, run: Run) -> Optional[dict[str, Any]]:
         return None
     # a skipped run must be right: every file's size, then its bytes (1-2 GB/s a core); a
     # folder without checksums is from an older version: redo it
-    checking = Meanwhile(partial(changed_files, folder, manifest, run.cores))
+    stop = threading.Event()  # the input's hashing failed (or a Ctrl-C): no more reading
+    checking = Meanwhile(partial(changed_files, folder, manifest, run.cores, stop))
     checking.start()
-    run.hashes = run.hashes or _hashes(run.files, run.cores)
+    try:
+        run.hashes = run.hashes or _hashes(run.files, run.cores)
+    except BaseException:
+        stop.set()
+        raise
     return manifest if checking.result() == [] else None
 
 
@@ -999,17 +1004,16 @@ def _recorded_inputs(work: Path) -> Optional[dict[str, Any]]:
 
 
 def _space_needed(run: Run, tokens: Optional[int] = None) -> int:
-    """About how many bytes the run writes at its peak, also kept as run.out.needed for
-    the writer's own messages: its ids twice (shard parts, then merged; once where shards
-    write in place), once more for a format that copies them into files of its own (llmc,
-    npy), plus token_bytes.npy (an int32 per id). Before the tokens are counted: one per
-    character for char/byte and, for BPE, one per three characters (English prose has
-    four; code and other languages fewer), one character per byte of text where no scan
-    counted them."""
+    """About how many bytes the run writes at its peak (kept as run.out.needed, which the
+    writer's own messages say): its ids twice, as shard parts and then merged (once where
+    shards write in place; three times where the merge reorders them: order=shuffle,
+    split_by=head/tail), once more for a format that copies them into files of its own
+    (llmc, npy), plus token_bytes.npy (an int32 per id). Before `tokens` are counted, the
+    tokenizer's estimate from the text's bytes."""
     if tokens is None:
-        chars = run.chars or sum(shard.nbytes for shard in run.shards)
-        tokens = chars if run.tokenizer.tokens_for(1) is not None else chars // 3
-    copies = (1 if run.in_place else 2) + run.exporter.copies_ids
+        tokens = run.tokenizer.tokens_about(sum(shard.nbytes for shard in run.shards))
+    reorders = run.settings.order == "shuffle" or run.split_by in ("head", "tail")
+    copies = (1 if run.in_place else 2) + reorders + run.exporter.copies_ids
     max_id = None if run.learns else run.tokenizer.max_id
     run.out.needed = copies * tokens * run.itemsize + 4 * (max_id or 0)
     return run.out.needed
@@ -1073,8 +1077,8 @@ def _progress(results: Iterable, shards: list[Shard], what: str, quiet: bool) ->
 
 class Meanwhile:
     """A job of the driver's run in a thread while the workers run, instead of before
-    them (file reads and hashlib release the GIL). It starts once the first result is in:
-    the pool has forked its workers by then."""
+    them (file reads and hashlib release the GIL). It starts once the first result is in
+    (the pool has forked its workers by then), or when start() is called."""
 
     def __init__(self, job: Callable[[], Any]) -> None:
         self._job, self._thread = job, None

@@ -71,13 +71,14 @@ def no_space(e: OSError, folder: Path | str, needed: Optional[int] = None,
     if e.errno == errno.EDQUOT:
         what = "is over its disk quota"
     need = f" (this run needs about {_mb(needed)} MB there)" if needed else ""
+    room = "make it writable" if e.errno == errno.EROFS else "free some space"
     if committing:
         return UserError(
-            f"{folder}: the disk {what} in the middle of a commit; free some space (or "
-            "inodes) and run again: the next run in this folder finishes that commit"
+            f"{folder}: the disk {what} in the middle of a commit; {room} and run again: "
+            "the next run in this folder finishes that commit"
         )
     return UserError(
-        f"{folder}: the disk {what}{need}; free some space or choose another out_dir "
+        f"{folder}: the disk {what}{need}; {room} or choose another out_dir "
         "(the previous outputs are untouched)"
     )
 
@@ -117,15 +118,17 @@ def check_free_space(folder: Path, needed: int, total: Optional[int] = None) -> 
     if needed > free:
         in_all = f" ({_mb(total)} MB in all)" if total and total > needed else ""
         raise UserError(
-            f"{folder}: the disk has {_mb(free)} MB free but this run needs about "
+            f"{folder}: the disk has {_mb(free, up=False)} MB free but this run needs about "
             f"{_mb(needed)} MB more{in_all}; free some space or choose another out_dir "
             "(the previous outputs are untouched)"
         )
 
 
-def _mb(nbytes: int) -> str:
-    """Megabytes, rounded up to a tenth: an amount of space said is never too little."""
-    return f"{max(math.ceil(nbytes / 1e5) / 10, 0.1):,.1f}"
+def _mb(nbytes: int, up: bool = True) -> str:
+    """Megabytes to a tenth: a space needed rounded up (never said too little), one free
+    rounded down."""
+    tenths = math.ceil(nbytes / 1e5) if up else math.floor(nbytes / 1e5)
+    return f"{max(tenths / 10, 0.1):,.1f}"
 
 
 # the out_dirs this process committed, in order (a sweep: several): an interrupt is said
@@ -188,7 +191,8 @@ class OutputWriter:
                 except OSError as e:  # no inode left for the lock file (or no quota)
                     if e.errno not in NO_SPACE:
                         raise
-                    return self._only_to_read(no_space(e, self.label))
+                    stopped = (self.out_dir / JOURNAL).exists()  # a commit a full disk cut
+                    return self._only_to_read(no_space(e, self.label, committing=stopped))
                 with disk_errors(self.label, committing=True):
                     if recover(self.out_dir):
                         FINISHED.append(self.label)
@@ -204,7 +208,11 @@ class OutputWriter:
         a finished one may still be found up to date, which writes nothing and takes no
         lock; anything more is refused (check_writable) with `refusal`."""
         self._remove_made_dirs()
-        if not (self.out_dir / MANIFEST).is_file():
+        try:
+            finished = (self.out_dir / MANIFEST).is_file()
+        except OSError:  # not even readable (another user's private folder)
+            finished = False
+        if not finished:
             raise refusal
         self._refusal = refusal
         return self
@@ -255,6 +263,7 @@ class OutputWriter:
         """A new temporary file that becomes `name` on commit, with `nbytes` reserved on
         disk (so a full disk fails here, before any work, rather than halfway). `name` may
         be in one subfolder ("doc_index/train.docs.bin"): the temporary file stays in out_dir."""
+        self.check_writable()
         if "/" in name:
             sub = self.out_dir / Path(name).parent
             if sub.is_symlink() or (sub.exists() and not sub.is_dir()):
@@ -494,7 +503,7 @@ def _acquire_lock(folder: Path, label: str) -> Optional[int]:
     path = folder / LOCK
     for attempt in itertools.count():
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = _open_lock(path)
         except FileNotFoundError:  # another run that made the folder failed and removed it,
             if attempt > 2:  # empty, as this one came in: it is made again
                 raise
@@ -525,6 +534,15 @@ def _acquire_lock(folder: Path, label: str) -> Optional[int]:
     return fd
 
 
+def _open_lock(path: Path) -> int:
+    """The lock file, made if missing; read-only if it is another user's (flock needs no
+    write access, so their live run still keeps this one out)."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except PermissionError:
+        return os.open(path, os.O_RDONLY)
+
+
 def _read_holder(fd: int) -> str:
     try:
         return os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "unknown pid"
@@ -544,11 +562,15 @@ def _fsync_file(path: Path) -> None:
 
 
 def changed_files(
-    folder: Path, manifest: dict[str, Any], threads: Optional[int] = None
+    folder: Path,
+    manifest: dict[str, Any],
+    threads: Optional[int] = None,
+    stop: Optional[threading.Event] = None,
 ) -> Optional[list[str]]:
     """The files of a finished folder whose size or sha256 is not what its manifest says
     ([] when all agree); None when the manifest lists no checksums for all of them. The
-    files are hashed side by side, `threads` at most (default: a thread per core)."""
+    files are hashed side by side, `threads` at most (default: a thread per core); a
+    caller's `stop`, once set, ends the reading (its verdict then means nothing)."""
     files, sums = manifest.get("files"), manifest.get("checksums")
     if not isinstance(files, dict) or not isinstance(sums, dict) or set(files) != set(sums):
         return None
@@ -556,7 +578,7 @@ def changed_files(
         files, key=lambda name: -files[name] if isinstance(files[name], int) else 0
     )
     sized = {name: sums[name] for name in largest_first if _has_size(folder, name, files[name])}
-    same = _sha256_matches(folder, sized, threads or os.cpu_count() or 1)
+    same = _sha256_matches(folder, sized, threads or os.cpu_count() or 1, stop)
     return [name for name in files if name not in same]
 
 
@@ -567,13 +589,14 @@ def _has_size(folder: Path, name: str, size: Any) -> bool:
         return False
 
 
-def _sha256_matches(folder: Path, sums: dict[str, Any], threads: int) -> set[str]:
+def _sha256_matches(folder: Path, sums: dict[str, Any], threads: int,
+                    stop: Optional[threading.Event] = None) -> set[str]:  # fmt: skip
     """The files among `sums` whose sha256 is the one given, hashed in their order (the
     largest first: they decide how long it takes) by daemon threads, which a Ctrl-C waits
     for none of (hashlib lets go of the GIL)."""
     todo = iter(sums)
     same: set[str] = set()
-    taking, stop = threading.Lock(), threading.Event()
+    taking, stop = threading.Lock(), stop or threading.Event()
 
     def hash_the_next_ones() -> None:
         while not stop.is_set():

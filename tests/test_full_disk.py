@@ -6,7 +6,9 @@ the lock file, even for an up-to-date folder.)"""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -90,6 +92,17 @@ def test_inodes_that_run_out_during_the_commit_are_one_line_and_the_next_run_fin
     else:
         pytest.skip("no inode count stopped the run inside its commit here")
     assert_one_line_error(r, str(out), "middle of a commit", "the next run in this folder finishes")
+    # the next run on that disk, before any inode is freed (none even for the lock file),
+    # says the same, not that the previous outputs are untouched (they are half replaced)
+    for i in range(50):
+        try:
+            (root / f"f{i}").touch()
+        except OSError:
+            break
+    r = run_cli(*args, f"out_dir={out}", cwd=tmp_path, env=env)
+    assert_one_line_error(r, str(out), "middle of a commit", "the next run in this folder finishes")
+    for i in range(50):
+        (root / f"f{i}").unlink(missing_ok=True)
     tmpfs(f"size=64m,nr_inodes={inodes + 100}")
     again = run_cli(*args, f"out_dir={out}", cwd=tmp_path, env=env)
     assert again.returncode == 0, again.stderr
@@ -133,13 +146,24 @@ def _stated_mb(stderr: str) -> float:
         ("tokenizer=tiktoken",),
         ("tokenizer=tiktoken", "format=llmc", "shard_tokens=20000"),
         ("tokenizer=char",),
+        ("tokenizer=byte",),
+        (
+            "source=files",
+            "source.glob=docs.jsonl",
+            "tokenizer=tiktoken",
+            "split_by=document",
+            "order=shuffle",
+        ),
     ],  # fmt: skip
 )
 @pytest.mark.parametrize("fraction", [0.3, 0.6, 0.9])
 def test_the_space_a_full_disk_says_a_run_needs_is_enough(tmp_path, tmpfs, shakespeare,
                                                           tiktoken_cache, settings,
                                                           fraction):  # fmt: skip
-    args = ["source=file", f"source.path={shakespeare}", *settings]
+    speeches = shakespeare.read_text().split("\n\n")  # as documents
+    (tmp_path / "docs.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in speeches))
+    own_source = settings[0].startswith("source=")
+    args = [*([] if own_source else ["source=file", f"source.path={shakespeare}"]), *settings]
     env = {"TIKTOKEN_CACHE_DIR": str(tiktoken_cache)}
     ref = run_cli(*args, "out_dir=ref", cwd=tmp_path, env=env)
     assert ref.returncode == 0, ref.stderr
@@ -153,3 +177,73 @@ def test_the_space_a_full_disk_says_a_run_needs_is_enough(tmp_path, tmpfs, shake
     tmpfs(f"size={int(stated * 1e6) + 65536}")  # what it said, and a little for the manifest
     again = run_cli(*args, f"out_dir={root / 'out'}", cwd=tmp_path, env=env)
     assert again.returncode == 0, again.stderr
+
+
+def test_an_ignored_ctrl_c_stays_ignored(tmp_path):
+    """`trap '' INT` or a script's `cmd &`: a process started with SIGINT ignored is not
+    stopped by it (found by a review: the run's own handler replaced the inherited one)."""
+    import signal
+    import sys
+    import time
+
+    from helpers import REPO
+
+    (tmp_path / "in.txt").write_text("a line of text\n" * 4000)
+    tests = str(REPO / "tests")
+    run = subprocess.Popen(
+        [sys.executable, "-m", "corpusprep", "source=file", "source.path=in.txt",
+         "out_dir=out", "tokenizer._target_=fault_tokenizers.SlowCharTokenizer",
+         "+tokenizer.delay=0.5", "shard_bytes=20000"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), tests])},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
+    try:
+        time.sleep(1.5)
+        run.send_signal(signal.SIGINT)
+        _, err = run.communicate(timeout=120)
+    finally:
+        run.kill()
+    assert run.returncode == 0, err
+    assert (tmp_path / "out" / "manifest.json").is_file()
+
+
+def test_a_folder_that_cannot_even_be_read_is_said_not_writable(tmp_path, monkeypatch):
+    """Another user's private out_dir (mode 700): whether it holds a manifest cannot be
+    known, and the line is the usual one (found by a review: a PermissionError traceback)."""
+    from corpusprep import writer
+    from corpusprep.errors import UserError
+
+    (tmp_path / "out").mkdir()
+    real_is_file = Path.is_file
+
+    def is_file(self):
+        if self.parent == tmp_path / "out":
+            raise PermissionError(13, "Permission denied")
+        return real_is_file(self)
+
+    monkeypatch.setattr(writer.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(Path, "is_file", is_file)
+    with (
+        pytest.raises(UserError, match="not writable; choose another out_dir"),
+        writer.OutputWriter(tmp_path / "out"),
+    ):
+        pass
+
+
+def test_a_stopped_check_of_the_outputs_vouches_for_nothing(tmp_path):
+    """changed_files with its stop set (the input's hashing failed beside it) reads nothing
+    more and finds no file the same."""
+    import hashlib
+    import threading
+
+    from corpusprep.writer import changed_files
+
+    data = b"x" * 100_000
+    (tmp_path / "a.bin").write_bytes(data)
+    sums = {"a.bin": hashlib.sha256(data).hexdigest()}
+    manifest = {"files": {"a.bin": len(data)}, "checksums": sums}
+    assert changed_files(tmp_path, manifest) == []
+    stop = threading.Event()
+    stop.set()
+    assert changed_files(tmp_path, manifest, stop=stop) == ["a.bin"]

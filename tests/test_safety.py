@@ -566,3 +566,35 @@ def test_the_lock_is_taken_in_a_folder_removed_just_before(tmp_path):
         assert (folder / ".corpusprep.lock").is_file()
     finally:
         os.close(fd)
+
+
+# a review: a lock file another user's run made (0644, theirs) could not be opened for
+# writing, a PermissionError traceback; a read-only descriptor takes the flock all the same
+def test_a_lock_file_of_another_user_still_locks(tmp_path, monkeypatch):
+    import fcntl
+    import os
+
+    from corpusprep import writer
+
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / ".corpusprep.lock").write_text("pid 1 on elsewhere\n")
+    real_open = os.open
+
+    def theirs(path, flags, *mode):
+        if str(path).endswith(".corpusprep.lock") and flags & os.O_RDWR:
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, flags, *mode)
+
+    monkeypatch.setattr(writer.os, "open", theirs)
+    held = real_open(folder / ".corpusprep.lock", os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)  # their run, alive
+    try:
+        with pytest.raises(
+            writer.UserError, match=r"another corpusprep run \(pid 1 on elsewhere\)"
+        ):
+            writer._acquire_lock(folder, "out")
+    finally:
+        os.close(held)
+    fd = writer._acquire_lock(folder, "out")  # theirs ended: this run takes it
+    os.close(fd)

@@ -13,6 +13,7 @@ source.max_bytes caps its size.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
@@ -47,9 +48,10 @@ def _cache_error(dest: Path, e: OSError, size: Optional[int]) -> UserError:
     """The one line for a download cache that cannot take the file: the folder (not the
     hidden file being written), why, and how big the file is."""
     need = f" (the file is {size / 1e6:.1f} MB)" if size else ""
+    room = "" if e.errno == errno.EROFS else "free some space there, or "
     return UserError(
-        f"cannot write the download to the cache {dest.parent}: {e.strerror}{need}; free "
-        "some space there, or set source.cache_dir or CORPUSPREP_CACHE_DIR to another folder"
+        f"cannot write the download to the cache {dest.parent}: {e.strerror}{need}; {room}"
+        "set source.cache_dir or CORPUSPREP_CACHE_DIR to another folder"
     )
 
 
@@ -204,7 +206,7 @@ class UrlSource(Source):
         from tqdm import tqdm
 
         part = dest.with_name(f".{dest.name}.{os.getpid()}.part")
-        cap = self.options.max_bytes
+        cap, total = self.options.max_bytes, None
         left = None if end is None else max(end - time.monotonic(), 0.1)
         timeout = self.timeout if left is None else min(self.timeout, left)  # no wait past the end
         try:

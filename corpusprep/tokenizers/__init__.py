@@ -170,6 +170,12 @@ class Tokenizer(ABC):
         (sentencepiece's dummy prefix)."""
         return self.encode_pieces(pieces)
 
+    def tokens_about(self, nbytes: int) -> int:
+        """About how many tokens `nbytes` of text make, never far too few (the space a run
+        needs): BPE, one per three bytes (English prose has four; code and other languages
+        fewer)."""
+        return nbytes // 3
+
     def tokens_for(self, chars: int) -> Optional[int]:
         """The exact number of tokens for a text of `chars` characters, if it follows from
         the length alone (char: one per character), else None. Lets shards write in place."""

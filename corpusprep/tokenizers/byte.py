@@ -21,6 +21,9 @@ class ByteTokenizer(Tokenizer):
     def encode(self, text: str) -> np.ndarray:
         return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
 
+    def tokens_about(self, nbytes: int) -> int:
+        return nbytes  # one per byte of UTF-8
+
     def decode(self, ids: Iterable[int]) -> str:
         return self.decode_bytes(ids).decode("utf-8", errors="replace")
 

@@ -111,6 +111,9 @@ class CharTokenizer(Tokenizer):
     def tokens_for(self, chars: int) -> int:
         return chars
 
+    def tokens_about(self, nbytes: int) -> int:
+        return nbytes  # one per character: at most one per byte
+
     def decode(self, ids: Iterable[int]) -> str:
         chars = self._fitted() + ([self.separator] if self.eot else [])
         return "".join([chars[i] for i in ids])

@@ -94,6 +94,9 @@ class ReusedTokenizer(Tokenizer):
     def tokens_for(self, chars: int) -> Optional[int]:
         return self.inner.tokens_for(chars)
 
+    def tokens_about(self, nbytes: int) -> int:
+        return self.inner.tokens_about(nbytes)
+
     def decode(self, ids: Iterable[int]) -> str:
         return self.inner.decode(ids)
 
