@@ -370,20 +370,9 @@ def test_a_planted_pickle_marker_is_never_unpickled(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def small_disk(tmp_path: Path):
+def small_disk(tmpfs) -> Path:
     """A 3 MB tmpfs mounted by the test (root only)."""
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a small tmpfs needs root")
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(disk)],
-                       capture_output=True, text=True)  # fmt: skip
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
+    return tmpfs("size=3m")
 
 
 @pytest.mark.parametrize("kind", ["char", "bpe-docs"])
