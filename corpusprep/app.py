@@ -175,7 +175,7 @@ def _record(folder: Any, cfg: DictConfig, status: str, **fields: Any) -> None:
 def main() -> None:
     """Console entry point (`corpusprep ...` and `python -m corpusprep ...`)."""
     # SIGTERM (kill, a scheduler's timeout) cleans up like Ctrl-C: no half-written files
-    # (Ctrl-C: as Python's own handler, but noted in _STOPPED_BY.) A signal the process was
+    # (Ctrl-C: as Python's own handler, but noted in _stopped_by.) A signal the process was
     # started ignoring (`trap '' INT`, a script's `cmd &`) stays ignored.
     for stopping in (signal.SIGTERM, signal.SIGINT):
         if signal.getsignal(stopping) != signal.SIG_IGN:
@@ -210,7 +210,7 @@ def _compose_and_run() -> None:
     try:
         task(_hydra_job)()
     except SystemExit as e:  # Hydra's own error (argparse's usage errors exit with 2)
-        if e.code == 1 and _STOPPED_BY[1:]:  # a Ctrl-C that Hydra or OmegaConf turned into
+        if e.code == 1 and _stopped_by:  # a Ctrl-C that Hydra or OmegaConf turned into
             hydra_stderr.held = None  # an error of their own (or half-built state) while
             sys.stderr = stderr  # composing: what they said is not the story
             fail("interrupted", code=_interrupt_code())
@@ -418,20 +418,20 @@ def _targets(node: Any, prefix: str) -> Any:
 
 
 def _interrupt(signum: int, frame: Any) -> NoReturn:
-    _STOPPED_BY.append(signum)
+    global _stopped_by
+    _stopped_by = signum
     raise KeyboardInterrupt
 
 
-# the signals that raised a KeyboardInterrupt, after a first entry that stands for Python's
-# own Ctrl-C (one that came before main() set _interrupt as its handler)
-_STOPPED_BY = [signal.SIGINT]
+_stopped_by: Optional[int] = None  # the last signal _interrupt turned into a Ctrl-C
 
 
 def _interrupt_code() -> int:
     """The exit code of an interrupted run: 128 + the signal's number, as a shell reports a
     process that signal ended (130 for Ctrl-C, 143 for SIGTERM), so a scheduler or script
-    can tell a timeout's kill from a user's Ctrl-C."""
-    return 128 + _STOPPED_BY[-1]
+    can tell a timeout's kill from a user's Ctrl-C. None noted: Python's own Ctrl-C, from
+    before main() set the handler."""
+    return 128 + (_stopped_by or signal.SIGINT)
 
 
 def _check_required(cfg: DictConfig) -> None:

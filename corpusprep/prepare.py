@@ -75,6 +75,7 @@ from corpusprep.writer import (
     check_free_space,
     choose_dtype,
     disk_errors,
+    in_threads,
 )
 
 TOKEN_BYTES = "token_bytes.npy"  # int32, one per id: its UTF-8 bytes (0: special)
@@ -808,28 +809,22 @@ def _hashes(files: list[InputFile], threads: Optional[int] = None) -> dict[str, 
     the GIL): documents are keyed by these digests before the first shard starts, and one
     file after another, FineWeb's 14 files of 2 GB kept every core waiting for 20 s."""
     paths = list(dict.fromkeys(f.path for f in files))
-    todo = iter(paths)
     settled, stop = threading.Condition(), threading.Event()  # stop: a failure, or a Ctrl-C
     found: dict[str, bytes] = {}
     failed: dict[str, BaseException] = {}
 
-    def hash_the_next_ones() -> None:
-        while not stop.is_set():
-            with settled:
-                path = next(todo, None)
-            if path is None:
-                return
-            try:
-                digest, error = bytes.fromhex(sha256_file(Path(path))), None
-            except BaseException as e:  # said in the driver, as if hashed there
-                digest, error = None, _removed(path) if isinstance(e, FileNotFoundError) else e
-            with settled:
-                if error is None:
-                    found[path] = digest
-                else:
-                    failed[path] = error
-                    stop.set()
-                settled.notify()
+    def hash_one(path: str) -> None:
+        try:
+            digest, error = bytes.fromhex(sha256_file(Path(path))), None
+        except BaseException as e:  # said in the driver, as if hashed there
+            digest, error = None, _removed(path) if isinstance(e, FileNotFoundError) else e
+        with settled:
+            if error is None:
+                found[path] = digest
+            else:
+                failed[path] = error
+                stop.set()
+            settled.notify()
 
     def answered() -> bool:
         """Every file hashed, or one failed and every file before it is settled: its error
@@ -840,15 +835,8 @@ def _hashes(files: list[InputFile], threads: Optional[int] = None) -> dict[str, 
         return all(p in found or p in failed for p in paths[:first])
 
     # daemon threads: neither a Ctrl-C nor an error waits for a 100 GB file's digest
-    count = min(len(paths), threads or available_cores())
     try:
-        for started in range(count):
-            try:
-                threading.Thread(target=hash_the_next_ones, daemon=True).start()
-            except RuntimeError:  # no more threads to be had: those running do the work
-                if not started:
-                    raise
-                break
+        in_threads(paths, hash_one, min(len(paths), threads or available_cores()), stop)
         with settled:
             while not answered():
                 settled.wait()

@@ -31,7 +31,7 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO, Optional
@@ -594,30 +594,51 @@ def _sha256_matches(folder: Path, sums: dict[str, Any], threads: int,
     """The files among `sums` whose sha256 is the one given, hashed in their order (the
     largest first: they decide how long it takes) by daemon threads, which a Ctrl-C waits
     for none of (hashlib lets go of the GIL)."""
-    todo = iter(sums)
     same: set[str] = set()
-    taking, stop = threading.Lock(), stop or threading.Event()
+    stop = stop or threading.Event()
 
-    def hash_the_next_ones() -> None:
-        while not stop.is_set():
-            with taking:
-                name = next(todo, None)
-            if name is None:
-                return
-            with contextlib.suppress(OSError):  # unreadable, or gone since: not the same
-                if file_sha256(folder / name, stop) == sums[name]:
-                    same.add(name)
+    def check(name: str) -> None:
+        with contextlib.suppress(OSError):  # unreadable, or gone since: not the same
+            if file_sha256(folder / name, stop) == sums[name]:
+                same.add(name)
 
-    hashing = [threading.Thread(target=hash_the_next_ones, daemon=True)
-               for _ in range(min(threads, len(sums)))]  # fmt: skip
     try:
-        for thread in hashing:
-            thread.start()
-        for thread in hashing:
+        for thread in in_threads(sums, check, min(threads, len(sums)), stop):
             thread.join()
     finally:  # done, or interrupted: none goes on reading
         stop.set()
     return same
+
+
+def in_threads(items: Iterable[Any], work: Callable[[Any], None], threads: int,
+               stop: threading.Event) -> list[threading.Thread]:  # fmt: skip
+    """work(item) for each of `items`, taken in their order by up to `threads` daemon
+    threads (which neither a Ctrl-C nor an error waits for) until every one is taken or
+    `stop` is set. Returns the threads started: fewer where no more can be had."""
+    todo, taking = iter(items), threading.Lock()
+
+    def take_the_next_ones() -> None:
+        while not stop.is_set():
+            with taking:
+                item = next(todo, _TAKEN)
+            if item is _TAKEN:
+                return
+            work(item)
+
+    started: list[threading.Thread] = []
+    for _ in range(threads):
+        thread = threading.Thread(target=take_the_next_ones, daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # no more threads to be had: those running do the work
+            if not started:
+                raise
+            break
+        started.append(thread)
+    return started
+
+
+_TAKEN = object()  # in_threads: no item is left
 
 
 _LEFT = object()  # GrowingDigest: the writer has left the file
