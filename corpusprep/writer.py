@@ -181,7 +181,8 @@ class OutputWriter:
             ) from None
         self._made_dirs = missing
         if not os.access(self.out_dir, os.W_OK | os.X_OK):
-            return self._only_to_read(self._not_writable())
+            not_writable = f"out_dir={self.label}: not writable; choose another out_dir"
+            return self._only_to_read(UserError(not_writable))
         try:
             # Ctrl-C waits: the lock file is made and held as one step, and a commit a
             # killed run began is finished whole, never half (then its journal is gone)
@@ -226,9 +227,6 @@ class OutputWriter:
         a run that finds it up to date can live with)."""
         if self._refusal is not None:
             raise self._refusal
-
-    def _not_writable(self) -> UserError:
-        return UserError(f"out_dir={self.label}: not writable; choose another out_dir")
 
     def __exit__(self, exc_type: Any, exc: Optional[BaseException], *tb: object) -> None:
         """Tidy up (the work folder, temporary files, the lock) with Ctrl-C waiting until
