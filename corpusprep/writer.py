@@ -164,22 +164,15 @@ class OutputWriter:
         self.needed: Optional[int] = None  # about how many bytes the run writes, once known
 
     def __enter__(self) -> OutputWriter:
-        missing = []
-        d = self.out_dir.absolute()
-        while not d.exists():
-            missing.append(d)
-            d = d.parent
-        if not d.is_dir():
-            raise UserError(
-                f"out_dir={self.label}: {d} is a file, not a folder; choose another out_dir"
-            )
         try:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
+            _make_folder(self.out_dir, self._made_dirs)
+        except NotADirectoryError as e:
+            where = f"out_dir={self.label}: {e.filename}"
+            raise UserError(f"{where} is a file, not a folder; choose another out_dir") from None
         except OSError as e:
             raise UserError(
                 f"out_dir={self.label}: cannot create it ({e.strerror}); choose a writable out_dir"
             ) from None
-        self._made_dirs = missing
         if not os.access(self.out_dir, os.W_OK | os.X_OK):
             not_writable = f"out_dir={self.label}: not writable; choose another out_dir"
             return self._only_to_read(UserError(not_writable))
@@ -188,7 +181,7 @@ class OutputWriter:
             # killed run began is finished whole, never half (then its journal is gone)
             with signals_held():
                 try:
-                    self._lock = _acquire_lock(self.out_dir, self.label)
+                    self._lock = _acquire_lock(self.out_dir, self.label, self._made_dirs)
                 except OSError as e:  # no inode left for the lock file (or no quota)
                     if e.errno not in NO_SPACE:
                         raise
@@ -491,9 +484,10 @@ def _apply(folder: Path, journal: dict[str, Any]) -> None:
     (folder / JOURNAL).unlink(missing_ok=True)
 
 
-def _acquire_lock(folder: Path, label: str) -> Optional[int]:
+def _acquire_lock(folder: Path, label: str, made: Optional[list[Path]] = None) -> Optional[int]:
     """An exclusive flock on folder/.corpusprep.lock, holding our pid; None where there is
-    no flock (not POSIX). A second run gets one line naming the holder."""
+    no flock (not POSIX). A second run gets one line naming the holder. Folders made again
+    (another run removed them) are added to `made`, deepest first."""
     try:
         import fcntl
     except ImportError:
@@ -505,7 +499,7 @@ def _acquire_lock(folder: Path, label: str) -> Optional[int]:
         except FileNotFoundError:  # another run that made the folder failed and removed it,
             if attempt > 2:  # empty, as this one came in: it is made again
                 raise
-            folder.mkdir(parents=True, exist_ok=True)
+            _make_folder(folder, made if made is not None else [])
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -530,6 +524,19 @@ def _acquire_lock(folder: Path, label: str) -> Optional[int]:
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
     return fd
+
+
+def _make_folder(folder: Path, made: list[Path]) -> None:
+    """mkdir -p, noting in `made` the folders it created (deepest first), which are the
+    only ones the run removes again. A file in the way: NotADirectoryError naming it."""
+    missing, d = [], folder
+    while not d.exists():
+        missing.append(d)
+        d = d.parent
+    if not d.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(d))
+    folder.mkdir(parents=True, exist_ok=True)
+    made[:] = sorted(set(made) | set(missing), key=lambda p: -len(p.parts))
 
 
 def _open_lock(path: Path) -> int:

@@ -587,3 +587,28 @@ def test_a_lock_file_of_another_user_still_locks(tmp_path, monkeypatch):
         os.close(held)
     fd = writer._acquire_lock(folder, "out")  # theirs ended: this run takes it
     os.close(fd)
+
+
+# stop 43's note: when another run removed out_dir (and the parent it had made) just
+# before this run's lock, the lock retry made them again but did not count them as made
+# by this run, so a user error then left them behind, empty
+def test_folders_the_lock_retry_makes_again_are_tidied_away(tmp_path, monkeypatch):
+    from corpusprep import writer
+
+    parent, out = tmp_path / "theirs", tmp_path / "theirs" / "out"
+    parent.mkdir()
+    real_open = writer._open_lock
+    removed = []
+
+    def their_run_ends_first(path):
+        if not removed:  # their run failed and removed both folders, empty
+            out.rmdir()
+            parent.rmdir()
+            removed.append(True)
+        return real_open(path)
+
+    monkeypatch.setattr(writer, "_open_lock", their_run_ends_first)
+    with pytest.raises(writer.UserError), writer.OutputWriter(out):
+        assert out.is_dir()
+        raise writer.UserError("a user error before anything is written")
+    assert removed and not parent.exists()
