@@ -145,7 +145,7 @@ def _input_files(manifest: dict) -> tuple[list, dict[str, bytes]]:
     from corpusprep.formats import InputFile
     from corpusprep.prepare import _member_digest
     from corpusprep.sources import ReadOptions
-    from corpusprep.sources.url import sha256_file
+    from corpusprep.writer import file_sha256
 
     src = manifest["source"]
     listed = src.get("files") or [{"path": src["file"], "sha256": src["sha256"],
@@ -160,7 +160,7 @@ def _input_files(manifest: dict) -> tuple[list, dict[str, bytes]]:
         if f["path"] not in digests:
             if not path.is_file():
                 raise UserError(f"{path}: the source file is gone; cannot verify")
-            digests[f["path"]] = sha256_file(path)
+            digests[f["path"]] = file_sha256(path)
             if digests[f["path"]] != f["sha256"]:
                 raise UserError(
                     f"{path}: the source changed since the run (sha256 differs from the "

@@ -65,7 +65,6 @@ from corpusprep.shards import (
     scan_shard,
 )
 from corpusprep.sources import Source
-from corpusprep.sources.url import sha256_file
 from corpusprep.split import permutation, split_point, val_document_count, val_documents
 from corpusprep.tokenizers import NOWHERE, Tokenizer
 from corpusprep.writer import (
@@ -75,6 +74,7 @@ from corpusprep.writer import (
     check_free_space,
     choose_dtype,
     disk_errors,
+    file_sha256,
     in_threads,
 )
 
@@ -815,7 +815,7 @@ def _hashes(files: list[InputFile], threads: Optional[int] = None) -> dict[str, 
 
     def hash_one(path: str) -> None:
         try:
-            digest, error = bytes.fromhex(sha256_file(Path(path))), None
+            digest, error = bytes.fromhex(file_sha256(Path(path))), None
         except BaseException as e:  # said in the driver, as if hashed there
             digest, error = None, _removed(path) if isinstance(e, FileNotFoundError) else e
         with settled:

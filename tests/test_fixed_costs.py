@@ -1280,7 +1280,7 @@ def test_input_files_are_hashed_side_by_side(tmp_path: Path, monkeypatch):
             at_once.wait()
         return hashlib.sha256(path.read_bytes()).hexdigest()
 
-    monkeypatch.setattr(prepare_module, "sha256_file", meeting)
+    monkeypatch.setattr(prepare_module, "file_sha256", meeting)
     monkeypatch.setattr(prepare_module, "available_cores", lambda: 2)
     files = [InputFile(str(p), "jsonl") for p in paths]
     files.append(InputFile(str(paths[0]), "jsonl", member="x"))  # another name, same file
@@ -1317,7 +1317,7 @@ def test_a_ctrl_c_while_inputs_are_hashed_stops_the_run_at_once(tmp_path: Path, 
         endless.wait(60)
         return "00" * 32
 
-    monkeypatch.setattr(prepare_module, "sha256_file", slow)
+    monkeypatch.setattr(prepare_module, "file_sha256", slow)
     monkeypatch.setattr(prepare_module, "available_cores", lambda: 1)
     ctrl_c = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
     ctrl_c.start()
@@ -1334,13 +1334,13 @@ def test_a_ctrl_c_while_inputs_are_hashed_stops_the_run_at_once(tmp_path: Path, 
 
 
 def _concurrency(monkeypatch, meet: int = 0) -> list[int]:
-    """sha256_file patched to note how many files are being hashed at once (each waits a
+    """file_sha256 patched to note how many files are being hashed at once (each waits a
     little, so that threads overlap if they may; the first `meet` wait for each other)."""
     import corpusprep.prepare as prepare_module
 
     lock, now, most = threading.Lock(), [0], [0]
     meeting = threading.Barrier(meet, timeout=10) if meet else None
-    real = prepare_module.sha256_file
+    real = prepare_module.file_sha256
 
     def counting(path: Path) -> str:
         with lock:
@@ -1356,7 +1356,7 @@ def _concurrency(monkeypatch, meet: int = 0) -> list[int]:
             with lock:
                 now[0] -= 1
 
-    monkeypatch.setattr(prepare_module, "sha256_file", counting)
+    monkeypatch.setattr(prepare_module, "file_sha256", counting)
     return most
 
 
@@ -1390,7 +1390,7 @@ def test_a_failed_file_is_said_without_waiting_for_later_files(tmp_path: Path, m
     first, huge = tmp_path / "gone.jsonl", tmp_path / "huge.jsonl"
     huge.write_text('{"text": "a"}\n')
     endless, started = threading.Event(), threading.Event()
-    real = prepare_module.sha256_file
+    real = prepare_module.file_sha256
 
     def slow(path: Path) -> str:
         if path == huge:
@@ -1400,7 +1400,7 @@ def test_a_failed_file_is_said_without_waiting_for_later_files(tmp_path: Path, m
             started.wait(10)
         return real(path)
 
-    monkeypatch.setattr(prepare_module, "sha256_file", slow)
+    monkeypatch.setattr(prepare_module, "file_sha256", slow)
     start = time.monotonic()
     try:
         with pytest.raises(UserError, match=f"{first}: the file was removed"):
@@ -1451,14 +1451,14 @@ def test_the_first_failing_file_is_said_even_when_it_fails_last(tmp_path: Path, 
         later_failed.set()
         raise ValueError("b")
 
-    monkeypatch.setattr(prepare_module, "sha256_file", failing)
+    monkeypatch.setattr(prepare_module, "file_sha256", failing)
     files = [InputFile(str(tmp_path / name), "jsonl") for name in ("a.jsonl", "b.jsonl")]
     with pytest.raises(ValueError, match="^a$"):
         prepare_module._hashes(files, threads=2)
 
 
 def _counted_hashing(monkeypatch, paths: list[Path]) -> list[Path]:
-    """sha256_file made slow (0.05 s a file), noting each file it is called on."""
+    """file_sha256 made slow (0.05 s a file), noting each file it is called on."""
     import corpusprep.prepare as prepare_module
 
     hashed: list[Path] = []
@@ -1470,7 +1470,7 @@ def _counted_hashing(monkeypatch, paths: list[Path]) -> list[Path]:
             return "00" * 32
         raise ValueError("unreadable")
 
-    monkeypatch.setattr(prepare_module, "sha256_file", slow)
+    monkeypatch.setattr(prepare_module, "file_sha256", slow)
     return hashed
 
 

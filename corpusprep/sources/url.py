@@ -27,6 +27,7 @@ from corpusprep.errors import UserError
 from corpusprep.formats import InputFile
 from corpusprep.redact import redact
 from corpusprep.sources import Source, check_text_file, input_files
+from corpusprep.writer import file_sha256
 
 CHUNK = 1 << 20
 # (URL, sha256) -> the compressed copy in corpusprep/data: byte-identical to the download
@@ -34,14 +35,6 @@ BUNDLED = {
     ("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
      "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"): "tinyshakespeare.txt.xz",
 }  # fmt: skip
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _cache_error(dest: Path, e: OSError, size: Optional[int]) -> UserError:
@@ -123,7 +116,7 @@ class UrlSource(Source):
         path = self.cache_path()
         if not path.is_file() and not self._from_bundle(path):
             self._download(path, progress)
-        elif self.sha256 and (found := sha256_file(path)) != self.sha256:
+        elif self.sha256 and (found := file_sha256(path)) != self.sha256:
             raise UserError(
                 f"{path}: the cached copy of {redact(self.url)} has sha256 {found}, expected "
                 f"{self.sha256}; delete the file to download it again"
