@@ -6,6 +6,7 @@ import json
 import locale
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,6 +17,25 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 FAULTS = {"PYTHONPATH": f"{REPO}:{REPO / 'tests'}"}  # tests/fault_tokenizers.py importable
+
+SHIPPED = ("pyproject.toml", "README.md", "conf", "corpusprep", "tests", "bench", "docs", "LICENSE")
+
+
+def fresh_copy(dest: Path) -> None:
+    """The checkout's shipped files, without builds, caches or venvs: what a clean clone
+    holds, so that a build or install writes nothing (build/, *.egg-info) into the checkout,
+    where a run's compose cache would see an install change while other tests run."""
+    dest.mkdir(parents=True, exist_ok=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", ".venv*", "data")
+    for name in SHIPPED:
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=ignore)
+        elif src.is_file():
+            shutil.copy2(src, dest / name)
+    # corpusprep/data is package data (tiny shakespeare, GPT-2's ranks): copy it back
+    shutil.copytree(REPO / "corpusprep" / "data", dest / "corpusprep" / "data",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
 
 
 def crash_after_documents(args: list[str], cwd: Path, documents: int = 150) -> list[str]:

@@ -10,7 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import REPO, compose, run_cli
+from helpers import REPO, compose, fresh_copy, run_cli
 
 from corpusprep.config import build
 from corpusprep.sources.file import FileSource
@@ -77,9 +77,20 @@ def test_console_script(tmp_path, seeded_cache):
 
 def test_the_wheel_ships_the_configs_and_runs_from_anywhere(tmp_path):
     """conf/ ships as corpusprep.conf: the installed package works from any directory."""
-    build_dir = tmp_path / "build"
+    build_dir, source = tmp_path / "build", tmp_path / "source"
+    fresh_copy(source)  # pip builds in the tree it is given: not in this checkout
     r = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(build_dir), str(REPO)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(build_dir),
+            str(source),
+        ],
         capture_output=True,
         text=True,
     )

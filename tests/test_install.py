@@ -25,15 +25,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from helpers import REPO, fresh_copy
 
 # one worker (--dist loadgroup): one fresh venv, shared by the tests; first: minutes
 pytestmark = [pytest.mark.xdist_group("install"), pytest.mark.slow]
 
+
 # what a clean checkout holds (the tests read bench/ and docs/ too)
-SHIPPED = ("pyproject.toml", "README.md", "conf", "corpusprep", "tests", "bench", "docs", "LICENSE")
-
-
 def _readme_commands() -> tuple[str, str]:
     text = (REPO / "README.md").read_text(encoding="utf-8")
     found = re.findall(r"^ {4}(pip install .*)$|^(pip install .*)$", text, re.M)
@@ -41,19 +39,6 @@ def _readme_commands() -> tuple[str, str]:
     install = next(c for c in commands if "python -m corpusprep" in c)
     tests = next(c for c in commands if "[test]" in c)
     return install.strip(), tests.strip()
-
-
-def _fresh_copy(dest: Path) -> None:
-    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", ".venv*", "data")
-    for name in SHIPPED:
-        src = REPO / name
-        if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=ignore)
-        elif src.is_file():
-            shutil.copy2(src, dest / name)
-    # corpusprep/data is package data (tiny shakespeare, GPT-2's ranks): copy it back
-    shutil.copytree(REPO / "corpusprep" / "data", dest / "corpusprep" / "data",
-                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
 
 
 def _isolated() -> list[str]:
@@ -91,7 +76,7 @@ def _dependencies_view(dest: Path, leave_out: tuple[str, ...]) -> Path:
 def _newcomer(root: Path, leave_out: tuple[str, ...] = ()) -> tuple[Path, dict]:
     src = root / "corpusprep"
     src.mkdir()
-    _fresh_copy(src)
+    fresh_copy(src)
     venv = root / "venv"
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", str(venv)], check=True, capture_output=True)
