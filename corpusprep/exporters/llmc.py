@@ -51,8 +51,10 @@ def check_shard_tokens(value: Any, limit: int = MAX_SHARD_TOKENS) -> int:
 
 
 def file_stem(name: str) -> str:
-    """The run's name, safe as the start of a file name."""
-    return re.sub(r"[/\\:*?\"<>|\s]+", "_", name).strip("._") or "corpus"
+    """The run's name, safe as the start of a file name, and as the start of a glob: llm.c
+    takes its files by a pattern (`-i '{name}_train_*.bin'`), in which `*`, `?` and `[...]`
+    are wildcards, so `name=corpus[v2]` gives `corpus_v2_train_000001.bin`."""
+    return re.sub(r"[/\\:*?\"<>|\[\]\s]+", "_", name).strip("._") or "corpus"
 
 
 class ShardedExporter(Exporter):

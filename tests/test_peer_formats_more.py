@@ -1,0 +1,71 @@
+"""More of what the peers' loaders need of the sharded formats (found by comparing our
+outputs with their published loaders): file names their globs match, a note where a dtype
+is one only some of a peer's trainers read, a warning where a split's last shard is too
+short for their loaders, and default names taken from the input's real stem.
+
+The loaders are those of tests/test_peer_loaders.py (written from the peers' code), or
+checks written here from their documented behaviour: llm.c's dataloader.h globs its -i/-j
+pattern, checks each file's header (magic 20240520, version 1: uint16 tokens) and asserts
+every shard holds at least num_processes * B * T + 1 tokens; build-nanogpt's DataLoaderLite
+takes every file whose name contains the split and views B*T + 1 tokens of a shard at a
+time.
+"""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import run_cli
+from test_peer_loaders import build_nanogpt_shards, llmc_shards
+
+import corpusprep
+
+# --- names the peers' globs match -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def text(tmp_path_factory) -> Path:
+    """100,000 ASCII characters in one text: with tokenizer=byte, 90,000 train and 10,000
+    val tokens (split=0.9 by position)."""
+    path = tmp_path_factory.mktemp("text") / "plain.txt"
+    line = "the king and the queen walk in the garden.\n"  # 43 characters
+    body = (line * (100_000 // len(line) + 1))[:100_000]
+    path.write_text(body, encoding="ascii")
+    return path
+
+
+def run(cwd: Path, src: Path, *extra: str):
+    r = run_cli("source=file", f"source.path={src}", "tokenizer=byte", *extra, cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+@pytest.mark.parametrize("name", ["corpus[v2]", "a[b", "x]y", "[v2]"])
+def test_llmc_names_hold_no_glob_brackets(tmp_path, text, name):
+    """llm.c's -i '{name}_train_*.bin' is a glob: `[v2]` in a file name is a character
+    class there, and the pattern given for the run's own files matched none of them."""
+    out = tmp_path / "out"
+    run(tmp_path, text, f'name="{name}"', "format=llmc", "shard_tokens=40000", f"out_dir={out}")
+    files = sorted(p.name for p in out.glob("*.bin"))
+    assert files and not any(c in f for f in files for c in "[]"), files
+    stem = files[0].split("_train_")[0]
+    ds = corpusprep.load(out)
+    for side, want in (("train", ds.train), ("val", ds.val)):
+        got = llmc_shards(f"{glob.escape(str(out))}/{stem}_{side}_*.bin")
+        assert np.array_equal(np.concatenate(got), np.asarray(want[:])), side
+
+
+def test_npy_and_megatron_names_hold_no_glob_brackets(tmp_path, text):
+    out = tmp_path / "npy"
+    run(tmp_path, text, 'name="corpus[v2]"', "format=npy", "shard_tokens=40000", f"out_dir={out}")
+    assert sorted(p.name for p in out.glob("*.npy"))[0] == "corpus_v2_train_000001.npy"
+    ds = corpusprep.load(out)
+    for side, want in (("train", ds.train), ("val", ds.val)):  # `split in filename` still
+        got = [np.load(f) for f in build_nanogpt_shards(out, side)]
+        assert np.array_equal(np.concatenate(got), np.asarray(want[:])), side
+    out = tmp_path / "megatron"
+    run(tmp_path, text, 'name="corpus[v2]"', "format=megatron", f"out_dir={out}")
+    assert (out / "corpus_v2_train_text_document.idx").is_file()
