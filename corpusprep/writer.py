@@ -29,6 +29,7 @@ import secrets
 import shutil
 import signal
 import socket
+import stat
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -45,7 +46,7 @@ WORK = ".corpusprep-work"  # resumable shard parts, inside out_dir
 LOCK = ".corpusprep.lock"  # held (flock) for the whole run
 JOURNAL = ".corpusprep-commit.json"  # the renames of a commit under way
 MANIFEST = "manifest.json"
-TEMP = re.compile(r"\..+\.\d+-[0-9a-f]{6}\.tmp")  # what temp() names files
+TEMP = re.compile(r"\.[^/]+\.\d+-[0-9a-f]{6}\.tmp")  # what temp() names files
 # out of space, out of quota, read-only: trying again cannot help
 NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
@@ -279,7 +280,10 @@ class OutputWriter:
         shards. It lives in out_dir (shared by every worker, on a shared file system)."""
         self._work = self.out_dir / WORK / key
         with disk_errors(self.out_dir, self.needed):
-            self._work.mkdir(parents=True, exist_ok=True)
+            for folder in (self.out_dir / WORK, self._work):  # not a link leading elsewhere
+                if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+                    _remove_planted(folder, "its work folder")
+                folder.mkdir(exist_ok=True)
         return self._work
 
     def write_work_file(self, name: str, data: bytes) -> None:
@@ -338,6 +342,12 @@ class OutputWriter:
             renames = [[path.name, name] for name, path in self._temps.items()]
             obsolete = [n for n in self._obsolete if n not in self._temps]
             journal = {"renames": renames, "obsolete": obsolete}
+            for _, name in renames:  # checked before the folder changes: it stays as it was
+                if not _room_for(self.out_dir, name):
+                    raise UserError(
+                        f"{self.out_dir / name} is a folder where this run puts a file; "
+                        "remove it, or choose another out_dir"
+                    )
         # From the journal on, Ctrl-C waits until the writer is closed (the renames, then
         # its tidying): the folder must not end up half old, half new, nor the end of the
         # run be said wrongly (a SIGKILL still can cut it: the journal lets the next run
@@ -357,7 +367,10 @@ class OutputWriter:
         """This run's work folder and any a dead run left (the lock: no one else is here)."""
         if self.read_only:
             return
-        shutil.rmtree(self.out_dir / WORK, ignore_errors=True)
+        work = self.out_dir / WORK
+        if work.is_symlink():  # planted: the link goes, not what it leads to
+            _remove(work)
+        shutil.rmtree(work, ignore_errors=True)
 
     def abort(self, keep_work: bool = False) -> None:
         with self._work_guard:
@@ -443,14 +456,26 @@ def recover(folder: Path) -> bool:
     except (OSError, ValueError, KeyError, TypeError):
         path.unlink(missing_ok=True)  # not ours, or unreadable: nothing to finish
         return False
-    # only our own temporary files, renamed to plain names in this folder
-    if all(TEMP.fullmatch(a) and _plain_name(b) for a, b in renames) and all(
-        _plain_name(n) for n in obsolete
-    ):
+    # only our own temporary files, renamed to plain names in this folder, where nothing
+    # stands in the way (a folder cannot be replaced by a file): a journal that could not
+    # be finished would jam the folder for every later run
+    if all(
+        TEMP.fullmatch(a) and _plain_name(b) and _room_for(folder, b) for a, b in renames
+    ) and all(_plain_name(n) for n in obsolete):
         _apply(folder, {"renames": renames, "obsolete": obsolete})
         return True
     path.unlink(missing_ok=True)
     return False
+
+
+def _room_for(folder: Path, name: str) -> bool:
+    """Whether a file can be renamed to `name` in folder: no folder (a real one) is there,
+    and its subfolder, if any, is a folder or a link (replaced) or not there yet."""
+    path = folder / name
+    if path.is_dir() and not path.is_symlink():
+        return False
+    parent = path.parent
+    return parent == folder or parent.is_symlink() or parent.is_dir() or not parent.exists()
 
 
 def _apply(folder: Path, journal: dict[str, Any]) -> None:
@@ -471,6 +496,8 @@ def _apply(folder: Path, journal: dict[str, Any]) -> None:
     for name in journal["obsolete"]:
         if "/" in name and (folder / name).parent.is_symlink():
             continue  # a file elsewhere, not of this folder (which may itself be a link)
+        if (folder / name).is_dir() and not (folder / name).is_symlink():
+            continue  # a folder is not a file an earlier run made: the user's
         (folder / name).unlink(missing_ok=True)
         if "/" in name:  # a subfolder the new run no longer uses goes too, once empty
             with contextlib.suppress(OSError):
@@ -501,6 +528,11 @@ def _acquire_lock(folder: Path, label: str, made: Optional[list[Path]] = None) -
                 raise
             _make_folder(folder, made if made is not None else [])
             continue
+        except _NotALockFile:  # a symlink, FIFO or folder planted in its place: not ours
+            if attempt > 2:
+                raise
+            _remove_planted(path, "corpusprep's lock file")
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -513,7 +545,7 @@ def _acquire_lock(folder: Path, label: str, made: Optional[list[Path]] = None) -
                 "wait for it to finish, or choose another out_dir"
             ) from None
         try:  # the holder may have removed the file as we opened it: lock the one on disk
-            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            same = os.fstat(fd).st_ino == os.lstat(path).st_ino
         except FileNotFoundError:
             same = False
         if same:
@@ -539,13 +571,42 @@ def _make_folder(folder: Path, made: list[Path]) -> None:
     made[:] = sorted(set(made) | set(missing), key=lambda p: -len(p.parts))
 
 
+class _NotALockFile(Exception):
+    """What is at the lock's name is not a regular file (a symlink, a FIFO, a folder)."""
+
+
+def _remove_planted(path: Path, what: str) -> None:
+    """A symlink or special file a stranger's folder holds where this run keeps one of its
+    own: it goes (a link, never what it leads to). A folder there is the user's to remove."""
+    try:
+        path.unlink()
+    except IsADirectoryError:
+        raise UserError(f"{path} is a folder where corpusprep keeps {what}; remove it") from None
+    except FileNotFoundError:
+        pass
+
+
 def _open_lock(path: Path) -> int:
     """The lock file, made if missing; read-only if it is another user's (flock needs no
     write access, so their live run still keeps this one out)."""
+    # never through a symlink (it would truncate the file it leads to), and a FIFO planted
+    # there must not block the open
+    flags = os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
-        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except PermissionError:
-        return os.open(path, os.O_RDONLY)
+        try:
+            fd = os.open(path, os.O_RDWR | flags, 0o644)
+        except PermissionError:
+            fd = os.open(path, os.O_RDONLY | flags)
+    except IsADirectoryError:
+        raise _NotALockFile() from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # a symlink
+            raise _NotALockFile() from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _NotALockFile()
+    return fd
 
 
 def _read_holder(fd: int) -> str:
@@ -588,10 +649,12 @@ def changed_files(
 
 
 def _has_size(folder: Path, name: str, size: Any) -> bool:
+    """A regular file (not a link, FIFO or device: reading one may never end) of that size."""
     try:
-        return _plain_name(name) and (folder / name).stat().st_size == size
+        found = (folder / name).lstat() if _plain_name(name) else None
     except OSError:
         return False
+    return found is not None and stat.S_ISREG(found.st_mode) and found.st_size == size
 
 
 def _sha256_matches(folder: Path, sums: dict[str, Any], threads: int,

@@ -1,0 +1,135 @@
+"""A stranger's out_dir (a copied or downloaded folder, a shared one) cannot make a run touch
+anything outside it, hang, or leave a folder that no run can finish: planted symlinks (the
+lock, the work folder), a planted commit journal, special files (FIFOs, devices) and folders
+where a manifest lists files. Found by an attack on stop 44's checkout; each case is that
+attack's reproduction, through the real command line."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from helpers import assert_one_line_error, run_cli
+
+SMALL = "First Citizen:\nBefore we proceed any further, hear me speak.\n" * 1000
+
+
+@pytest.fixture
+def made(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A finished char-level folder `out` and the arguments that made it (and find it up to
+    date again)."""
+    (tmp_path / "small.txt").write_text(SMALL)
+    args = ["source=file", "source.path=small.txt", "out_dir=out"]
+    r = run_cli(*args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return tmp_path / "out", args
+
+
+def _edit_manifest(folder: Path, edit) -> None:
+    path = folder / "manifest.json"
+    manifest = json.loads(path.read_text())
+    edit(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+def test_a_planted_lock_symlink_is_not_followed(made, tmp_path):
+    out, args = made
+    victim = tmp_path / "victim.txt"
+    victim.write_text("IMPORTANT USER DATA\n")
+    (out / ".corpusprep.lock").symlink_to(victim)
+    r = run_cli(*args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "up to date" in r.stdout
+    assert victim.read_text() == "IMPORTANT USER DATA\n"
+    dangling = tmp_path / "made-by-the-lock.txt"
+    (out / ".corpusprep.lock").unlink(missing_ok=True)
+    (out / ".corpusprep.lock").symlink_to(dangling)
+    assert run_cli(*args, cwd=tmp_path).returncode == 0
+    assert not dangling.exists()
+
+
+def test_a_planted_lock_fifo_neither_hangs_nor_stops_the_run(made, tmp_path):
+    out, args = made
+    os.mkfifo(out / ".corpusprep.lock")
+    r = run_cli(*args, "force=true", cwd=tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_planted_journal_cannot_move_a_file_from_outside(made, tmp_path):
+    out, args = made
+    elsewhere = tmp_path / "victim"
+    elsewhere.mkdir()
+    (elsewhere / ".secret.1-abcdef.tmp").write_text("VICTIM DATA\n")
+    journal = {"renames": [["../victim/.secret.1-abcdef.tmp", "stolen.txt"]], "obsolete": []}
+    (out / ".corpusprep-commit.json").write_text(json.dumps(journal))
+    r = run_cli(*args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (elsewhere / ".secret.1-abcdef.tmp").read_text() == "VICTIM DATA\n"
+    assert not (out / "stolen.txt").exists()
+    assert not (out / ".corpusprep-commit.json").exists()
+
+
+def test_a_symlinked_work_folder_writes_nothing_elsewhere(tmp_path):
+    docs = "".join(json.dumps({"text": p}) + "\n" for p in SMALL.split("hear"))
+    (tmp_path / "docs.jsonl").write_text(docs)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / ".corpusprep-work").symlink_to(elsewhere)
+    r = run_cli("source=file", "source.path=docs.jsonl", "out_dir=out", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert list(elsewhere.iterdir()) == []
+    assert not (tmp_path / "out" / ".corpusprep-work").exists()
+
+
+@pytest.mark.parametrize("special", ["fifo", "dev_zero"])
+def test_a_special_file_a_manifest_lists_is_changed_not_read(made, tmp_path, special):
+    out, args = made
+    if special == "fifo":
+        os.mkfifo(out / "extra.bin")
+    else:
+        (out / "extra.bin").symlink_to("/dev/zero")
+    empty = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+    def list_it(m):
+        m["files"]["extra.bin"] = 0
+        m["checksums"]["extra.bin"] = empty
+
+    _edit_manifest(out, list_it)
+    r = run_cli(*args, cwd=tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "up to date" not in r.stdout
+    assert not (out / "extra.bin").exists() and not (out / "extra.bin").is_symlink()
+
+
+def test_a_folder_a_manifest_lists_as_a_file_does_not_jam_the_folder(made, tmp_path):
+    out, args = made
+    (out / "adir").mkdir()
+    (out / "adir" / "theirs.txt").write_text("kept\n")
+
+    def list_it(m):
+        m["files"]["adir"] = 5
+        m["checksums"]["adir"] = "00"
+
+    _edit_manifest(out, list_it)
+    for _ in range(2):  # and the run after it: nothing left half done
+        r = run_cli(*args, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert (out / "manifest.json").is_file()
+        assert not (out / ".corpusprep-commit.json").exists()
+    assert (out / "adir" / "theirs.txt").read_text() == "kept\n"
+    assert "up to date" in r.stdout
+
+
+def test_a_folder_where_a_commit_puts_a_file_is_one_line_and_the_output_kept(made, tmp_path):
+    out, args = made
+    (out / "token_bytes.npy").unlink()
+    (out / "token_bytes.npy").mkdir()
+    before = (out / "train.bin").read_bytes()
+    r = run_cli(*args, cwd=tmp_path)
+    assert_one_line_error(r, "token_bytes.npy", "folder")
+    assert (out / "train.bin").read_bytes() == before
+    assert (out / "manifest.json").is_file()
+    assert not (out / ".corpusprep-commit.json").exists()
