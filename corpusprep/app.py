@@ -494,8 +494,9 @@ def summary(m: dict[str, Any], out_dir: str) -> str:
             + (f", {docs['skipped_invalid']:,} invalid skipped" if docs["skipped_invalid"] else "")
         )
     lines.append(f"  {m['chars_per_token']} chars/token, {m['seconds']['total']:.2f} s")
-    if "nanogpt_note" in m:
-        lines.append(f"  note: {m['nanogpt_note']}")
+    note = m.get("note") or m.get("nanogpt_note")  # nanogpt's, under its first key
+    if note:
+        lines.append(f"  note: {note}")
     return "\n".join(lines)
 
 

@@ -86,8 +86,9 @@ def summary(ds: PreparedDataset, top: int = 10, head: int = 64) -> str:
         ("made", f"{m['created']} by corpusprep {m['corpusprep']} in {m['seconds']['total']} s")
     )
     out = [str(ds.path)] + [f"  {k:<12} {v}" for k, v in rows]
-    if "nanogpt_note" in m:
-        out.append(f"  {'note':<12} {m['nanogpt_note']}")
+    note = m.get("note") or m.get("nanogpt_note")  # nanogpt's, under its first key
+    if note:
+        out.append(f"  {'note':<12} {note}")
 
     counts = token_counts(ds)
     order = np.argsort(-counts, kind="stable")[:top]

@@ -1239,6 +1239,9 @@ def _manifest(run: Run) -> dict[str, Any]:
     }
     if run.split_by not in ("document", "hash"):
         manifest["documents"].pop("exact_duplicates_across_splits")
+    note = run.exporter.note(run.dtype)  # what the format's loaders need of these ids
+    if note is not None:
+        manifest["note"] = note
     if run.dtype != "uint16" and manifest["format"].get("kind") == "nanogpt":
         manifest["nanogpt_note"] = (
             f"ids are {run.dtype}; nanoGPT's stock train.py reads uint16: change "

@@ -14,6 +14,7 @@ time.
 from __future__ import annotations
 
 import glob
+import json
 from pathlib import Path
 
 import numpy as np
@@ -69,3 +70,58 @@ def test_npy_and_megatron_names_hold_no_glob_brackets(tmp_path, text):
     out = tmp_path / "megatron"
     run(tmp_path, text, 'name="corpus[v2]"', "format=megatron", f"out_dir={out}")
     assert (out / "corpus_v2_train_text_document.idx").is_file()
+
+
+# --- a note where a dtype is one only some of a peer's trainers read ------------------------
+
+
+def llmc_header(path: Path) -> tuple[int, int, int]:
+    magic, version, count = np.fromfile(path, dtype="<i4", count=3).tolist()
+    return magic, version, count
+
+
+def note_lines(output: str) -> list[str]:
+    return [line.strip() for line in output.splitlines() if line.strip().startswith("note")]
+
+
+def inspect_summary(out: Path) -> str:
+    from corpusprep.inspect import summary
+
+    return summary(corpusprep.load(out))
+
+
+def test_llmc_with_uint32_ids_says_which_llmc_trainers_read_it(tmp_path, text):
+    """uint32 ids: llm.c's Llama 3 header, which only train_llama3.py reads; train_gpt2cu
+    (dataloader.h), train_gpt2.c and train_gpt2.py want magic 20240520 and uint16."""
+    out = tmp_path / "out"
+    r = run(tmp_path, text, "dtype=uint32", "format=llmc", "name=t", f"out_dir={out}")
+    assert llmc_header(out / "t_train_000001.bin")[:2] == (20240801, 7)
+    with pytest.raises(AssertionError, match="Bad magic"):
+        llmc_shards(f"{out}/t_train_*.bin")  # dataloader.h's check
+    note = json.loads((out / "manifest.json").read_text())["note"]
+    for said in ("uint32", "20240801", "train_llama3.py", "train_gpt2cu", "train_gpt2.py",
+                 "20240520", "uint16"):  # fmt: skip
+        assert said in note, (said, note)
+    assert "nanoGPT" not in note and "\n" not in note
+    assert note_lines(r.stdout) == [f"note: {note}"]
+    assert [line.split(None, 1)[1] for line in note_lines(inspect_summary(out))] == [note]
+
+
+@pytest.mark.parametrize("fmt", ["llmc", "npy", "megatron"])
+def test_a_format_whose_loaders_read_the_ids_has_no_note(tmp_path, text, fmt):
+    out = tmp_path / "out"
+    r = run(tmp_path, text, f"format={fmt}", f"out_dir={out}", "name=t",
+            *(["dtype=uint32"] if fmt != "llmc" else []))  # fmt: skip
+    m = json.loads((out / "manifest.json").read_text())
+    assert "note" not in m and "nanogpt_note" not in m
+    assert note_lines(r.stdout) == [] and note_lines(inspect_summary(out)) == []
+
+
+def test_nanogpt_keeps_its_note_and_says_it_once(tmp_path, text):
+    out = tmp_path / "out"
+    r = run(tmp_path, text, "dtype=uint32", f"out_dir={out}")
+    m = json.loads((out / "manifest.json").read_text())
+    note = m["nanogpt_note"]  # the key manifests have always had, still there
+    assert "np.memmap" in note and "uint32" in note
+    assert note_lines(r.stdout) == [f"note: {note}"]
+    assert [line.split(None, 1)[1] for line in note_lines(inspect_summary(out))] == [note]

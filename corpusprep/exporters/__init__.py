@@ -75,3 +75,9 @@ class Exporter(ABC):
 
     def describe(self) -> dict[str, Any]:
         return {"kind": type(self).__name__}
+
+    def note(self, dtype: str) -> Optional[str]:
+        """One line for the user when the format's usual loaders need something of ids of
+        `dtype` (uint16 | uint32) that they do not do as published: the manifest's `note`,
+        which the run's summary and inspect print. None: they read these ids as they are."""
+        return None

@@ -5,6 +5,10 @@
     header[1] version  1                               | 7
     header[2] the number of tokens that follow the 1,024-byte header
 
+llm.c's GPT-2 trainers (train_gpt2cu and train_gpt2.c through llmc/dataloader.h,
+train_gpt2.py) read only the uint16 kind; the uint32 kind only train_llama3.py reads (the
+run's note says so: LlmcExporter.note).
+
 llm.c asserts fewer than 2**31 tokens per file, so the output is cut into shards named as
 dev/data/fineweb.py names them: one running index over the whole run, val first,
 `{name}_val_000000.bin`, then `{name}_train_000001.bin`, `{name}_train_000002.bin`, ...
@@ -126,3 +130,17 @@ class LlmcExporter(ShardedExporter):
         if self._dtype is not None:
             out.update(HEADERS[self._dtype], header_bytes=HEADER_BYTES)
         return out
+
+    def note(self, dtype: str) -> Optional[str]:
+        """llm.c's GPT-2 trainers (train_gpt2cu and train_gpt2.c through llmc/dataloader.h,
+        and train_gpt2.py) accept only magic 20240520 / version 1 with uint16 tokens; only
+        train_llama3.py reads the uint32 files (magic 20240801 / version 7)."""
+        if dtype == "uint16":
+            return None
+        info = HEADERS[dtype]
+        return (
+            f"ids are {dtype}, so the files have llm.c's Llama 3 header (magic {info['magic']}, "
+            f"version {info['version']}), which only its train_llama3.py reads; train_gpt2cu, "
+            "train_gpt2.c and train_gpt2.py read only uint16 files (magic 20240520): for "
+            "them the ids must fit uint16 (dtype=uint16, a vocabulary under 65,536 ids)"
+        )
