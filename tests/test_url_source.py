@@ -387,3 +387,39 @@ def test_a_bundled_copy_that_does_not_fit_in_the_cache_leaves_no_part_file(tmp_p
                     env=env)  # fmt: skip
         assert_one_line_error(r, str(cache), "No space left", "1.1 MB")
     assert _cache_files(cache) == []
+
+
+# --- a shared cache (CORPUSPREP_CACHE_DIR may be one): its temporary files --------------------
+# an attack sprayed `.<cache name>.<pid>.part` symlinks for every pid into the cache: the
+# download (and the bundled copy) wrote through one into a file elsewhere
+
+
+def _spray(cache_dir: Path, name: str, victim: Path) -> None:
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    for pid in range(1, min(pid_max, 1 << 16) + 1):
+        (cache_dir / f".{name}.{pid}.part").symlink_to(victim)
+
+
+def test_a_download_never_writes_through_a_planted_link(server, cache_dir, tmp_path):
+    victim = tmp_path / "precious.txt"
+    victim.write_text("VICTIM\n")
+    src = _source(server.url("/input.txt"), cache_dir, sha256=server.sha256)
+    _spray(cache_dir, src.cache_path().name, victim)
+    path = src.local_path(progress=False)
+    assert victim.read_text() == "VICTIM\n"
+    assert not path.is_symlink() and path.read_bytes() == server.body
+
+
+def test_the_bundled_copy_never_writes_through_a_planted_link(tmp_path, cache_dir):
+    from corpusprep.sources.url import UrlSource
+
+    victim = tmp_path / "precious.txt"
+    victim.write_text("VICTIM\n")
+    url = (
+        "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+    )
+    _spray(cache_dir, UrlSource(url, cache_dir=str(cache_dir)).cache_path().name, victim)
+    r = run_cli("dataset=shakespeare_char", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert victim.read_text() == "VICTIM\n"

@@ -5,10 +5,11 @@ file of the same name in conf/source/. A source never tokenizes; formats read th
 from __future__ import annotations
 
 import os
+import tempfile
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, BinaryIO, Optional
 
 from corpusprep.errors import UserError
 from corpusprep.formats import InputFile
@@ -34,6 +35,14 @@ class ReadOptions:
             check_bytes("max_bytes", self.max_bytes, "(or null: no cap)")
         check_mark("doc_separator", self.doc_separator, one_line=True)
         check_mark("doc_end", self.doc_end, one_line=False)
+
+
+def new_part(dest: Path) -> tuple[Path, BinaryIO]:
+    """A new hidden file beside `dest` to write it in, then rename. The cache may be shared
+    (CORPUSPREP_CACHE_DIR): a name a stranger can guess (the pid) lets them plant a symlink
+    there that the write would follow; mkstemp's name is random, and it never follows one."""
+    fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    return Path(name), os.fdopen(fd, "wb")
 
 
 def check_mark(key: str, value: Any, *, one_line: bool) -> None:

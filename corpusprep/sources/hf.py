@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 from corpusprep.errors import UserError
 from corpusprep.formats import InputFile
 from corpusprep.redact import redact
-from corpusprep.sources import Source, input_files
+from corpusprep.sources import Source, input_files, new_part
 from corpusprep.sources.url import default_cache_dir
 
 DATASET = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
@@ -165,10 +165,12 @@ class HfSource(Source):
             ) from None
 
     def _keep(self, path: Path, data: dict) -> None:
-        part = path.with_name(f".{path.name}.{os.getpid()}.part")
+        part = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            part.write_text(json.dumps(data), encoding="utf-8")
+            part, f = new_part(path)
+            with f:
+                f.write(json.dumps(data).encode("utf-8"))
             os.replace(part, path)
         except OSError as e:
             raise UserError(
@@ -176,7 +178,8 @@ class HfSource(Source):
                 "source.cache_dir or CORPUSPREP_CACHE_DIR to a writable folder"
             ) from None
         finally:
-            part.unlink(missing_ok=True)
+            if part is not None:
+                part.unlink(missing_ok=True)
 
     def _card(self, sha: str, names: list[str]) -> dict[str, Any]:
         """The dataset card's YAML (README.md), updated by .huggingface.yaml, as datasets reads."""

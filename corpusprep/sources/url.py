@@ -26,7 +26,7 @@ from corpusprep._paths import default_cache_dir
 from corpusprep.errors import UserError
 from corpusprep.formats import InputFile
 from corpusprep.redact import redact
-from corpusprep.sources import Source, check_text_file, input_files
+from corpusprep.sources import Source, check_text_file, input_files, new_part
 from corpusprep.writer import file_sha256
 
 CHUNK = 1 << 20
@@ -48,10 +48,11 @@ def _cache_error(dest: Path, e: OSError, size: Optional[int]) -> UserError:
     )
 
 
-def _remove(part: Path) -> None:
+def _remove(part: Optional[Path]) -> None:
     """A partial download, gone (on a read-only disk there is none to remove)."""
-    with contextlib.suppress(OSError):
-        part.unlink(missing_ok=True)
+    if part is not None:
+        with contextlib.suppress(OSError):
+            part.unlink(missing_ok=True)
 
 
 class _Transient(Exception):
@@ -147,10 +148,12 @@ class UrlSource(Source):
             return False  # not shipped in this install: download as usual
         if hashlib.sha256(data).hexdigest() != self.sha256:
             return False
-        part = dest.with_name(f".{dest.name}.{os.getpid()}.part")
+        part = None
         try:
             dest.parent.mkdir(parents=True, exist_ok=True)
-            part.write_bytes(data)
+            part, f = new_part(dest)
+            with f:
+                f.write(data)
             os.replace(part, dest)
         except OSError as e:
             raise _cache_error(dest, e, len(data)) from None
@@ -198,8 +201,7 @@ class UrlSource(Source):
         import urllib3
         from tqdm import tqdm
 
-        part = dest.with_name(f".{dest.name}.{os.getpid()}.part")
-        cap, total = self.options.max_bytes, None
+        part, cap, total = None, self.options.max_bytes, None
         left = None if end is None else max(end - time.monotonic(), 0.1)
         timeout = self.timeout if left is None else min(self.timeout, left)  # no wait past the end
         try:
@@ -224,8 +226,9 @@ class UrlSource(Source):
                 # read1: whatever has arrived, so the deadline is checked however slowly the
                 # bytes come (iter_content waits for a whole chunk; urllib3 < 2 has no read1)
                 read = getattr(r.raw, "read1", None) or r.raw.read
+                part, f = new_part(dest)
                 with (
-                    open(part, "wb") as f,
+                    f,
                     tqdm(
                         total=total,
                         unit="B",
