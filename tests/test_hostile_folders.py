@@ -133,3 +133,15 @@ def test_a_folder_where_a_commit_puts_a_file_is_one_line_and_the_output_kept(mad
     assert (out / "train.bin").read_bytes() == before
     assert (out / "manifest.json").is_file()
     assert not (out / ".corpusprep-commit.json").exists()
+
+
+def test_a_file_name_that_is_not_utf8_is_one_line(tmp_path):
+    """A name made on another system (Latin-1 é as one byte): corpusprep's manifest and
+    messages are UTF-8, so it says which file, rather than a UnicodeEncodeError traceback."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "b.txt").write_text(SMALL)
+    (folder / os.fsdecode(b"caf\xe9.txt")).write_text(SMALL)
+    r = run_cli("source=files", "source.glob=in/*.txt", "out_dir=out", cwd=tmp_path)
+    assert_one_line_error(r, "caf\\xe9.txt", "not UTF-8", "rename it")
+    assert not (tmp_path / "out").exists()

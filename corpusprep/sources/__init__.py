@@ -99,6 +99,14 @@ def input_files(paths: list[Path], options: ReadOptions) -> list[InputFile]:
         get_format(options.format)  # an unknown format fails here, before any work
     files = []
     for path in paths:
+        try:  # the manifest, the plan's digest and every message are UTF-8
+            str(path).encode("utf-8")
+        except UnicodeEncodeError:
+            shown = str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise UserError(
+                f"{shown}: the file name is not UTF-8 (made on another system?); rename it "
+                "(e.g. with convmv), or leave it out of the source"
+            ) from None
         try:
             compression = detect(path)
         except OSError as e:  # unreadable (permissions), or gone since it was listed
