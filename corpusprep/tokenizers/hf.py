@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -51,6 +52,33 @@ PROVEN_PATTERNS = {
 
 _lock = threading.Lock()
 _cache: dict[tuple[str, str], Any] = {}  # (path, sha256) -> tokenizers.Tokenizer, per process
+
+# A token the ByteFallback decoder turns into its byte, as the library reads it: 6 bytes,
+# "<0x", then what Rust's u8::from_str_radix(_, 16) takes ("+" and a digit, or two digits)
+BYTE_FALLBACK = re.compile(r"<0x(\+[0-9A-Fa-f]|[0-9A-Fa-f]{2})>")
+
+
+def byte_of_char() -> dict[str, int]:
+    """GPT-2's bytes_to_unicode, reversed: the character a ByteLevel pre-tokenizer writes
+    for each byte -> that byte (the ByteLevel decoder's table)."""
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1),
+          *range(ord("\xae"), ord("\xff") + 1)]  # fmt: skip
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def byte_level_bytes(token: str, table: dict[str, int]) -> bytes:
+    """What the ByteLevel decoder makes of one token: the byte of each character, or, if
+    one is not in the table (an added token such as "<|end of text|>"), its UTF-8."""
+    try:
+        return bytes(table[c] for c in token)
+    except KeyError:
+        return token.encode("utf-8")
 
 
 def _library():
@@ -198,7 +226,8 @@ class HfTokenizer(Tokenizer):
         with _lock:
             _cache[self._key()] = tok
         self._tok: Any = tok
-        self.cut_at, self.cuts = cut_rule(json.loads(tok.to_str()))
+        spec = json.loads(tok.to_str())
+        self.cut_at, self.cuts = cut_rule(spec)
         template = special_ids(tok)  # what tok.encode(text) adds around a text
         if template is None and add_special_tokens:
             raise UserError(
@@ -208,6 +237,12 @@ class HfTokenizer(Tokenizer):
             )
         self.template = template or ([], [])
         self._specials = tuple(np.array(ids, dtype=np.uint32) for ids in self.template)
+        decoder = spec.get("decoder") or {}
+        self.decoder = decoder.get("type")
+        steps = (decoder.get("decoders") or []) if self.decoder == "Sequence" else [decoder]
+        # the decoder turns <0xNN> tokens into bytes (ByteFallback, alone or in a Sequence)
+        self.byte_fallback = any(step.get("type") == "ByteFallback" for step in steps)
+        self._raw: Optional[list[bytes]] = None  # ByteLevel decoder: each id's bytes
         ids = list(tok.get_vocab(with_added_tokens=True).values())
         ids += list(tok.get_added_tokens_decoder())
         self._max_id = max(ids, default=0)
@@ -247,7 +282,7 @@ class HfTokenizer(Tokenizer):
         return self._tok
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_tok": None}  # each worker loads its own, once
+        return {**self.__dict__, "_tok": None, "_raw": None}  # each worker loads its own
 
     @property
     def max_id(self) -> int:
@@ -286,6 +321,66 @@ class HfTokenizer(Tokenizer):
     def decode(self, ids: Iterable[int]) -> str:
         return self._hf().decode([int(i) for i in ids], skip_special_tokens=False)
 
+    def _raw_bytes(self) -> list[bytes]:
+        """For a ByteLevel decoder: each id's bytes, as the decoder joins them before it
+        reads them as UTF-8 (b"" for an id with no token)."""
+        if self._raw is None:
+            tok, table = self._hf(), byte_of_char()
+            tokens = (tok.id_to_token(i) for i in range(self.vocab_size))
+            self._raw = [b"" if t is None else byte_level_bytes(t, table) for t in tokens]
+        return self._raw
+
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        """A ByteLevel decoder's own bytes, before it reads them as UTF-8: runs of ids
+        concatenate exactly (decode() makes a cut inside a character U+FFFD). Other
+        decoders: decode()'s text, as UTF-8."""
+        if self.decoder != "ByteLevel":
+            return super().decode_bytes(ids)
+        raw = self._raw_bytes()
+        return b"".join([raw[int(i)] for i in ids])
+
+    def token_bytes(self) -> np.ndarray:
+        """Each id's raw bytes (nanochat's measure: len(decode_single_token_bytes(id))),
+        0 for special tokens. A ByteLevel decoder: the bytes its characters stand for, so
+        a token holding part of a character counts that part, and the ids of a text sum to
+        its UTF-8 bytes. Any other decoder: the UTF-8 bytes it writes for the token between
+        two others (decode([a, id, a]) less decode([a, a]), `a` a letter's token; so a
+        "▁" a decoder drops at the start of a text counts its space), a <0xNN> token of a
+        ByteFallback decoder its one byte; with no letter to put around it, the token
+        decoded alone."""
+        specials = self.special_ids()
+        out = np.zeros(self.vocab_size, dtype=np.int32)
+        if self.decoder == "ByteLevel":
+            for i, b in enumerate(self._raw_bytes()):
+                out[i] = 0 if i in specials else len(b)
+            return out
+        tok = self._hf()
+        ids = [i for i in range(self.vocab_size)
+               if i not in specials and tok.id_to_token(i) is not None]  # fmt: skip
+        anchor = self._anchor()
+        if anchor is None:
+            texts, base = tok.decode_batch([[i] for i in ids], skip_special_tokens=False), 0
+        else:
+            texts = tok.decode_batch([[anchor, i, anchor] for i in ids], skip_special_tokens=False)
+            base = len(tok.decode([anchor, anchor], skip_special_tokens=False).encode("utf-8"))
+        for i, text in zip(ids, texts):
+            if self.byte_fallback and BYTE_FALLBACK.fullmatch(tok.id_to_token(i)):
+                out[i] = 1
+            else:
+                out[i] = max(len(text.encode("utf-8")) - base, 0)
+        return out
+
+    def _anchor(self) -> Optional[int]:
+        """A letter's token that decodes to that letter alone (not an added token), to
+        decode others after it (None: the vocabulary has none)."""
+        tok = self._hf()
+        added = tok.get_added_tokens_decoder()
+        for letter in "aeoxAEOX":
+            i = tok.token_to_id(letter)
+            if i is not None and i not in added and tok.decode([i]) == letter:
+                return i
+        return None
+
     def special_ids(self) -> set[int]:
         return {i for i, t in self._hf().get_added_tokens_decoder().items() if t.special}
 
@@ -301,12 +396,8 @@ class HfTokenizer(Tokenizer):
         (Metaspace). A token that is part of a UTF-8 character reads as "\\ufffd"."""
         tok = self._hf()
         added = {i: t.content for i, t in tok.get_added_tokens_decoder().items()}
-        anchor, prefix = None, ""
-        for letter in "aeoxAEOX":
-            i = tok.token_to_id(letter)
-            if i is not None and i not in added and tok.decode([i]) == letter:
-                anchor, prefix = i, letter
-                break
+        anchor = self._anchor()
+        prefix = "" if anchor is None else tok.decode([anchor])
         itos = {}
         for i in range(self.vocab_size):
             if i in added:
