@@ -212,7 +212,9 @@ class Tokenizer(ABC):
 
     def token_bytes(self) -> np.ndarray:
         """Each id's length in UTF-8 bytes, 0 for special tokens (nanochat's token_bytes):
-        what bits per byte divide a loss by, to compare models across tokenizers."""
+        what bits per byte divide a loss by, to compare models across tokenizers. Its raw
+        bytes, decode_bytes([id]) (nanochat: decode_single_token_bytes), never its decoded
+        text's: a token holding part of a character counts that part, not U+FFFD's 3."""
         specials = self.special_ids()
         out = np.zeros(self.vocab_size, dtype=np.int32)
         for i in range(self.vocab_size):
