@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from helpers import assert_one_line_error, compose, run_cli
 
+from corpusprep.errors import UserError
 from corpusprep.prepare import prepare
 
 EOT = 50256
@@ -465,3 +466,45 @@ def test_parquet_errors(tmp_path):
     (tmp_path / "x.parquet").write_bytes(b"PAR1 not really")
     r = run_cli("source=files", "source.glob=x.parquet", "out_dir=out", cwd=tmp_path)
     assert_one_line_error(r, "x.parquet", "Parquet")
+
+
+# an attack: a 38 KB Parquet file whose one row decompresses to 400 MB took 2.5 GB and
+# ended in a MemoryError "run the same command again" (char), or Rust's allocation failure
+# and SIGABRT (tiktoken). A text longer than source.max_uncut_bytes is refused as in JSONL
+def test_a_parquet_text_longer_than_max_uncut_bytes_is_one_line(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    big = "hello world " * 200_000  # 2.4 MB in one row, 3 KB compressed
+    rows = ["short one"] * 50 + [big] + ["short two"] * 50
+    pq.write_table(pa.table({"text": rows}), tmp_path / "mixed.parquet", compression="zstd")
+    pq.write_table(pa.table({"text": [big]}), tmp_path / "bomb.parquet", compression="zstd")
+    for name, row in (("mixed.parquet", 50), ("bomb.parquet", 0)):
+        r = run_cli("source=file", f"source.path={name}", "source.max_uncut_bytes=1000000",
+                    "out_dir=out", cwd=tmp_path)  # fmt: skip
+        assert_one_line_error(r, name, f"row {row}", "source.max_uncut_bytes=1000000")
+        assert not (tmp_path / "out").exists()
+
+
+def test_a_parquet_row_group_that_must_hold_a_too_long_text_is_not_decompressed(tmp_path):
+    """Its text column's size, from the footer, divided by its rows is more than the limit:
+    one text at least is, so the group is refused before any of it is read."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from corpusprep.formats import InputFile, Segment
+    from corpusprep.formats.parquet import FORMAT
+
+    path = tmp_path / "bomb.parquet"
+    pq.write_table(pa.table({"text": ["x" * 3_000_000]}), path, compression="zstd")
+    file = InputFile(path=str(path), format="parquet", compression="none",
+                     size=path.stat().st_size, max_uncut_bytes=1_000_000)  # fmt: skip
+    read = []
+    real = pq.ParquetFile.iter_batches
+    pq.ParquetFile.iter_batches = lambda self, *a, **k: read.append(k) or real(self, *a, **k)
+    try:
+        with pytest.raises(UserError, match=r"row 0: .*source.max_uncut_bytes=1000000"):
+            list(FORMAT.parts(Segment(file, 0, 1, file.size)))
+    finally:
+        pq.ParquetFile.iter_batches = real
+    assert read == []

@@ -59,23 +59,48 @@ class ParquetFormat(Format):
                 f"{file.name}: no column {file.text_field!r} (found {pf.schema_arrow.names}); "
                 "set source.text_field to the column that holds the text"
             )
-        groups = list(range(segment.start, segment.end))
         row = sum(pf.metadata.row_group(i).num_rows for i in range(segment.start))
-        batches = pf.iter_batches(BATCH_ROWS, row_groups=groups, columns=[file.text_field])
+        limit = file.max_uncut_bytes
+        column = pf.schema_arrow.names.index(file.text_field)
         try:
-            for batch in batches:
-                for value in batch.column(0).to_pylist():
-                    if not isinstance(value, str):
-                        raise UserError(
-                            f"{file.name}: row {row}: {file.text_field!r} is "
-                            f"{type(value).__name__}, not a string"
-                        )
-                    row += 1
-                    yield Part([value], whole=value)
+            for group in range(segment.start, segment.end):
+                meta = pf.metadata.row_group(group)
+                rows, size = meta.num_rows, _text_bytes(meta, column)
+                if rows and size > limit * rows:  # one text at least is longer: not read
+                    where = f"row {row}" if rows == 1 else f"rows {row}-{row + rows - 1}"
+                    raise _too_long(file, where, limit, "one text at least is")
+                # as many rows as hold about `limit` bytes, at most BATCH_ROWS: a group of
+                # long texts is read a few at a time
+                batch = max(1, min(BATCH_ROWS, limit * rows // max(size, 1)))
+                for values in pf.iter_batches(batch, row_groups=[group], columns=[file.text_field]):
+                    for value in values.column(0).to_pylist():
+                        if not isinstance(value, str):
+                            raise UserError(
+                                f"{file.name}: row {row}: {file.text_field!r} is "
+                                f"{type(value).__name__}, not a string"
+                            )
+                        if len(value) * 4 > limit and len(value.encode()) > limit:
+                            raise _too_long(file, f"row {row}", limit)
+                        row += 1
+                        yield Part([value], whole=value)
         except UserError:
             raise
         except Exception as e:
             raise UserError(f"{file.name}: cannot read row {row} ({e})") from None
+
+
+def _text_bytes(group: Any, column: int) -> int:
+    """The text column's uncompressed size in a row group (the footer says it)."""
+    if column < group.num_columns:
+        return group.column(column).total_uncompressed_size
+    return group.total_byte_size
+
+
+def _too_long(file: InputFile, where: str, limit: int, what: str = "a text") -> UserError:
+    return UserError(
+        f"{file.name}: {where}: {what} longer than source.max_uncut_bytes={limit} bytes; "
+        "raise source.max_uncut_bytes (memory grows with it), or split the document"
+    )
 
 
 FORMAT = ParquetFormat()
