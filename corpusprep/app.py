@@ -91,7 +91,11 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
             result = prepare(cfg, overrides)
     except (UserError, OmegaConfBaseException, TaskFailed) as e:
         message = str(e) if isinstance(e, UserError) else f"config: {str(e).splitlines()[0]}"
-        if isinstance(e, TaskFailed):
+        if isinstance(e, TaskFailed) and isinstance(e.__cause__, MemoryError):
+            message = (f"{e}: out of memory; run with fewer workers (executor.workers=N) or a "
+                       "smaller source.max_uncut_bytes, then again (it resumes from the "
+                       "shards that finished)")  # fmt: skip
+        elif isinstance(e, TaskFailed):
             message = (f"{e}; run the same command again (it resumes from the shards that "
                        "finished), or allow more tries with executor.retries=N")  # fmt: skip
         message = redact_text(message)  # a URL's user:password or ?token= never shown

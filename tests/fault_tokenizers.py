@@ -124,3 +124,12 @@ class CrashLaterTiktokenTokenizer(TiktokenTokenizer):
             open(self.flag, "w").close()
             os._exit(3)
         return super().encode(text)
+
+
+class OutOfMemoryCharTokenizer(CharTokenizer):
+    """Runs out of memory on every piece, as a worker does that holds too much at once."""
+
+    def encode_pieces(self, pieces):
+        for _ in super().encode_pieces(pieces):
+            raise MemoryError(419430396)
+        yield from ()

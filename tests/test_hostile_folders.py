@@ -145,3 +145,16 @@ def test_a_file_name_that_is_not_utf8_is_one_line(tmp_path):
     r = run_cli("source=files", "source.glob=in/*.txt", "out_dir=out", cwd=tmp_path)
     assert_one_line_error(r, "caf\\xe9.txt", "not UTF-8", "rename it")
     assert not (tmp_path / "out").exists()
+
+
+# the attack's Parquet bomb, before max_uncut_bytes held for Parquet, ended in "failed 3
+# times; last: MemoryError(...); run the same command again": the same again fails the same
+def test_a_shard_out_of_memory_says_how_to_need_less(tmp_path):
+    from helpers import FAULTS
+
+    (tmp_path / "small.txt").write_text(SMALL)
+    r = run_cli("source=file", "source.path=small.txt", "out_dir=out", "executor.retries=0",
+                "tokenizer._target_=fault_tokenizers.OutOfMemoryCharTokenizer",
+                cwd=tmp_path, env=FAULTS)  # fmt: skip
+    assert_one_line_error(r, "out of memory", "executor.workers", "source.max_uncut_bytes")
+    assert "run the same command again" not in r.stderr
