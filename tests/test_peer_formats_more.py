@@ -125,3 +125,91 @@ def test_nanogpt_keeps_its_note_and_says_it_once(tmp_path, text):
     assert "np.memmap" in note and "uint32" in note
     assert note_lines(r.stdout) == [f"note: {note}"]
     assert [line.split(None, 1)[1] for line in note_lines(inspect_summary(out))] == [note]
+
+
+# --- a split's last shard too short for the peers' loaders ----------------------------------
+
+
+def llmc_dataloader_init(pattern: str, B: int, T: int, processes: int = 1) -> None:
+    """llm.c's dataloader_init: every shard the glob finds must hold at least
+    processes * B * T + 1 tokens (read from the header), else an assert stops the run."""
+    files = sorted(glob.glob(pattern))
+    assert files, pattern
+    for f in files:
+        count = llmc_header(Path(f))[2]
+        assert count >= processes * B * T + 1, f"{f}: {count} tokens"
+
+
+def build_nanogpt_batches(folder: Path, split: str, B: int, T: int) -> None:
+    """build-nanogpt's DataLoaderLite: every shard it loads gives B*T + 1 tokens at its
+    start, viewed as (B, T); one pass over all of the split's shards."""
+    for f in build_nanogpt_shards(folder, split):
+        tokens = np.load(f)
+        buf = tokens[: B * T + 1]
+        buf[:-1].reshape(B, T)  # a shorter shard cannot be viewed so: ValueError
+
+
+def warnings(r) -> list[str]:
+    return [line for line in r.stderr.splitlines() if line.startswith("corpusprep: warning:")]
+
+
+def suggested(line: str) -> str:
+    return line.split("shard_tokens=")[-1].split()[0]
+
+
+@pytest.mark.parametrize("fmt", ["llmc", "npy"])
+def test_a_short_last_shard_is_warned_with_a_shard_tokens_that_fixes_it(tmp_path, text, fmt):
+    """90,000 train tokens in shards of 44,999: the last holds 2 tokens, which llm.c's
+    dataloader_init refuses (and build-nanogpt cannot view as a batch) for any B*T over 1."""
+    suffix = {"llmc": ".bin", "npy": ".npy"}[fmt]
+    out = tmp_path / "out"
+    r = run(tmp_path, text, f"format={fmt}", "shard_tokens=44999", "name=t", "quiet=true",
+            f"out_dir={out}")  # fmt: skip
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["tokens"] == {"train": 90_000, "val": 10_000}
+    assert [s["tokens"] for s in m["format"]["shards"]["train"]] == [44_999, 44_999, 2]
+    [line] = warnings(r)
+    assert f"t: the last train shard, t_train_000003{suffix}, holds 2 tokens" in line, line
+    assert {"llmc": "llm.c", "npy": "build-nanogpt"}[fmt] in line
+    assert suggested(line) == "30000", line  # 3 train shards of 30,000; val's one stays
+    if fmt == "llmc":
+        with pytest.raises(AssertionError, match="t_train_000003.bin: 2 tokens"):
+            llmc_dataloader_init(f"{out}/t_train_*.bin", B=1, T=2)
+    else:
+        with pytest.raises(ValueError):
+            build_nanogpt_batches(out, "train", B=1, T=2)
+    again = tmp_path / "again"
+    r = run(tmp_path, text, f"format={fmt}", f"shard_tokens={suggested(line)}", "name=t",
+            f"out_dir={again}")  # fmt: skip
+    assert warnings(r) == [] and r.stderr == ""
+    if fmt == "llmc":
+        for side in ("train", "val"):  # train_gpt2cu's default batch: -b 4 -t 1024
+            llmc_dataloader_init(f"{again}/t_{side}_*.bin", B=4, T=1024)
+    else:
+        for side in ("train", "val"):
+            build_nanogpt_batches(again, side, B=4, T=1024)
+
+
+def test_each_side_with_a_short_last_shard_is_named(tmp_path, text):
+    out = tmp_path / "out"
+    r = run(tmp_path, text, "format=llmc", "shard_tokens=4999", "name=t", f"out_dir={out}")
+    lines = warnings(r)
+    assert len(lines) == 2, r.stderr  # val: 4,999 + 4,999 + 2; train: 18 x 4,999 + 18
+    assert "the last val shard, t_val_000002.bin, holds 2 tokens" in lines[0], lines
+    assert "the last train shard, t_train_000021.bin, holds 18 tokens" in lines[1], lines
+    assert suggested(lines[0]) == suggested(lines[1])
+    fix = int(suggested(lines[0]))
+    for total in (90_000, 10_000):  # the one value leaves neither side a short last shard
+        n = -(-total // fix)
+        assert n == 1 or total - (n - 1) * fix >= min(4097, fix // 2), (total, fix)
+
+
+@pytest.mark.parametrize(
+    "fmt, shard_tokens",
+    [("llmc", 45000), ("llmc", 40000), ("npy", 45000), ("llmc", 10**8), ("npy", 10**8)],
+)
+def test_a_last_shard_that_holds_a_batch_says_nothing(tmp_path, text, fmt, shard_tokens):
+    """45,000: two full shards; 40,000 with llmc: the last holds 10,000 tokens, over one
+    batch of train_gpt2cu's default -b 4 -t 1024; 10^8: one shard per side."""
+    r = run(tmp_path, text, f"format={fmt}", f"shard_tokens={shard_tokens}", "out_dir=o")
+    assert r.stderr == ""

@@ -13,8 +13,9 @@ llm.c asserts fewer than 2**31 tokens per file, so the output is cut into shards
 dev/data/fineweb.py names them: one running index over the whole run, val first,
 `{name}_val_000000.bin`, then `{name}_train_000001.bin`, `{name}_train_000002.bin`, ...
 (llm.c's trainers take `-i '{name}_train_*.bin' -j '{name}_val_*.bin'`). The shards hold
-`shard_tokens` tokens each (the last of a split holds the rest); like fineweb.py they are
-cut at token counts, not at document boundaries.
+`shard_tokens` tokens each (the last of a split holds the rest, warned when it is too short
+for the peer's loader: ShardedExporter.warn_short_tails); like fineweb.py they are cut at
+token counts, not at document boundaries.
 
 This module also holds the sharding shared with `npy` (build-nanogpt copied llm.c's
 fineweb.py, naming and all): a subclass only says how a shard file starts.
@@ -23,6 +24,7 @@ fineweb.py, naming and all): a subclass only says how a shard file starts.
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any, BinaryIO, Optional
 
@@ -54,6 +56,39 @@ def check_shard_tokens(value: Any, limit: int = MAX_SHARD_TOKENS) -> int:
     return value
 
 
+def last_shard(total: int, shard_tokens: int) -> tuple[int, int]:
+    """(shards, tokens of the last one) of a split of `total` tokens."""
+    shards = -(-total // shard_tokens)
+    return shards, total - (shards - 1) * shard_tokens
+
+
+def short_limit(shard_tokens: int, batch: int) -> int:
+    """The fewest tokens a split's last shard should hold: one batch of the peer's loader
+    at its trainer's defaults and the one token more it reads (batch + 1); with shards of
+    fewer than two such batches, whose user has a smaller batch, half a shard."""
+    return min(batch + 1, shard_tokens // 2)
+
+
+def short_tail(total: int, shard_tokens: int, batch: int) -> bool:
+    """Whether a split of several shards ends in one shorter than short_limit."""
+    shards, last = last_shard(total, shard_tokens)
+    return shards > 1 and last < short_limit(shard_tokens, batch)
+
+
+def even_shard_tokens(totals: list[int], shard_tokens: int, batch: int,
+                      limit: int = MAX_SHARD_TOKENS) -> Optional[int]:  # fmt: skip
+    """A shard_tokens near the given one that leaves no split of `totals` a short last
+    shard: a split's tokens in as many shards (or one fewer) of about the same size."""
+    for total in totals:
+        shards, _ = last_shard(total, shard_tokens)
+        if not short_tail(total, shard_tokens, batch):
+            continue
+        for candidate in (-(-total // shards), -(-total // (shards - 1))):
+            if candidate <= limit and not any(short_tail(t, candidate, batch) for t in totals):
+                return candidate
+    return None
+
+
 def file_stem(name: str) -> str:
     """The run's name, safe as the start of a file name, and as the start of a glob: llm.c
     takes its files by a pattern (`-i '{name}_train_*.bin'`), in which `*`, `?` and `[...]`
@@ -66,6 +101,11 @@ class ShardedExporter(Exporter):
 
     kind = "sharded"
     suffix = ".bin"
+    # a split's last shard holds the rest, down to 1 token; the peer's loader takes B*T + 1
+    # tokens of a shard at a time, so a shorter last shard is warned (short_limit): `batch`
+    # is B*T at the peer trainer's defaults, `needs` says what its loader does with it
+    batch = 4 * 1024
+    needs = ""
 
     def __init__(self, shard_tokens: int = DEFAULT_SHARD_TOKENS) -> None:
         self.shard_tokens = check_shard_tokens(shard_tokens)
@@ -102,11 +142,33 @@ class ShardedExporter(Exporter):
                         self._shards[side].append({"file": name, "tokens": count})
                         index += 1
                 out.drop(f"{side}.bin")
+        self.warn_short_tails(streams.name)
         # the document index stays, as in the nanogpt format (in doc_index/, where no
         # loader's glob finds it): offsets into the whole split (all its shards end to
         # end), so a sampler can keep windows inside documents
         self._index = streams.train_docs is not None
         return produced | keep_doc_index(streams, out)
+
+    def warn_short_tails(self, name: str) -> None:
+        """One line for each split whose last shard is too short for the peer's loader (it
+        holds what is left; fineweb.py cuts so too), with a shard_tokens that fixes it."""
+        totals = {side: sum(s["tokens"] for s in shards) for side, shards in self._shards.items()}
+        fix = even_shard_tokens(list(totals.values()), self.shard_tokens, self.batch)
+        for side, total in totals.items():
+            if not short_tail(total, self.shard_tokens, self.batch):
+                continue
+            last = self._shards[side][-1]
+            limit = short_limit(self.shard_tokens, self.batch)
+            count = f"{last['tokens']:,} token" + ("" if last["tokens"] == 1 else "s")
+            how = (
+                f"shard_tokens={fix} cuts {side} into {last_shard(total, fix)[0]} shards of "
+                "about the same size"
+                if fix is not None
+                else f"choose a shard_tokens that leaves it at least {limit:,} tokens"
+            )
+            print(f"corpusprep: warning: {name}: the last {side} shard, {last['file']}, holds "
+                  f"{count} (a full one {self.shard_tokens:,}); {self.needs}; {how}",
+                  file=sys.stderr)  # fmt: skip
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "shard_tokens": self.shard_tokens}
@@ -118,6 +180,11 @@ class ShardedExporter(Exporter):
 class LlmcExporter(ShardedExporter):
     kind = "llmc"
     suffix = ".bin"
+    batch = 4 * 1024  # train_gpt2cu's defaults: -b 4 -t 1024
+    needs = (
+        "llm.c's dataloader asserts every shard holds at least B*T*processes+1 tokens "
+        "(4,097 at train_gpt2cu's default -b 4 -t 1024 on one GPU)"
+    )
 
     def write_header(self, f: BinaryIO, count: int, dtype: np.dtype) -> None:
         info = HEADERS[dtype.name]

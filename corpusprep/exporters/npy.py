@@ -30,6 +30,11 @@ SPLIT_WORDS = ("train", "val")  # what build-nanogpt's `split in s` looks for
 class NpyExporter(ShardedExporter):
     kind = "npy"
     suffix = ".npy"
+    batch = 64 * 1024  # build-nanogpt's train_gpt2.py: B = 64, T = 1024
+    needs = (
+        "build-nanogpt's DataLoaderLite views B*T+1 tokens of a shard as (B, T) and fails on "
+        "a shorter shard (65,537 tokens at its B=64, T=1024)"
+    )
 
     def check(self, name: str) -> None:
         stem = file_stem(name)
