@@ -26,13 +26,18 @@ EOT = ("auto", "append", "prepend", "none")
 
 def _stem(path_or_url: Any) -> str:
     """A name for the output folder: 'https://h/a/input.txt?x=1' -> 'input',
-    'corpus/books.jsonl.gz' -> 'books', 'web/**/*.jsonl.zst' -> 'web' (globs skipped)."""
+    'corpus/books.jsonl.gz' -> 'books' (up to the first dot: all suffixes go),
+    'v1.2.txt' -> 'v1.2' (a dot between digits is a number's), 'web/**/*.jsonl.zst' -> 'web'
+    (a glob's parts with wildcards skipped). A file that is there, or a URL, is no glob:
+    'in/corpus[v2].txt' -> 'corpus[v2]'."""
     text = str(path_or_url)
-    path = urlsplit(text).path if "://" in text else text
+    url = "://" in text
+    path = urlsplit(text).path if url else text
     parts = [p for p in path.replace("\\", "/").split("/") if p and p not in (".", "..")]
+    literal = url or os.path.lexists(text)
     for part in reversed(parts):
-        if not any(c in part for c in "*?["):
-            return part.split(".")[0] or "corpus"
+        if literal or not any(c in part for c in "*?["):
+            return re.match(r"(?:[^.]|(?<=\d)\.(?=\d))*", part).group(0) or "corpus"
     return "corpus"
 
 

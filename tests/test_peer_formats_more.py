@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import run_cli
+from helpers import compose, run_cli
 from test_peer_loaders import build_nanogpt_shards, llmc_shards
 
 import corpusprep
@@ -213,3 +213,43 @@ def test_a_last_shard_that_holds_a_batch_says_nothing(tmp_path, text, fmt, shard
     batch of train_gpt2cu's default -b 4 -t 1024; 10^8: one shard per side."""
     r = run(tmp_path, text, f"format={fmt}", f"shard_tokens={shard_tokens}", "out_dir=o")
     assert r.stderr == ""
+
+
+# --- the default name: the input file's own stem -------------------------------------------
+
+
+def test_a_file_with_brackets_is_named_after_itself(tmp_path):
+    """A file's path is no glob: `[v2]` in its name is part of it (the name was `in`, the
+    folder's, as if the file's name were a pattern)."""
+    src = tmp_path / "in" / "corpus[v2].txt"
+    src.parent.mkdir()
+    src.write_text("some text\n" * 50)
+    cfg = compose("source=file", f"source.path='{src}'")
+    assert cfg.name == "corpus[v2]" and cfg.out_dir == "data/corpus[v2]"
+    cfg = compose("source=files", f"source.glob='{src}'")  # a glob naming that one file
+    assert cfg.name == "corpus[v2]"
+    cfg = compose("source=url", "source.url='https://h/in/corpus[v2].txt'")
+    assert cfg.name == "corpus[v2]"
+
+
+@pytest.mark.parametrize(
+    "path, name",
+    [
+        ("v1.2.txt", "v1.2"),  # a dot between digits is part of a number
+        ("data/corpus-v0.1.jsonl.zst", "corpus-v0.1"),
+        ("3.14.txt", "3.14"),
+        ("corpora/my.books.txt", "my"),  # elsewhere the name ends at the first dot, as before
+        ("corpus/books.jsonl.gz", "books"),
+        ("books.2024.txt", "books"),
+    ],
+)
+def test_the_name_ends_at_the_first_dot_not_inside_a_number(path, name):
+    assert compose("source=file", f"source.path={path}").name == name
+
+
+@pytest.mark.parametrize(
+    "pattern, name",
+    [("web/*.jsonl.zst", "web"), ("data/shard[0-9].txt", "data"), ("a/b?/c*.txt", "a")],
+)
+def test_a_globs_wildcard_parts_are_still_skipped(pattern, name):
+    assert compose("source=files", f"source.glob='{pattern}'").name == name
