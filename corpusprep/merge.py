@@ -48,11 +48,19 @@ class PartFile:
 
 @dataclass
 class Merged:
-    """What the streams hold once merged: tokens and documents per side."""
+    """What the streams hold once merged: tokens and documents per side. Where the split
+    cut through a document (split_by=position, head or tail), the part of it that begins
+    the other side is a document of that side too (as in Megatron's .idx, and first in its
+    document index, at 0): a side with tokens holds at least one document (one text: one
+    on each side)."""
 
     tokens: dict[str, int]
     docs: dict[str, int]
     val_bytes: Optional[int] = None  # val's UTF-8 bytes, where the split counted them
+
+    def __post_init__(self) -> None:
+        self.docs = {side: max(n, 1) if self.tokens.get(side) else n
+                     for side, n in self.docs.items()}  # fmt: skip
 
 
 def merge(out: OutputWriter, parts: list[PartFile], results: list[EncodeResult], dtype: str,
@@ -89,7 +97,8 @@ def merge(out: OutputWriter, parts: list[PartFile], results: list[EncodeResult],
                              totals[side] * itemsize, bar.update, digest)  # fmt: skip
             if indexed:
                 counts = [getattr(r, f"{side}_tokens") for r in results]
-                _concatenate_index(out.temp(f"{side}.docs.bin"), [p.index for p in mine], counts)
+                docs[side] += _concatenate_index(out.temp(f"{side}.docs.bin"),
+                                                 [p.index for p in mine], counts)  # fmt: skip
     if order:
         for side in SIDES:
             with Bar(f"shuffle {side}.bin", totals[side] * itemsize, show) as bar:
@@ -193,13 +202,38 @@ def _concatenate(dst_path: Path, sources: list[str], expected: int,
             raise RuntimeError(f"{dst_path.name}: merged {dst.tell()} bytes, not {expected}")
 
 
-def _concatenate_index(dst_path: Path, sources: list[str], counts: list[int]) -> None:
-    """Document starts, shifted by the tokens of the shards before."""
+def _concatenate_index(dst_path: Path, sources: list[str], counts: list[int]) -> int:
+    """Document starts, shifted by the tokens of the shards before; first a start at 0
+    where the side begins inside a document (split_by=position cut through it: its rest
+    is a document of this side). Returns the number of such starts added (0 or 1)."""
+    lead = _begins_inside(sources, counts)
     with open(dst_path, "r+b") as dst:
+        if lead:
+            save_array(np.zeros(1, dtype=np.uint64), dst)
         base = 0
         for path, tokens in zip(sources, counts):
             save_array(np.fromfile(path, dtype=np.uint64) + np.uint64(base), dst)
             base += tokens
+    return int(lead)
+
+
+def _begins_inside(sources: list[str], counts: list[int]) -> bool:
+    """The side has tokens and its first document start (if any) is not at token 0."""
+    base = 0
+    for path, tokens in zip(sources, counts):
+        first = np.fromfile(path, dtype=np.uint64, count=1)
+        if len(first):
+            return int(first[0]) + base != 0
+        base += tokens
+    return base > 0
+
+
+def _with_leading_part(starts: np.ndarray) -> np.ndarray:
+    """A side's document starts (sorted, non-empty side), with one at 0 first if the side
+    begins inside a document: the part there is a document of its own."""
+    if len(starts) and starts[0] == 0:
+        return starts
+    return np.concatenate([np.zeros(1, dtype=starts.dtype), starts])
 
 
 def _starts_and_ends(out: OutputWriter, side: str, dtype: str) -> tuple[np.ndarray, np.ndarray]:
@@ -263,11 +297,15 @@ def _cut(out: OutputWriter, dtype: str, mode: str, n: int, indexed: bool,
             os.replace(rest, stream)
     if mode == "tail":
         os.truncate(stream, (total - n) * itemsize)
-    docs = {"val": int(mode == "head"), "train": int(mode == "tail")}  # one text: its start
+    docs = {"val": 1, "train": 1}  # one text: a part of it on each side
     if indexed:
         starts = np.fromfile(out.path_of("train.docs.bin"), dtype=np.uint64).astype(np.int64)
         in_val = (starts >= val_at) & (starts < val_at + n)
-        save_array((starts[in_val] - val_at).astype(np.uint64), out.path_of("val.docs.bin"))
-        save_array((starts[~in_val] - train_at).astype(np.uint64), out.path_of("train.docs.bin"))
-        docs = {"val": int(in_val.sum()), "train": int((~in_val).sum())}
+        # the side after the cut begins inside the document the cut went through, unless
+        # the cut is where a document starts
+        sides = {"val": _with_leading_part(starts[in_val] - val_at),
+                 "train": _with_leading_part(starts[~in_val] - train_at)}  # fmt: skip
+        for side, mine in sides.items():
+            save_array(mine.astype(np.uint64), out.path_of(f"{side}.docs.bin"))
+        docs = {side: len(mine) for side, mine in sides.items()}
     return Merged({"train": total - n, "val": n}, docs)
