@@ -158,3 +158,18 @@ def test_a_shard_out_of_memory_says_how_to_need_less(tmp_path):
                 cwd=tmp_path, env=FAULTS)  # fmt: skip
     assert_one_line_error(r, "out of memory", "executor.workers", "source.max_uncut_bytes")
     assert "run the same command again" not in r.stderr
+
+
+# an attack: an input file with a 250-character name (the run's default name is its stem)
+# made format=npy and megatron fail with ENAMETOOLONG as they wrote, a traceback
+@pytest.mark.parametrize("fmt", ["npy", "llmc", "megatron"])
+def test_a_name_too_long_for_the_format_files_is_one_line_before_any_work(tmp_path, fmt):
+    long = tmp_path / ("a" * 250 + ".txt")
+    long.write_text(SMALL)
+    r = run_cli("source=file", f"source.path={long.name}", f"format={fmt}", "out_dir=out",
+                cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(r, "too long", "name=aaaa")
+    assert not (tmp_path / "out").exists()
+    r = run_cli("source=file", f"source.path={long.name}", f"format={fmt}", "out_dir=out",
+                "name=" + "a" * 40, cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr

@@ -96,6 +96,25 @@ def file_stem(name: str) -> str:
     return re.sub(r"[/\\:*?\"<>|\[\]\s]+", "_", name).strip("._") or "corpus"
 
 
+# a file name is at most 255 bytes on Linux, macOS and Windows file systems; the longest
+# part a format adds to the stem is megatron's "_train_text_document.idx" (24 bytes), and
+# the temporary name while it is written ".{name}.{pid}-{hex}.tmp" some 25 more
+MAX_STEM_BYTES = 200
+
+
+def check_stem(name: str) -> None:
+    """Refuse a run name too long to begin the format's file names (a default name is the
+    input file's stem, which can be long): the run would fail only as it writes them."""
+    stem = file_stem(name)
+    if len(stem.encode()) > MAX_STEM_BYTES:
+        short = stem.encode()[:40].decode("utf-8", "ignore")
+        raise UserError(
+            f"name={name[:40]}...: {len(stem.encode())} bytes, too long to begin this "
+            f"format's file names (at most {MAX_STEM_BYTES} bytes: a file name has 255); "
+            f"set a shorter name, e.g. name={short}"
+        )
+
+
 class ShardedExporter(Exporter):
     """val shards then train shards, one running index, `shard_tokens` tokens each."""
 
@@ -112,6 +131,9 @@ class ShardedExporter(Exporter):
         self._shards: dict[str, list[dict[str, Any]]] = {}
         self._dtype: Optional[str] = None
         self._index = False
+
+    def check(self, name: str) -> None:
+        check_stem(name)
 
     def write_header(self, f: BinaryIO, count: int, dtype: np.dtype) -> None:
         raise NotImplementedError

@@ -35,7 +35,7 @@ from typing import Any, BinaryIO, Optional
 import numpy as np
 
 from corpusprep.exporters import Exporter, Streams
-from corpusprep.exporters.llmc import file_stem
+from corpusprep.exporters.llmc import check_stem, file_stem
 from corpusprep.progress import Bar
 from corpusprep.writer import OutputWriter
 
@@ -123,6 +123,9 @@ class MegatronExporter(Exporter):
 
     def __init__(self) -> None:
         self._described: dict[str, Any] = {}
+
+    def check(self, name: str) -> None:
+        check_stem(name)
 
     def export(self, streams: Streams, out: OutputWriter) -> dict[str, int]:
         itemsize = np.dtype(streams.dtype).itemsize

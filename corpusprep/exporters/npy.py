@@ -37,6 +37,7 @@ class NpyExporter(ShardedExporter):
     )
 
     def check(self, name: str) -> None:
+        super().check(name)
         stem = file_stem(name)
         words = [w for w in SPLIT_WORDS if w in stem]
         if words:
