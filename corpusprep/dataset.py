@@ -14,23 +14,30 @@ the vocabulary) and says clearly when they don't.
 A folder may come from anyone, so reading it runs no code it names: meta.pkl is read
 with an unpickler that accepts plain values only (read_meta), and the tokenizer is
 rebuilt from the manifest by config.build, which makes only corpusprep's (and trusted
-plugins') tokenizer classes.
+plugins') tokenizer classes. Nor does it read anything the folder does not hold: every
+name the manifest gives is a file right in the folder (or in its doc_index/), every file
+opened is a regular one (never a FIFO, which blocks, a device or a link), the manifest's
+keys are checked for their kind when it is read (MANIFEST_KEYS).
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import math
+import os
 import pickle
+import stat
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, Optional, Union
+from typing import Any, BinaryIO, NoReturn, Optional, Union
 
 import numpy as np
 
 from corpusprep.errors import UserError
-from corpusprep.exporters import doc_index_name
+from corpusprep.exporters import DOC_INDEX, doc_index_name
 from corpusprep.tokenizers import Tokenizer
 
 SIDES = ("train", "val")
@@ -163,10 +170,188 @@ class PreparedDataset:
 REPR_FILES = 3  # file names a repr shows before "and N more"
 
 
-def _damaged(what: Path | str, detail: str) -> UserError:
-    return UserError(
-        f"{what}: {detail}; the folder is damaged or mixed with another run: prepare it again"
-    )
+def _damaged(what: Path | str, detail: str, fix: str = "prepare it again") -> UserError:
+    return UserError(f"{what}: {detail}; the folder is damaged or mixed with another run: {fix}")
+
+
+NOT_REGULAR = "not a regular file (a FIFO, a device or a link)"
+# opened without blocking (a FIFO's open waits for a writer), and never through a link
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+
+
+def open_regular(path: Path, fix: str = "prepare it again") -> BinaryIO:
+    """A file of a folder that may come from anyone, open for reading: a regular file only,
+    checked on the open file itself, so that nothing can be swapped in between."""
+    try:
+        f = open(path, "rb", opener=lambda name, flags: os.open(name, flags | _READ_FLAGS))  # noqa: SIM115
+    except FileNotFoundError:
+        raise _damaged(path, "missing", fix) from None
+    except OSError as e:  # ELOOP: a link
+        detail = NOT_REGULAR if e.errno == errno.ELOOP else f"cannot be read ({e.strerror})"
+        raise _damaged(path, detail, fix) from None
+    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+        f.close()
+        raise _damaged(path, NOT_REGULAR, fix)
+    return f
+
+
+def _size(file: Path) -> Optional[int]:
+    """A regular file's size; None if there is none (a link is not followed)."""
+    try:
+        info = file.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        raise _damaged(file, NOT_REGULAR)
+    return info.st_size
+
+
+def _path(folder: Path, name: str, key: str) -> Path:
+    """A file a manifest names: right in the folder, or in its doc_index/. A stranger's
+    manifest may say "/etc/passwd", "../x" or "doc_index/../../x": never followed."""
+    parts = name.split("/")
+    plain = all(p not in ("", ".", "..") and "\0" not in p for p in parts)
+    if not plain or len(parts) > 2 or (len(parts) == 2 and parts[0] != DOC_INDEX):
+        raise _damaged(folder / "manifest.json", f"{key} names {name!r}, not a file of the folder")
+    if len(parts) == 2 and (folder / DOC_INDEX).is_symlink():
+        raise _damaged(folder / DOC_INDEX, "a link, not a folder")
+    return folder / name
+
+
+def read_bounded(path: Path, limit: int, fix: str = "prepare it again") -> bytes:
+    """A regular file's bytes, if it has at most `limit` of them (checked before reading)."""
+    with open_regular(path, fix) as f:
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(size + 1) if size <= limit else b""  # read(n) allocates n at once
+    if max(size, len(data)) > limit:
+        raise _damaged(path, f"{max(size, len(data)):,} bytes, more than the "
+                       f"{limit >> 20:,} MB such a file may have", fix)  # fmt: skip
+    return data
+
+
+def read_json(path: Path, limit: int, fix: str = "prepare it again") -> Any:
+    """A JSON file of a folder that may come from anyone: a regular file of at most `limit`
+    bytes, parsed; or one line saying what is wrong with it."""
+    data = read_bounded(path, limit, fix)
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        raise _damaged(path, f"not valid JSON ({e})", fix) from None
+
+
+# What load(), inspect and plot read from manifest.json, and the kinds each may be (a
+# key's path: "*" is each key of an object, "[]" each item of a list). The manifest is
+# JSON anyone can edit, and a value of another kind failed deep inside, as a traceback (a
+# format spec's ValueError, a KeyError), instead of one line naming the key.
+COUNT, NUMBER = "count", "number"  # an int >= 0 (not a bool); a finite int or float
+KINDS = {COUNT: "a whole number", NUMBER: "a number", str: "text", dict: "an object",
+         list: "a list", bool: "true or false", None: "null"}  # fmt: skip
+MANIFEST_KEYS: dict[str, tuple] = {
+    "dtype": (str,), "vocab_size": (COUNT,), "tokens": (dict,), "tokens.*": (COUNT,),
+    "files": (dict,), "files.*": (COUNT,), "checksums": (dict,), "checksums.*": (str,),
+    "format": (dict,), "format.kind": (str,), "format.document_index": (bool,),
+    "format.shards": (dict,), "format.shards.*": (list,), "format.shards.*.[]": (dict,),
+    "format.shards.*.[].file": (str,), "format.shards.*.[].tokens": (COUNT,),
+    "format.splits": (dict,), "format.splits.*": (dict,), "format.splits.*.prefix": (str,),
+    "format.shard_tokens": (COUNT,), "format.magic": (COUNT,), "format.version": (COUNT,),
+    "format.dtype_code": (COUNT,), "format.token_dtype": (str,),
+    "config": (dict,), "tokenizer": (dict,), "source": (dict,), "source.bytes": (COUNT,),
+    "source.sha256": (str,), "source.file": (str,), "source.path": (str,), "source.url": (str,),
+    "source.dataset": (str,), "source.glob": (list,), "source.glob.[]": (str,),
+    "source.files": (list,), "chars": (COUNT,), "created": (str,), "corpusprep": (str,),
+    "seconds": (dict,), "seconds.total": (NUMBER,), "chars_per_token": (NUMBER,),
+    "bytes_per_token": (NUMBER, None), "val_bytes": (COUNT, None), "vocab_used": (COUNT, None),
+    "split": (dict,), "split.by": (str,), "split.train_chars": (COUNT,),
+    "split.val_chars": (COUNT,), "documents": (dict,), "documents.total": (COUNT,),
+    "eot": (dict, None), "order": (dict,),
+}  # fmt: skip
+LOAD_NEEDS = ("dtype", "vocab_size", "tokens.train", "tokens.val")
+SUMMARY_NEEDS = ("source", "source.bytes", "source.sha256", "tokenizer", "chars", "created",
+                 "corpusprep", "seconds.total")  # fmt: skip
+# what inspect --verify reads besides: checked only there (a list of every input file)
+VERIFY_KEYS: dict[str, tuple] = {
+    "source.files.[]": (dict,), "source.files.[].path": (str,), "source.files.[].sha256": (str,),
+    "source.files.[].format": (str,), "source.files.[].compression": (str,),
+    "source.files.[].member": (str, None), "split.fraction": (NUMBER,), "split.seed": (COUNT,),
+    "split.val_size": (COUNT, None), "order.kind": (str,), "order.seed": (COUNT,),
+    "eot.mode": (str,), "eot.id": (COUNT, None), "shards": (dict,), "shards.shard_bytes": (COUNT,),
+    "config.shard_bytes": (COUNT,), "config.source": (dict,),
+}  # fmt: skip
+VERIFY_NEEDS = ("source.sha256", "split.by", "split.fraction", "documents.total")
+DTYPES = ("uint16", "uint32")
+MAX_MANIFEST_BYTES = 1 << 30  # a glob of a million input files lists them in about 300 MB
+
+
+def _is(value: Any, kind: Any) -> bool:
+    if kind == COUNT:
+        return type(value) is int and value >= 0
+    if kind == NUMBER:
+        return type(value) in (int, float) and math.isfinite(value)
+    return value is None if kind is None else isinstance(value, kind)
+
+
+def _found(value: Any, parts: list[str], name: str = "") -> Iterator[tuple[str, Any]]:
+    """(its key, the value) for every value at a key's path (see MANIFEST_KEYS)."""
+    if not parts:
+        yield name, value
+        return
+    part, rest = parts[0], parts[1:]
+    if part == "[]":
+        items = enumerate(value) if isinstance(value, list) else ()
+        for i, item in items:
+            yield from _found(item, rest, f"{name}[{i}]")
+        return
+    if not isinstance(value, dict):
+        return
+    for key in value if part == "*" else [part] if part in value else []:
+        yield from _found(value[key], rest, f"{name}.{key}" if name else str(key))
+
+
+def check_json(value: Any, where: Path, keys: dict[str, tuple], needs: Sequence[str] = (),
+               fix: str = "prepare it again") -> None:  # fmt: skip
+    """That `value`, read from the JSON file `where`, is an object with each of `needs`,
+    and that each of `keys` it has is of its kinds; else one line naming the first key
+    that is not."""
+    if not isinstance(value, dict):
+        raise _damaged(where, f"not a JSON object but {KINDS.get(type(value), 'a value')}", fix)
+    for key in needs:
+        if next(_found(value, key.split(".")), None) is None:
+            raise _damaged(where, f"no {key}", fix)
+    for key, kinds in keys.items():
+        for name, found in _found(value, key.split(".")):
+            if not any(_is(found, kind) for kind in kinds):
+                wanted = " or ".join(KINDS[kind] for kind in kinds)
+                raise _damaged(where, f"{name} is {_shown(found)}, not {wanted}", fix)
+
+
+def _shown(value: Any) -> str:
+    """A JSON value in a message: a short one as it is, a container by its kind."""
+    if value is None:
+        return "null"
+    if isinstance(value, (str, int, float)):
+        return repr(value)[:40]
+    return KINDS.get(type(value), type(value).__name__)
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """An output folder's manifest.json, checked for what load() and inspect read of it."""
+    path = folder / "manifest.json"
+    if not os.path.lexists(path):
+        raise UserError(
+            f"{folder}: not a corpusprep output folder (no manifest.json); "
+            "give the out_dir of a finished run"
+        )
+    manifest = read_json(path, MAX_MANIFEST_BYTES)
+    check_json(manifest, path, MANIFEST_KEYS, LOAD_NEEDS)
+    dtype, vocab_size = manifest["dtype"], manifest["vocab_size"]
+    if dtype not in DTYPES:
+        raise _damaged(path, f"dtype is {dtype!r}, not one of {', '.join(DTYPES)}")
+    if not 1 <= vocab_size <= np.iinfo(dtype).max + 1:
+        raise _damaged(path, f"vocab_size {vocab_size:,} does not fit {dtype} ids")
+    for key in ("files", "checksums"):
+        for name in manifest.get(key) or {}:
+            _path(folder, name, key)
+    return manifest
 
 
 def load(path: str | Path, tokenizer: bool = True, check_ids: bool = True) -> PreparedDataset:
@@ -179,13 +364,7 @@ def load(path: str | Path, tokenizer: bool = True, check_ids: bool = True) -> Pr
     of ids from the page cache, the disk's own speed from a cold one. check_ids=False
     skips it, for a big folder you trust on a slow disk."""
     folder = Path(path)
-    manifest_path = folder / "manifest.json"
-    if not manifest_path.is_file():
-        raise UserError(
-            f"{folder}: not a corpusprep output folder (no manifest.json); "
-            "give the out_dir of a finished run"
-        )
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    manifest = read_manifest(folder)
     dtype = np.dtype(manifest["dtype"])
     fmt = manifest.get("format", {}) or {}
     kind = fmt.get("kind", "nanogpt")
@@ -206,7 +385,7 @@ def load(path: str | Path, tokenizer: bool = True, check_ids: bool = True) -> Pr
     # the manifest lists every file a run wrote, so an unlisted, absent one was never made;
     # one on disk is read (and checked) all the same, as nanoGPT would read it
     listed = manifest.get("files")
-    has_meta = listed is None or "meta.pkl" in listed or (folder / "meta.pkl").exists()
+    has_meta = listed is None or "meta.pkl" in listed or os.path.lexists(folder / "meta.pkl")
     meta = read_meta(folder / "meta.pkl") if has_meta else {}
     if has_meta and meta.get("vocab_size") != manifest["vocab_size"]:
         raise UserError(
@@ -241,10 +420,8 @@ def read_meta(path: Path) -> dict[str, Any]:
     """A meta.pkl, read without running code: the one way corpusprep reads a pickle it did
     not just make (nanoGPT's train.py and sample.py read ours with pickle.load)."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             meta = _PlainUnpickler(f, path).load()
-    except FileNotFoundError:
-        raise _damaged(path, "missing") from None
     except UserError:
         raise
     except Exception as e:  # truncated, or not a pickle at all
@@ -274,34 +451,64 @@ def _check_ids(array: Tokens, files: list[Path], vocab_size: int) -> None:
 
 def _check_sizes(folder: Path, manifest: dict[str, Any]) -> None:
     for name, expected in (manifest.get("files") or {}).items():
-        file = folder / name
-        size = file.stat().st_size if file.is_file() else None
+        file = _path(folder, name, "files")
+        size = _size(file)
         if size != expected:
             found = "missing" if size is None else f"{size:,} bytes"
             raise _damaged(file, f"{found}, but the manifest says {expected:,} bytes")
 
 
-def _doc_index(folder: Path, side: str) -> Optional[np.ndarray]:
-    file = folder / doc_index_name(side)
-    if not file.is_file():
-        file = folder / f"{side}.docs.bin"  # where folders made before kept it
-    if not file.is_file():
+def _map(f: BinaryIO, dtype: np.dtype, offset: int, count: int) -> np.ndarray:
+    """`count` ids after `offset` bytes of an open file (the mapping outlives the file)."""
+    if not count:
+        return np.zeros(0, dtype)  # mmap cannot map nothing
+    return np.memmap(f, dtype=dtype, mode="r", offset=offset, shape=(count,))
+
+
+def _in_order(values: np.ndarray, top: int) -> bool:
+    """Whether the values never go down, from 0 to at most `top`, a chunk at a time."""
+    last = 0
+    for i in range(0, len(values), CHECK_CHUNK):
+        part = np.asarray(values[i : i + CHECK_CHUNK])
+        if part[0] < last or (part[1:] < part[:-1]).any() or part[-1] > top:
+            return False
+        last = part[-1]
+    return True
+
+
+def _doc_index(folder: Path, side: str, tokens: int) -> Optional[np.ndarray]:
+    """Where each document starts, checked: in order, within the side's tokens (else an
+    inspect --plot drew garbage, and --verify read past the end)."""
+    for name in (doc_index_name(side), f"{side}.docs.bin"):  # where folders made before kept it
+        file = _path(folder, name, DOC_INDEX)
+        if os.path.lexists(file):
+            break
+    else:
         return None
-    return np.memmap(file, dtype="<u8", mode="r") if file.stat().st_size else np.zeros(0, "<u8")
+    with open_regular(file) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size % 8:
+            raise _damaged(file, f"{size:,} bytes, not a whole number of 8-byte offsets")
+        docs = _map(f, np.dtype("<u8"), 0, size // 8)
+    if not _in_order(docs, tokens):
+        raise _damaged(file, f"its document offsets are not in order within {side}'s "
+                       f"{tokens:,} tokens")  # fmt: skip
+    return docs
 
 
 def _nanogpt(folder: Path, side: str, tokens: int, dtype: np.dtype, fmt: dict):
     file = folder / f"{side}.bin"
     expected = tokens * dtype.itemsize
-    size = file.stat().st_size if file.is_file() else None
+    size = _size(file)
     if size != expected:
         found = "missing" if size is None else f"{size:,} bytes"
         raise _damaged(
             file,
             f"{found}, but the manifest says {tokens:,} {dtype.name} tokens ({expected:,} bytes)",
         )
-    array = np.memmap(file, dtype=dtype, mode="r") if tokens else np.zeros(0, dtype)
-    return array, _doc_index(folder, side), [file]
+    with open_regular(file) as f:
+        array = _map(f, dtype, 0, tokens)
+    return array, _doc_index(folder, side, tokens), [file]
 
 
 def _join(shards: list[np.ndarray], dtype: np.dtype) -> Tokens:
@@ -311,10 +518,11 @@ def _join(shards: list[np.ndarray], dtype: np.dtype) -> Tokens:
 
 
 def _shard_files(folder: Path, side: str, fmt: dict) -> list[tuple[Path, int]]:
+    key = f"format.shards.{side}"
     try:
-        return [(folder / s["file"], int(s["tokens"])) for s in fmt["shards"][side]]
-    except (KeyError, TypeError) as e:
-        raise _damaged(folder / "manifest.json", f"no list of {side} shards ({e})") from None
+        return [(_path(folder, s["file"], key), s["tokens"]) for s in fmt["shards"][side]]
+    except KeyError as e:
+        raise _damaged(folder / "manifest.json", f"no {key} ({e})") from None
 
 
 LLMC_HEADERS = {"uint16": (20240520, 1), "uint32": (20240801, 7)}  # data_common.py
@@ -324,58 +532,83 @@ def _llmc(folder: Path, side: str, tokens: int, dtype: np.dtype, fmt: dict):
     magic, version = LLMC_HEADERS[dtype.name]
     shards, files = [], []
     for file, count in _shard_files(folder, side, fmt):
-        header = np.fromfile(file, dtype="<i4", count=256)
-        if len(header) < 256 or (header[0], header[1]) != (magic, version):
-            raise _damaged(file, f"not an llm.c {dtype.name} token file (magic {magic})")
-        if header[2] != count or file.stat().st_size != 1024 + count * dtype.itemsize:
-            raise _damaged(file, f"its header says {int(header[2]):,} tokens, not {count:,}")
-        shards.append(np.memmap(file, dtype=dtype.newbyteorder("<"), mode="r", offset=1024))
+        with open_regular(file) as f:
+            header = np.frombuffer(f.read(1024), dtype="<i4")
+            if len(header) < 256 or (header[0], header[1]) != (magic, version):
+                raise _damaged(file, f"not an llm.c {dtype.name} token file (magic {magic})")
+            size = os.fstat(f.fileno()).st_size
+            if header[2] != count or size != 1024 + count * dtype.itemsize:
+                raise _damaged(file, f"its header says {int(header[2]):,} tokens, not {count:,}")
+            shards.append(_map(f, dtype.newbyteorder("<"), 1024, count))
         files.append(file)
-    return _join(shards, dtype), _doc_index(folder, side), files
+    return _join(shards, dtype), _doc_index(folder, side, tokens), files
+
+
+NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0,
+               (2, 0): np.lib.format.read_array_header_2_0}  # fmt: skip
 
 
 def _npy(folder: Path, side: str, tokens: int, dtype: np.dtype, fmt: dict):
     shards, files = [], []
     for file, count in _shard_files(folder, side, fmt):
-        try:
-            array = np.load(file, mmap_mode="r", allow_pickle=False)
-        except (ValueError, OSError) as e:
-            raise _damaged(file, f"not a .npy file ({e})") from None
-        if array.dtype != dtype or array.shape != (count,):
-            raise _damaged(file, f"{array.dtype} {array.shape}, not {dtype.name} ({count:,},)")
-        shards.append(array)
+        with open_regular(file) as f:  # its header read here: np.load opens by name
+            try:
+                version = np.lib.format.read_magic(f)
+                if version not in NPY_HEADERS:
+                    raise ValueError(f"version {version}")
+                shape, _, found = NPY_HEADERS[version](f)
+            except ValueError as e:
+                raise _damaged(file, f"not a .npy file ({e})") from None
+            if found != dtype or shape != (count,):
+                raise _damaged(file, f"{found} {shape}, not {dtype.name} ({count:,},)")
+            offset, size = f.tell(), os.fstat(f.fileno()).st_size
+            if size != offset + count * dtype.itemsize:
+                raise _damaged(file, f"{size:,} bytes, not {offset + count * dtype.itemsize:,}")
+            shards.append(_map(f, found, offset, count))
         files.append(file)
-    return _join(shards, dtype), _doc_index(folder, side), files
+    return _join(shards, dtype), _doc_index(folder, side, tokens), files
 
 
 MEGATRON_CODES = {8: "uint16", 4: "uint32"}  # Megatron's int32 (code 4) holds uint32 ids
 
 
 def _megatron(folder: Path, side: str, tokens: int, dtype: np.dtype, fmt: dict):
-    stem = fmt.get("splits", {}).get(side, {}).get("prefix")
+    stem = (fmt.get("splits") or {}).get(side, {}).get("prefix")
     if not stem:
         raise _damaged(folder / "manifest.json", f"no Megatron prefix for {side}")
-    idx, data = folder / f"{stem}.idx", folder / f"{stem}.bin"
-    raw = np.memmap(idx, dtype=np.uint8, mode="r")
-    head = bytes(raw[:34])
-    if len(head) < 34 or head[:9] != b"MMIDIDX\x00\x00" or struct.unpack("<Q", head[9:17])[0] != 1:
-        raise _damaged(idx, "not a Megatron MMIDIDX index")
-    code = head[17]
-    count, ndocs = struct.unpack("<QQ", head[18:34])
-    if MEGATRON_CODES.get(code) != dtype.name:
-        raise _damaged(idx, f"dtype code {code}, but the manifest says {dtype.name}")
-    if len(raw) != 34 + 12 * count + 8 * ndocs:
-        raise _damaged(idx, f"{len(raw):,} bytes for {count:,} sequences and {ndocs:,} entries")
+    key = f"format.splits.{side}.prefix"
+    idx, data = _path(folder, f"{stem}.idx", key), _path(folder, f"{stem}.bin", key)
+    with open_regular(idx) as f:
+        head, size = f.read(34), os.fstat(f.fileno()).st_size
+        version = struct.unpack("<Q", head[9:17])[0] if len(head) == 34 else None
+        if head[:9] != b"MMIDIDX\x00\x00" or version != 1:
+            raise _damaged(idx, "not a Megatron MMIDIDX index")
+        code = head[17]
+        count, ndocs = struct.unpack("<QQ", head[18:34])
+        if MEGATRON_CODES.get(code) != dtype.name:
+            raise _damaged(idx, f"dtype code {code}, but the manifest says {dtype.name}")
+        if size != 34 + 12 * count + 8 * ndocs:
+            raise _damaged(idx, f"{size:,} bytes for {count:,} sequences and {ndocs:,} entries")
+        raw = _map(f, np.dtype(np.uint8), 0, size)
     lengths = np.frombuffer(raw, "<i4", count, 34)
     pointers = np.frombuffer(raw, "<i8", count, 34 + 4 * count)
     documents = np.frombuffer(raw, "<i8", ndocs, 34 + 12 * count)
-    if int(lengths.sum(dtype=np.int64)) != tokens or documents[-1] != count:
+    # Megatron's document list: where each document's sequences start, from 0 to count
+    if not ndocs or documents[0] != 0 or documents[-1] != count or not _in_order(documents, count):
+        raise _damaged(idx, f"its document list does not go from 0 to {count:,} in order")
+    if int(lengths.sum(dtype=np.int64)) != tokens:
         raise _damaged(idx, f"its sequences do not add up to {tokens:,} tokens")
-    le = dtype.newbyteorder("<")
-    array = np.memmap(data, dtype=le, mode="r") if tokens else np.zeros(0, dtype)
+    with open_regular(data) as f:
+        if os.fstat(f.fileno()).st_size != tokens * dtype.itemsize:
+            raise _damaged(data, f"not {tokens:,} {dtype.name} tokens")
+        array = _map(f, dtype.newbyteorder("<"), 0, tokens)
     docs = None
     if fmt.get("document_index", True):
-        docs = (pointers[documents[:-1]] // dtype.itemsize).astype("<u8")
+        # a document of no sequences at the end starts where the tokens end
+        starts = np.append(pointers // dtype.itemsize, tokens)[documents[:-1]]
+        if not _in_order(starts, tokens):
+            raise _damaged(idx, f"its documents do not start in order within {tokens:,} tokens")
+        docs = starts.astype("<u8")
     return array, docs, [data, idx]
 
 

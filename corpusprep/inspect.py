@@ -24,7 +24,15 @@ from typing import Any, Optional
 
 import numpy as np
 
-from corpusprep.dataset import PreparedDataset, load
+from corpusprep.dataset import (
+    SUMMARY_NEEDS,
+    VERIFY_KEYS,
+    VERIFY_NEEDS,
+    PreparedDataset,
+    _damaged,
+    check_json,
+    load,
+)
 from corpusprep.errors import UserError
 from corpusprep.redact import redact_text
 
@@ -44,9 +52,9 @@ def describe_format(ds: PreparedDataset) -> str:
     if "shard_tokens" in fmt:
         text += f", shard_tokens {fmt['shard_tokens']:,}"
     if "magic" in fmt:
-        text += f", magic {fmt['magic']} version {fmt['version']}"
+        text += f", magic {fmt['magic']} version {fmt.get('version')}"
     if "dtype_code" in fmt:
-        text += f", dtype code {fmt['dtype_code']} ({fmt['token_dtype']})"
+        text += f", dtype code {fmt['dtype_code']} ({fmt.get('token_dtype')})"
     return text
 
 
@@ -54,13 +62,14 @@ def _source_name(src: dict[str, Any]) -> str:
     """The URL, path or glob the text came from, with the file count where several."""
     hub = f"{src['dataset']} (Hugging Face Hub)" if src.get("dataset") else None
     name = src.get("url") or src.get("path") or ", ".join(src.get("glob") or []) or hub
-    name = name or src["file"]
+    name = name or src.get("file") or "?"
     files = len(src.get("files") or [])
     return f"{name}  ({files:,} files)" if files > 1 else name
 
 
 def summary(ds: PreparedDataset, top: int = 10, head: int = 64) -> str:
     m = ds.manifest
+    check_json(m, ds.path / "manifest.json", {}, SUMMARY_NEEDS)  # load() checked their kinds
     src, tok = m["source"], m["tokenizer"]
     tokens = m["tokens"]["train"] + m["tokens"]["val"]
     rows = [
@@ -78,7 +87,7 @@ def summary(ds: PreparedDataset, top: int = 10, head: int = 64) -> str:
         ("format", describe_format(ds)),
         ("train", f"{m['tokens']['train']:,} tokens  ({ds.train.nbytes:,} bytes)"),
         ("val", f"{m['tokens']['val']:,} tokens  ({ds.val.nbytes:,} bytes)"),
-        ("chars/token", f"{m['chars'] / tokens:.3f}  (train + val)"),
+        ("chars/token", f"{m['chars'] / max(tokens, 1):.3f}  (train + val)"),
     ]
     if m.get("bytes_per_token"):  # written since 0.1: the val text's, to compare tokenizers
         rows.append(("bytes/token", f"{m['bytes_per_token']:.3f}  (val's UTF-8 bytes per token)"))
@@ -112,6 +121,7 @@ def verify(ds: PreparedDataset) -> str:
     tokenizer's own specials), on its side, in its place (order=shuffle: by the index)."""
     from corpusprep.writer import changed_files
 
+    check_json(ds.manifest, ds.path / "manifest.json", VERIFY_KEYS, VERIFY_NEEDS)
     changed = changed_files(ds.path, ds.manifest)
     if changed is None:
         raise UserError(f"{ds.path}: the manifest lists no sha256 of its files; prepare it again")
@@ -120,7 +130,7 @@ def verify(ds: PreparedDataset) -> str:
             f"{ds.path / changed[0]}: its sha256 is not the manifest's; the folder is damaged "
             "or mixed with another run: prepare it again"
         )
-    files, keys = _input_files(ds.manifest)
+    files, keys = _input_files(ds.manifest, ds.path)
     streams, writers = _streams(ds)
     try:
         _replay(ds, files, keys, writers)
@@ -140,7 +150,7 @@ def verify(ds: PreparedDataset) -> str:
     return f"verified: decoding train + val gives back {what} exactly ({chars:,} chars{docs})"
 
 
-def _input_files(manifest: dict) -> tuple[list, dict[str, bytes]]:
+def _input_files(manifest: dict, folder: Path) -> tuple[list, dict[str, bytes]]:
     """The run's input files, rebuilt from the manifest, each checked against its own
     sha256; and the keys the run gave documents read in pieces (by file)."""
     from corpusprep.formats import InputFile
@@ -149,8 +159,12 @@ def _input_files(manifest: dict) -> tuple[list, dict[str, bytes]]:
     from corpusprep.writer import file_sha256
 
     src = manifest["source"]
-    listed = src.get("files") or [{"path": src["file"], "sha256": src["sha256"],
+    listed = src.get("files") or [{"path": src.get("file"), "sha256": src["sha256"],
                                    "format": "text", "compression": "none"}]  # fmt: skip
+    missing = [k for f in listed for k in ("path", "sha256", "format", "compression")
+               if f.get(k) is None]  # fmt: skip
+    if missing:  # their kinds: VERIFY_KEYS
+        raise _damaged(folder / "manifest.json", f"a file of source.files has no {missing[0]}")
     given = (manifest.get("config") or {}).get("source") or {}
     options = {k: given[k] for k in ReadOptions.__dataclass_fields__ if k in given}
     options.pop("format", None)  # each file's own is listed
@@ -229,12 +243,12 @@ def _replay(ds: PreparedDataset, files: list, keys: dict[str, bytes], writers: d
     from corpusprep.split import val_document_count, val_documents
 
     m = ds.manifest
-    split, eot = m["split"], m.get("eot") or {"mode": "none", "id": None}
+    split, eot = m["split"], m.get("eot") or {}
     docs = m["documents"]["total"]
     val_docs = None
     if split["by"] == "document":  # as prepare.decide, from the document before the first
         val = val_document_count(docs, split["fraction"], split.get("val_size"))
-        val_docs = np.concatenate([[False], val_documents(docs, val, split["seed"])])
+        val_docs = np.concatenate([[False], val_documents(docs, val, split.get("seed", 0))])
     rules = Rules(
         _AsText(ds.tokenizer),
         m["dtype"],
@@ -242,13 +256,16 @@ def _replay(ds: PreparedDataset, files: list, keys: dict[str, bytes], writers: d
         split["fraction"],
         split.get("train_chars", 0),
         split.get("seed", 0),
-        eot["mode"],
-        eot["id"],
+        eot.get("mode", "none"),
+        eot.get("id"),
     )
     task = EncodeTask(None, rules, doc_keys=keys, val_docs=val_docs)
-    eot_ids = None if eot["id"] is None else np.array([eot["id"]], dtype=np.uint32)
+    eot_ids = None if eot.get("id") is None else np.array([eot["id"]], dtype=np.uint32)
     doc, position, seen = -1, [0], {"train": [], "val": []}
-    shard_bytes = (m.get("shards") or {}).get("shard_bytes") or m["config"]["shard_bytes"]
+    config = m.get("config") or {}
+    shard_bytes = (m.get("shards") or {}).get("shard_bytes") or config.get("shard_bytes")
+    if not shard_bytes:  # the plan cuts the input in pieces of this size: a run records it
+        raise _damaged(ds.path / "manifest.json", "no shards.shard_bytes")
     for shard in plan(files, shard_bytes, ds.tokenizer):
         for segment in shard.segments:
             for part in get_format(segment.file.format).parts(segment):

@@ -11,7 +11,6 @@ checked without looking at a picture. matplotlib is imported only to draw, witho
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from corpusprep.dataset import SIDES, PreparedDataset, Tokens, load
+from corpusprep.dataset import COUNT, SIDES, PreparedDataset, Tokens, check_json, load, read_json
 from corpusprep.errors import UserError
 
 CHUNK = 1 << 22  # tokens (or document starts) per step
@@ -99,7 +98,7 @@ def chars_per_token(ds: PreparedDataset, sample: int = SAMPLE_TOKENS) -> dict[st
     m = ds.manifest
     split = m.get("split", {})
     values, method = {}, {}
-    if split.get("by") == "position" and "train_chars" in split:
+    if split.get("by") == "position" and "train_chars" in split and "val_chars" in split:
         for side in SIDES:
             values[side] = split[f"{side}_chars"] / max(m["tokens"][side], 1)
             method[side] = "exact (manifest)"
@@ -126,6 +125,7 @@ def chars_per_token(ds: PreparedDataset, sample: int = SAMPLE_TOKENS) -> dict[st
 
 
 def run_data(ds: PreparedDataset) -> dict[str, Any]:
+    check_json(ds.manifest, ds.path / "manifest.json", {}, ("chars_per_token",))
     counts = token_counts(ds.splits(), ds.manifest["vocab_size"])
     return {"frequency": rank_frequency(counts), "documents": document_lengths(ds),
             "chars_per_token": chars_per_token(ds)}  # fmt: skip
@@ -150,7 +150,8 @@ def sweep_data(folder: str | Path) -> dict[str, Any]:
     folder = Path(folder)
     records = []
     for path in folder.glob(f"*/{RECORD}"):
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = read_json(path, MAX_RECORD_BYTES, SWEEP_FIX)
+        check_json(record, path, RECORD_KEYS, fix=SWEEP_FIX)
         records.append((record.get("job", 0), path.parent, record))
     if not records:
         raise UserError(f"{folder}: no job records ({RECORD}) in its folders; not a sweep folder")
@@ -177,6 +178,7 @@ def sweep_data(folder: str | Path) -> dict[str, Any]:
             else:
                 ds = load(out_dir, tokenizer=False)
                 m = ds.manifest
+                check_json(m, out_dir / "manifest.json", {}, ("chars_per_token",))
                 used = m.get("vocab_used")  # counted by the run; else here
                 if used is None:
                     used = int((token_counts(ds.splits(), m["vocab_size"]) > 0).sum())
@@ -189,6 +191,13 @@ def sweep_data(folder: str | Path) -> dict[str, Any]:
         for k in keys:
             out[k].append(values[k])
     return out
+
+
+# A job record (sweep.py) is read from a folder that may come from anyone, like a manifest
+MAX_RECORD_BYTES = 1 << 20  # its overrides and a few labels: a few KB
+RECORD_KEYS = {"job": (COUNT,), "overrides": (list, None), "overrides.[]": (str,),
+               "status": (str,), "out_dir": (str, None)}  # fmt: skip
+SWEEP_FIX = "run the sweep again"
 
 
 def _job_out_dir(record: dict[str, Any], job_folder: Path) -> Optional[Path]:

@@ -1,0 +1,390 @@
+"""Reading back a folder that may come from anyone (corpusprep.load, python -m
+corpusprep.inspect): the names its manifest gives stay inside it, a FIFO, a device or a
+link is never opened, a meta.pkl cannot fill memory, a malformed manifest, job record or
+index is one line naming it, and a tokenizer's ranks file is read only from the folder
+(or tiktoken's cache) and at a bounded size.
+
+A FIFO that is opened blocks until a writer comes: each call that may open one runs in a
+thread (`finishes`), so a regression fails the test instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import threading
+import tracemalloc
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+from helpers import REPO, compose
+
+import corpusprep
+from corpusprep import inspect as cp_inspect
+from corpusprep.errors import UserError
+from corpusprep.prepare import prepare
+
+TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\nAll: Speak, speak.\n" * 80
+DOCS = "".join(json.dumps({"text": f"doc {i}: " + "word " * (i % 17)}) + "\n" for i in range(300))
+KINDS = {
+    "char": ("text.txt",),
+    "docs": ("docs.jsonl",),  # a document index in doc_index/
+    "npy": ("text.txt", "format=npy"),
+    "llmc": ("text.txt", "format=llmc"),
+    "megatron": ("docs.jsonl", "format=megatron"),  # its .idx lists the documents
+}
+MB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> dict[str, Path]:
+    """One good folder of each kind, made once; tests damage copies (`folder`)."""
+    root = tmp_path_factory.mktemp("made")
+    (root / "text.txt").write_text(TEXT)
+    (root / "docs.jsonl").write_text(DOCS)
+    out = {}
+    for kind, (src, *extra) in KINDS.items():
+        out[kind] = root / kind
+        prepare(compose("source=file", f"source.path={root / src}", f"out_dir={out[kind]}",
+                        "quiet=true", *extra))  # fmt: skip
+    return out
+
+
+@pytest.fixture
+def folder(made, tmp_path) -> Callable[[str], Path]:
+    def copy(kind: str) -> Path:
+        return Path(shutil.copytree(made[kind], tmp_path / kind))
+
+    return copy
+
+
+def edit(folder: Path, change: Callable[[dict], Any]) -> None:
+    path = folder / "manifest.json"
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    path.write_text(json.dumps(manifest))
+
+
+def list_size(folder: Path, name: str) -> None:
+    """The manifest agrees with the file's new size: only its content is hostile."""
+    edit(folder, lambda m: m["files"].__setitem__(name, (folder / name).stat().st_size))
+
+
+def finishes(call: Callable[[], Any], *fifos: Path, seconds: float = 30) -> Any:
+    """call() in a thread: what it returns or raises. A FIFO it opened would block it for
+    ever: after `seconds` the FIFOs are opened for writing (which frees it) and the test
+    fails."""
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = call()
+        except BaseException as e:  # noqa: BLE001 - handed to the test's thread
+            out["error"] = e
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        for fifo in fifos:
+            with contextlib.suppress(OSError):
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(seconds)
+        pytest.fail(f"still blocked after {seconds} s: it opened a FIFO")
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+def refused(folder: Path, *fragments: str, fifos: tuple[Path, ...] = ()) -> str:
+    """load() refuses the folder with one line holding every fragment."""
+    with pytest.raises(UserError) as e:
+        finishes(lambda: corpusprep.load(folder), *fifos)
+    message = str(e.value)
+    assert "\n" not in message, message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+    return message
+
+
+def inspect_line(capsys, *args: Any, fifos: tuple[Path, ...] = ()) -> str:
+    """`python -m corpusprep.inspect ARGS`, in this process: exit 1 and one line."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        finishes(lambda: cp_inspect.main([str(a) for a in args]), *fifos)
+    assert e.value.code == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("corpusprep.inspect: error: "), err
+    return lines[0]
+
+
+def peak_bytes(call: Callable[[], Any]) -> int:
+    """The most memory Python allocated while call() ran (it is expected to raise)."""
+    tracemalloc.start()
+    try:
+        with contextlib.suppress(UserError):
+            call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+# --- 6. FIFOs, links and names that leave the folder -----------------------------------
+
+
+def test_an_unlisted_meta_pkl_that_is_a_fifo_is_refused_at_once(folder, capsys):
+    out = folder("char")
+    (out / "meta.pkl").unlink()
+    os.mkfifo(out / "meta.pkl")
+
+    def unlist(m):
+        del m["files"]["meta.pkl"], m["checksums"]["meta.pkl"]
+
+    edit(out, unlist)
+    refused(out, "meta.pkl", "not a regular file", fifos=(out / "meta.pkl",))
+    line = inspect_line(capsys, out, fifos=(out / "meta.pkl",))
+    assert "meta.pkl" in line and "not a regular file" in line
+
+
+def test_the_fifo_repro_through_the_real_command(folder):
+    """The attacker's own repro, as a user runs it: one line, at once."""
+    out = folder("npy")
+    os.mkfifo(out / "x.npy")
+    edit(out, lambda m: m["format"]["shards"]["val"].append({"file": "x.npy", "tokens": 0}))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    r = subprocess.run([sys.executable, "-m", "corpusprep.inspect", str(out)], env=env,
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert "x.npy" in lines[0] and "not a regular file" in lines[0]
+
+
+@pytest.mark.parametrize("kind", ["npy", "llmc"])
+def test_a_shard_that_is_a_fifo_is_refused_at_once(folder, kind):
+    out = folder(kind)
+    name = f"x.{'npy' if kind == 'npy' else 'bin'}"
+    os.mkfifo(out / name)
+    edit(out, lambda m: m["format"]["shards"]["val"].append({"file": name, "tokens": 0}))
+    refused(out, name, "not a regular file", fifos=(out / name,))
+
+
+def test_a_megatron_prefix_naming_a_fifo_is_refused_at_once(folder):
+    out = folder("megatron")
+    os.mkfifo(out / "evil.idx")
+    edit(out, lambda m: m["format"]["splits"]["val"].__setitem__("prefix", "evil"))
+    refused(out, "evil.idx", "not a regular file", fifos=(out / "evil.idx",))
+
+
+def test_a_doc_index_that_is_a_fifo_is_refused_at_once(folder):
+    out = folder("docs")
+    index = out / "doc_index" / "val.docs.bin"
+    index.unlink()
+    os.mkfifo(index)
+    refused(out, "val.docs.bin", "not a regular file", fifos=(index,))
+
+
+def test_a_shard_that_links_outside_the_folder_is_refused(folder, tmp_path):
+    out = folder("npy")
+    shard = next(out.glob("*_val_*.npy"))
+    elsewhere = tmp_path / "elsewhere.npy"
+    shutil.copy(shard, elsewhere)
+    shard.unlink()
+    shard.symlink_to(elsewhere)  # same bytes: only where they are is wrong
+    refused(out, shard.name, "not a regular file")
+
+
+def test_a_doc_index_folder_that_links_elsewhere_is_refused(folder, tmp_path):
+    out = folder("docs")
+    shutil.move(out / "doc_index", tmp_path / "elsewhere")
+    (out / "doc_index").symlink_to(tmp_path / "elsewhere")
+    refused(out, "doc_index", "a link")
+
+
+def _shard_outside(tmp_path: Path, out: Path, how: str) -> str:
+    (tmp_path / "outside").mkdir()
+    ext = tmp_path / "outside" / "ext.npy"
+    shutil.copy(next(out.glob("*_val_*.npy")), ext)
+    return str(ext) if how == "absolute" else "../outside/ext.npy"
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["npy shard absolute", "npy shard ..", "llmc shard in a subfolder", "megatron prefix ..",
+     "files entry ..", "files entry deeper in doc_index", "checksums entry absolute"],
+)  # fmt: skip
+def test_names_in_a_manifest_stay_inside_the_folder(folder, tmp_path, case):
+    kind = case.split()[0] if case.split()[0] in KINDS else "docs"
+    out = folder(kind)
+    if case.startswith("npy"):
+        name = _shard_outside(tmp_path, out, case.split()[-1])
+        val = json.loads((out / "manifest.json").read_text())["format"]["shards"]["val"]
+        edit(out, lambda m: m["format"]["shards"].__setitem__(
+            "val", [{"file": name, "tokens": val[0]["tokens"]}]))  # fmt: skip
+        key = "format.shards.val"
+    elif case.startswith("llmc"):
+        (out / "sub").mkdir()
+        shard = next(out.glob("*_val_*.bin"))
+        shutil.copy(shard, out / "sub" / shard.name)
+        edit(out, lambda m: m["format"]["shards"]["val"][0].__setitem__(
+            "file", f"sub/{shard.name}"))  # fmt: skip
+        key = "format.shards.val"
+    elif case.startswith("megatron"):
+        (tmp_path / "outside").mkdir()
+        for ext in ("idx", "bin"):
+            shutil.copy(next(out.glob(f"*_val_*.{ext}")), tmp_path / "outside" / f"x.{ext}")
+        edit(out, lambda m: m["format"]["splits"]["val"].__setitem__("prefix", "../outside/x"))
+        key = "format.splits.val.prefix"
+    else:
+        victim = tmp_path / "victim.txt"
+        victim.write_text("precious\n")
+        name = {"..": "../victim.txt", "doc_index": "doc_index/../../victim.txt",
+                "absolute": str(victim)}[case.split()[-1]]  # fmt: skip
+        key = case.split()[0]
+        edit(out, lambda m: m[key].__setitem__(name, 9 if key == "files" else "0" * 64))
+    message = refused(out, "manifest.json", key, "not a file of the folder")
+    assert "damaged" in message
+
+
+# --- 11. malformed manifests, records and indexes: one line naming them -----------------
+
+
+def _text(change: Callable[[bytes], bytes]) -> Callable[[Path], None]:
+    return lambda path: path.write_bytes(change(path.read_bytes()))
+
+
+def _set(key: str, value: Any) -> Callable[[Path], None]:
+    def change(m: dict) -> None:
+        *parents, last = key.split("/")
+        for parent in parents:
+            m = m[parent]
+        m[last] = value
+
+    return lambda path: edit(path.parent, change)
+
+
+def _drop(key: str) -> Callable[[Path], None]:
+    return lambda path: edit(path.parent, lambda m: m.pop(key))
+
+
+MANIFESTS = {  # what is done to a good manifest.json, and what the one line names
+    "trailing garbage": (_text(lambda data: data + b"\n}garbage"), "not valid JSON"),
+    "a list": (_text(lambda data: b"[]"), "not a JSON object"),
+    "nested 100,000 deep": (_text(lambda data: b"[" * 100_000), "not valid JSON"),
+    "not UTF-8": (_text(lambda data: b"\xff" + data), "not valid JSON"),
+    "no dtype": (_drop("dtype"), "dtype"),
+    "dtype object": (_set("dtype", "object"), "dtype"),
+    "no tokens": (_drop("tokens"), "tokens"),
+    "tokens as text": (_set("tokens/train", "177,304"), "tokens.train"),
+    "a size as text": (_set("files/train.bin", "x"), "files.train.bin"),
+    "vocab_size NaN": (_set("vocab_size", float("nan")), "vocab_size"),
+    "vocab_size beyond the dtype": (_set("vocab_size", 70_000), "vocab_size"),
+    "format as text": (_set("format", "npy"), "format"),
+    "shards not a list": (_set("format/shards", {"val": 5}), "format.shards.val"),
+    "source bytes as text": (_set("source/bytes", "many"), "source.bytes"),
+}
+
+
+@pytest.mark.parametrize("case", MANIFESTS)
+def test_a_malformed_manifest_is_one_line_naming_the_key(folder, capsys, case):
+    out = folder("char")
+    change, fragment = MANIFESTS[case]
+    change(out / "manifest.json")
+    message = refused(out, "manifest.json", fragment)
+    assert "damaged" in message
+    line = inspect_line(capsys, out)
+    assert "manifest.json" in line and fragment in line
+
+
+@pytest.mark.parametrize("key", ["created", "seconds", "source"])
+def test_inspect_names_a_key_its_summary_needs(folder, capsys, key):
+    out = folder("char")
+    _drop(key)(out / "manifest.json")
+    corpusprep.load(out)  # load() itself needs none of these
+    line = inspect_line(capsys, out)
+    assert "manifest.json" in line and key in line
+
+
+def test_a_doc_index_of_no_whole_offsets_is_damaged(folder):
+    out = folder("docs")
+    with open(out / "doc_index" / "val.docs.bin", "ab") as f:
+        f.write(b"abc")
+    list_size(out, "doc_index/val.docs.bin")
+    refused(out, "val.docs.bin", "8-byte")
+
+
+@pytest.mark.parametrize("where", ["beyond the tokens", "going back"])
+def test_doc_index_offsets_out_of_range_are_damaged(folder, capsys, tmp_path, where):
+    out = folder("docs")
+    index = out / "doc_index" / "val.docs.bin"
+    offsets = np.fromfile(index, dtype="<u8")
+    if where == "beyond the tokens":
+        offsets[5] = 2**63 + 5
+    else:
+        offsets[5] = offsets[4] - 1
+    offsets.tofile(index)
+    refused(out, "val.docs.bin", "offset")
+    line = inspect_line(capsys, out, "--plot", tmp_path / "x.png")  # nothing is drawn
+    assert "val.docs.bin" in line and not (tmp_path / "x.png").exists()
+
+
+def _megatron_idx(out: Path) -> tuple[Path, bytes, int, int]:
+    idx = next(out.glob("*_val_*.idx"))
+    raw = idx.read_bytes()
+    count, ndocs = struct.unpack("<QQ", raw[18:34])
+    return idx, raw, count, ndocs
+
+
+@pytest.mark.parametrize("damage", ["no documents", "documents out of order", "empty"])
+def test_a_megatron_index_out_of_shape_is_damaged(folder, damage):
+    out = folder("megatron")
+    idx, raw, count, ndocs = _megatron_idx(out)
+    docs_at = 34 + 12 * count
+    if damage == "no documents":
+        raw = raw[:26] + struct.pack("<Q", 0) + raw[34:docs_at]
+    elif damage == "documents out of order":
+        documents = np.frombuffer(raw, "<i8", ndocs, docs_at).copy()
+        documents[1] = 10**6
+        raw = raw[:docs_at] + documents.tobytes()
+    else:
+        raw = b""
+    idx.write_bytes(raw)
+    list_size(out, idx.name)
+    refused(out, idx.name, "damaged")
+
+
+def _sweep(made: dict[str, Path], tmp_path: Path) -> Path:
+    """A sweep folder of two jobs, as a multirun leaves it."""
+    sweep = tmp_path / "sweep"
+    for job, tokenizer in enumerate(["char", "char"]):
+        out = Path(shutil.copytree(made["char"], sweep / str(job)))
+        record = {"job": job, "overrides": [f"tokenizer={tokenizer}", f"seed={job}"],
+                  "status": "ok", "out_dir": str(out)}  # fmt: skip
+        (out / "corpusprep_job.json").write_text(json.dumps(record))
+    return sweep
+
+
+@pytest.mark.parametrize(
+    "record", ["not JSON", "[1]", '{"job": 1, "overrides": 5, "status": "ok"}',
+               '{"job": "one", "overrides": [], "status": "ok"}',
+               '{"job": 1, "overrides": [{"a": 1}], "status": "ok"}', "fifo"],
+)  # fmt: skip
+def test_a_malformed_job_record_is_one_line_naming_it(made, tmp_path, capsys, record):
+    sweep = _sweep(made, tmp_path)
+    cp_inspect.main([str(sweep)])  # the good sweep: a table
+    assert "2 jobs" in capsys.readouterr().out
+    path = sweep / "1" / "corpusprep_job.json"
+    path.unlink()
+    if record == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text(record)
+    line = inspect_line(capsys, sweep, fifos=(path,))
+    assert str(path) in line
