@@ -17,16 +17,19 @@ rebuilt from the manifest by config.build, which makes only corpusprep's (and tr
 plugins') tokenizer classes. Nor does it read anything the folder does not hold: every
 name the manifest gives is a file right in the folder (or in its doc_index/), every file
 opened is a regular one (never a FIFO, which blocks, a device or a link), the manifest's
-keys are checked for their kind when it is read (MANIFEST_KEYS).
+keys are checked for their kind when it is read (MANIFEST_KEYS), and meta.pkl has a
+bounded size.
 """
 
 from __future__ import annotations
 
 import errno
+import io
 import json
 import math
 import os
 import pickle
+import pickletools
 import stat
 import struct
 from collections.abc import Iterator, Sequence
@@ -416,12 +419,22 @@ class _PlainUnpickler(pickle.Unpickler):
         )
 
 
+MAX_META_BYTES = 64 << 20  # meta.pkl: see read_meta
+
+
 def read_meta(path: Path) -> dict[str, Any]:
     """A meta.pkl, read without running code: the one way corpusprep reads a pickle it did
-    not just make (nanoGPT's train.py and sample.py read ours with pickle.load)."""
+    not just make (nanoGPT's train.py and sample.py read ours with pickle.load).
+
+    Its memory is bounded too. The biggest meta.pkl corpusprep writes, a char vocabulary of
+    every Unicode character, is 24 MB; MAX_META_BYTES leaves room for big vocabularies,
+    and plain values take at most about 15 times their pickle in memory (1 GB). A pickle
+    can ask for more than its size (a memo slot numbered 2**31 in 9 bytes): its opcodes
+    are looked at first, without running any (_check_plain)."""
+    data = read_bounded(path, MAX_META_BYTES)
     try:
-        with open_regular(path) as f:
-            meta = _PlainUnpickler(f, path).load()
+        _check_plain(data, path)
+        meta = _PlainUnpickler(io.BytesIO(data), path).load()
     except UserError:
         raise
     except Exception as e:  # truncated, or not a pickle at all
@@ -429,6 +442,92 @@ def read_meta(path: Path) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise _damaged(path, f"holds a {type(meta).__name__}, not a dict")
     return meta
+
+
+def _refusing(path: Path, why: str) -> UserError:
+    return UserError(f"refusing to load {path}: {why}; a corpusprep meta.pkl holds only plain "
+                     "values (prepare the folder again)")  # fmt: skip
+
+
+# The pickle opcodes of plain values (protocols 0 to 5), by what follows each: that many
+# bytes (>= 0), a line, or a length of 1, 4 or 8 bytes and that many (pickletools' own
+# codes, -1 to -5); the memo's and STOP get codes of their own. Any other opcode (a class,
+# a call, a buffer, DUP) is refused.
+_PLAIN = {"PROTO", "FRAME", "MARK", "POP", "POP_MARK", "NONE", "NEWTRUE", "NEWFALSE", "INT",
+          "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "FLOAT", "BINFLOAT",
+          "UNICODE", "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "SHORT_BINBYTES",
+          "BINBYTES", "BINBYTES8", "EMPTY_DICT", "DICT", "SETITEM", "SETITEMS", "EMPTY_LIST",
+          "LIST", "APPEND", "APPENDS", "EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3",
+          "EMPTY_SET", "ADDITEMS", "FROZENSET", "GET", "BINGET", "LONG_BINGET"}  # fmt: skip
+_LINE, _LEN1, _LEN4, _LEN4U, _LEN8 = -1, -2, -3, -4, -5
+_MEMOIZE, _PUT, _BINPUT, _LONG_BINPUT, _STOP, _REFUSED = -6, -7, -8, -9, -10, -11
+_OWN = {"MEMOIZE": _MEMOIZE, "PUT": _PUT, "BINPUT": _BINPUT, "LONG_BINPUT": _LONG_BINPUT,
+        "STOP": _STOP}  # fmt: skip
+_OPCODES = [_REFUSED] * 256
+for _op in pickletools.opcodes:
+    if _op.name in _OWN:
+        _OPCODES[ord(_op.code)] = _OWN[_op.name]
+    elif _op.name in _PLAIN:
+        _OPCODES[ord(_op.code)] = _op.arg.n if _op.arg else 0
+
+
+def _check_plain(data: bytes, path: Path) -> None:
+    """Walk the opcodes of a pickle without running them: only those of plain values, and
+    each memo slot stored numbered at most the count stored before it (the unpickler makes
+    its memo as long as the highest number). A loop over a table: about as fast as the
+    unpickling itself (pickletools.genops is 10 times slower). A cut pickle raises
+    IndexError or ValueError."""
+    i = stored = 0
+    while True:
+        op = data[i]
+        n = _OPCODES[op]
+        i += 1
+        if n >= 0:
+            i += n
+        elif n == _MEMOIZE:
+            stored += 1
+        elif n == _LEN1:
+            i += 1 + data[i]
+        elif n in (_LEN4, _LEN4U, _LEN8):
+            size = 8 if n == _LEN8 else 4
+            i += size + int.from_bytes(data[i : i + size], "little")
+        elif n == _LINE:
+            i = data.index(b"\n", i) + 1
+        elif n == _STOP:
+            return
+        elif n == _REFUSED:
+            if chr(op) not in pickletools.code2op:  # not a pickle at all: damaged
+                raise ValueError(f"byte {i - 1:,} is no pickle opcode")
+            name = pickletools.code2op[chr(op)].name
+            if name in ("GLOBAL", "STACK_GLOBAL", "INST"):
+                raise _refusing(path, f"it asks to import {_imported(data, i - 1)}")
+            raise _refusing(path, f"it holds pickle opcode {name}")
+        else:  # a memo slot stored under a number
+            if n == _PUT:
+                end = data.index(b"\n", i)
+                slot, i = int(data[i:end]), end + 1
+            else:
+                size = 1 if n == _BINPUT else 4
+                slot, i = int.from_bytes(data[i : i + size], "little"), i + size
+            if slot > stored:
+                raise _refusing(path, f"memo index {slot:,} with {stored:,} values stored "
+                                "before it, a pickle made to fill memory")  # fmt: skip
+            stored += 1
+
+
+def _imported(data: bytes, at: int) -> str:
+    """What the GLOBAL, INST or STACK_GLOBAL opcode at `at` asks to import, for the message:
+    its argument, or the last two strings before it."""
+    strings: list[str] = []
+    try:
+        for op, arg, pos in pickletools.genops(data):
+            if pos == at:
+                return ".".join(arg.split(" ") if isinstance(arg, str) else strings[-2:])
+            if isinstance(arg, str) and "UNICODE" in op.name:
+                strings = [*strings[-1:], arg]
+    except ValueError:
+        pass
+    return "a class"
 
 
 CHECK_CHUNK = 1 << 24  # ids per step of the check: 32 MiB of uint16, whatever the file size

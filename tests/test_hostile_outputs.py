@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import shutil
 import struct
 import subprocess
@@ -251,6 +252,46 @@ def test_names_in_a_manifest_stay_inside_the_folder(folder, tmp_path, case):
         edit(out, lambda m: m[key].__setitem__(name, 9 if key == "files" else "0" * 64))
     message = refused(out, "manifest.json", key, "not a file of the folder")
     assert "damaged" in message
+
+
+# --- 7. meta.pkl cannot fill memory ----------------------------------------------------
+
+
+def test_a_memo_bomb_in_meta_pkl_is_refused_without_filling_memory(folder):
+    """9 bytes whose LONG_BINPUT asks the unpickler for a memo of 2**25 slots (565 MB)."""
+    out = folder("char")
+    (out / "meta.pkl").write_bytes(b"\x80\x04}r" + struct.pack("<I", 1 << 25) + b".")
+    list_size(out, "meta.pkl")
+    assert peak_bytes(lambda: corpusprep.load(out)) < 32 * MB
+    refused(out, "meta.pkl", "memo index 33,554,432", "plain values")
+
+
+def test_a_meta_pkl_over_the_bound_is_refused_unread(folder):
+    out = folder("char")
+    with open(out / "meta.pkl", "r+b") as f:
+        f.truncate(65 * MB)  # sparse: no disk used
+    list_size(out, "meta.pkl")
+    assert peak_bytes(lambda: corpusprep.load(out)) < 16 * MB
+    refused(out, "meta.pkl", "64 MB")
+
+
+def test_a_meta_pkl_with_more_than_plain_values_is_refused_by_opcode(folder):
+    out = folder("char")
+    meta = pickle.loads((out / "meta.pkl").read_bytes())
+    (out / "meta.pkl").write_bytes(pickle.dumps({**meta, "x": bytearray(b"x")}, protocol=5))
+    list_size(out, "meta.pkl")
+    refused(out, "meta.pkl", "BYTEARRAY8", "plain values")
+
+
+@pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
+def test_a_plain_meta_pkl_of_any_protocol_still_loads(folder, protocol):
+    out = folder("char")
+    meta = pickle.loads((out / "meta.pkl").read_bytes())
+    # no bytes or set: below protocol 3 and 4 pickle makes them by calling a class
+    more = [1.5, None, True, False, "\u00e9\n", (1, 2), 10**30, -7, {"a": [()]}]
+    (out / "meta.pkl").write_bytes(pickle.dumps({**meta, "more": more}, protocol=protocol))
+    list_size(out, "meta.pkl")
+    assert corpusprep.load(out).meta["more"] == more
 
 
 # --- 11. malformed manifests, records and indexes: one line naming them -----------------
