@@ -718,8 +718,8 @@ def rebuild_tokenizer(manifest: dict[str, Any], folder: Optional[Path] = None) -
     from corpusprep.tokenizers.reuse import _recorded
 
     try:  # a folder made with tokenizer=reuse: the tokenizer it reused, recorded within
-        node, described = _recorded(manifest)
-    except (KeyError, TypeError, AttributeError):
+        node, described = _recorded(manifest, folder)
+    except (KeyError, TypeError):
         raise _damaged("manifest.json", "no tokenizer config (config.tokenizer)") from None
     # a plain dict, as recorded: build() interprets no ${...} in it and runs nothing it names
     tokenizer = build(node, "tokenizer")

@@ -429,3 +429,88 @@ def test_a_malformed_job_record_is_one_line_naming_it(made, tmp_path, capsys, re
         path.write_text(record)
     line = inspect_line(capsys, sweep, fifos=(path,))
     assert str(path) in line
+
+
+# --- 12. a ranks file named by a folder: inside it (or tiktoken's cache), bounded --------
+
+
+def _as_tiktoken(out: Path, ranks_file: str) -> None:
+    """The folder's manifest says a tiktoken tokenizer with this ranks file made it."""
+
+    def change(m):
+        m["config"]["tokenizer"] = {"_target_": "corpusprep.tokenizers.tiktoken.TiktokenTokenizer",
+                                    "encoding": "r50k_base", "ranks_file": ranks_file,
+                                    "backend": "tiktoken"}  # fmt: skip
+        m["tokenizer"] = {"kind": "tiktoken", "encoding": "r50k_base", "vocab_size": 50257}
+
+    edit(out, change)
+
+
+def _sparse(path: Path, size: int) -> Path:
+    with open(path, "wb") as f:
+        f.truncate(size)
+    return path
+
+
+def test_a_manifest_cannot_make_load_read_a_file_outside_the_folder(folder, tmp_path):
+    out = folder("char")
+    big = _sparse(tmp_path / "big.tiktoken", 100 * MB)
+    _as_tiktoken(out, str(big))
+    assert peak_bytes(lambda: corpusprep.load(out)) < 32 * MB
+    message = refused(out, "big.tiktoken", "outside the folder")
+    assert str(out) in message  # where to copy it, if it is the right one
+
+
+@pytest.mark.parametrize("planted", ["too big", "fifo", "link"])
+def test_a_ranks_file_in_the_folder_must_be_a_regular_file_of_a_plausible_size(
+    folder, tmp_path, planted
+):
+    out = folder("char")
+    ranks = out / "ranks.tiktoken"
+    if planted == "too big":
+        _sparse(ranks, 100 * MB)
+    elif planted == "fifo":
+        os.mkfifo(ranks)
+    else:
+        ranks.symlink_to(_sparse(tmp_path / "outside.tiktoken", 1000))
+    _as_tiktoken(out, "ranks.tiktoken")
+    fragment = "64 MB" if planted == "too big" else "not a regular file"
+    assert peak_bytes(lambda: finishes(lambda: corpusprep.load(out), ranks)) < 32 * MB
+    refused(out, "ranks.tiktoken", fragment, fifos=(ranks,))
+
+
+def test_a_ranks_file_given_by_the_user_has_a_bound_too(tmp_path):
+    from corpusprep.tokenizers.tiktoken import TiktokenTokenizer
+
+    big = _sparse(tmp_path / "big.tiktoken", 100 * MB)
+    assert peak_bytes(lambda: TiktokenTokenizer("r50k_base", ranks_file=str(big))) < 32 * MB
+    with pytest.raises(UserError, match="64 MB"):
+        TiktokenTokenizer("r50k_base", ranks_file=str(big))
+
+
+def test_folders_made_with_a_ranks_file_load_from_the_cache_or_their_own_copy(
+    tmp_path, tiktoken_cache
+):
+    from corpusprep.tokenizers.reuse import ReusedTokenizer
+
+    cached = tiktoken_cache / "0ea1e91bbb3a60f729a8dc8f777fd2fc07cd8df4"  # r50k_base
+    (tmp_path / "t.txt").write_text(TEXT)
+    mine = tmp_path / "mine.tiktoken"
+    shutil.copy(cached, mine)
+    for name, ranks in (("cached", cached), ("mine", mine)):
+        prepare(compose("source=file", f"source.path={tmp_path / 't.txt'}", "quiet=true",
+                        f"out_dir={tmp_path / name}", "tokenizer=tiktoken",
+                        "tokenizer.encoding=r50k_base",
+                        f"tokenizer.ranks_file={ranks}"))  # fmt: skip
+    # tiktoken's own cache is a known place: the folder loads as it is
+    assert corpusprep.load(tmp_path / "cached").tokenizer.decode([464]) == "The"
+    # a file elsewhere is not read because a folder says so: copy it in, by its name
+    refused(tmp_path / "mine", "mine.tiktoken", "outside the folder")
+    with pytest.raises(UserError, match="outside the folder"):
+        ReusedTokenizer(str(tmp_path / "mine"))
+    shutil.copy(mine, tmp_path / "mine" / "mine.tiktoken")
+    assert corpusprep.load(tmp_path / "mine").tokenizer.decode([464]) == "The"
+    assert ReusedTokenizer(str(tmp_path / "mine")).decode([464]) == "The"
+    # and it must be the very file the folder was made with
+    (tmp_path / "mine" / "mine.tiktoken").write_bytes(mine.read_bytes()[:-40])
+    refused(tmp_path / "mine", "mine.tiktoken", "sha256")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,16 +26,22 @@ from corpusprep.tokenizers import Tokenizer
 
 class ReusedTokenizer(Tokenizer):
     def __init__(self, dir: str) -> None:  # noqa: A002 - the config key users write
+        from corpusprep.dataset import MAX_MANIFEST_BYTES, read_json
+
         folder = Path(str(dir)).expanduser()
         path = folder / "manifest.json"
+        missing = UserError(
+            f"tokenizer.dir={dir}: not a finished corpusprep output folder (no readable "
+            "manifest.json with its tokenizer); give the out_dir of an earlier run"
+        )
+        if not os.path.lexists(path):
+            raise missing
+        # a stranger's folder may hold a FIFO or a huge file there: read_json refuses them
+        manifest = read_json(path, MAX_MANIFEST_BYTES)
         try:
-            manifest = json.loads(path.read_text(encoding="utf-8"))
-            node, described = _recorded(manifest)
-        except (OSError, ValueError, KeyError, TypeError):
-            raise UserError(
-                f"tokenizer.dir={dir}: not a finished corpusprep output folder (no readable "
-                "manifest.json with its tokenizer); give the out_dir of an earlier run"
-            ) from None
+            node, described = _recorded(manifest, folder)
+        except (KeyError, TypeError):
+            raise missing from None
         self.dir = str(folder.resolve())
         self.config = node
         self.reused = described
@@ -130,18 +137,27 @@ class ReusedTokenizer(Tokenizer):
                 "reused": self.inner.describe()}  # fmt: skip
 
 
-def _recorded(manifest: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The tokenizer's config node and description in a manifest; through any reuse (a
-    folder made with tokenizer=reuse records the tokenizer it reused)."""
+def _recorded(manifest: dict[str, Any], folder: Optional[Path] = None
+              ) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
+    """The tokenizer's config node and description in `folder`'s manifest; through any
+    reuse (a folder made with tokenizer=reuse records the tokenizer it reused)."""
     node, described = manifest["config"]["tokenizer"], manifest["tokenizer"]
-    while described.get("kind") == "reuse":
+    while isinstance(described, dict) and described.get("kind") == "reuse":
         node, described = described["config"], described["reused"]
     if not isinstance(node, dict) or not isinstance(described, dict):
         raise TypeError("not a tokenizer record")
     # keys naming a file outside the folder (tokenizer.model=...): its copy in the folder
     # is what restore() reads, so the original need not exist any more
     external = described.get("external") or []
-    return {**node, **dict.fromkeys(k for k in external if isinstance(k, str))}, described
+    node = {**node, **dict.fromkeys(k for k in external if isinstance(k, str))}
+    if folder is not None and node.get("ranks_file"):
+        # tiktoken reads the file at once: only one in the folder (or tiktoken's cache)
+        # that is the one the folder was made with, never where a stranger's manifest says
+        from corpusprep.tokenizers.tiktoken import recorded_ranks_file
+
+        sha256 = described.get("ranks_sha256")
+        node["ranks_file"] = recorded_ranks_file(node["ranks_file"], folder, sha256)
+    return node, described
 
 
 def _rebuild(node: dict[str, Any], described: dict[str, Any], folder: Path,

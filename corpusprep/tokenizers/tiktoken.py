@@ -22,7 +22,10 @@ import base64
 import binascii
 import functools
 import hashlib
+import os
 import re
+import stat
+import tempfile
 import threading
 from array import array
 from collections.abc import Iterable, Iterator
@@ -103,10 +106,78 @@ def base_spec(name: str) -> dict[str, Any]:
     return {"pat_str": spec["pat_str"], "special_tokens": spec["special_tokens"]}
 
 
+# A .tiktoken file bigger than this is not a vocabulary: cl100k_base's is 1.7 MB, o200k_base's
+# 3.6 MB (200k tokens); a million tokens would be under 20 MB
+MAX_RANKS_BYTES = 64 << 20
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+
+
+def read_ranks_file(path: Path, given: str) -> bytes:
+    """A ranks file's bytes: a regular file (a FIFO would block, a device never end) of a
+    plausible size, checked on the open file before reading. `path` is resolved: a link
+    the user gave is followed there, never one swapped in after."""
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except FileNotFoundError:
+        raise UserError(f"tokenizer.ranks_file={given}: no such file") from None
+    except OSError as e:  # ELOOP: a link
+        raise UserError(f"tokenizer.ranks_file={given}: {_not_ranks(e.strerror)}") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_RANKS_BYTES:
+            raise UserError(f"tokenizer.ranks_file={given}: {_not_ranks()}")
+        data = f.read(info.st_size + 1)  # read(n) allocates n bytes at once
+    if len(data) > MAX_RANKS_BYTES:  # it grew
+        raise UserError(f"tokenizer.ranks_file={given}: {_not_ranks()}")
+    return data
+
+
+def _not_ranks(why: str = "") -> str:
+    return (f"{why + ', ' if why else ''}not a regular file of at most "
+            f"{MAX_RANKS_BYTES >> 20} MB (cl100k_base's is 1.7 MB, o200k_base's 3.6 MB); "
+            "give a .tiktoken ranks file")  # fmt: skip
+
+
+def recorded_ranks_file(given: Any, folder: Path, sha256: Optional[str]) -> str:
+    """The ranks file a folder's manifest names (config.tokenizer.ranks_file). The folder
+    may come from anyone, and its manifest may name any file on this machine: only a file
+    of that name in the folder, or the file itself if it is in tiktoken's cache, is read,
+    and only if it is the one the folder was made with (its recorded sha256)."""
+    manifest = folder / "manifest.json"
+    if not isinstance(given, str):
+        raise UserError(f"{manifest}: tokenizer.ranks_file is not a path; prepare it again")
+    path = Path(given).expanduser()
+    copy = folder / path.name
+    cache = _tiktoken_cache()
+    if path.name not in ("", ".", "..") and os.path.lexists(copy):
+        chosen = copy
+    elif cache is not None and path.resolve().parent == cache.resolve():
+        chosen = path.resolve()
+    else:
+        raise UserError(
+            f"{manifest}: tokenizer.ranks_file={given} is outside the folder, and a folder may "
+            "name a ranks file only in it (or in tiktoken's cache); if that is the file it was "
+            f"made with, copy it into {folder}"
+        )
+    data = read_ranks_file(chosen, str(chosen))  # a link in the folder is not followed
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+        raise UserError(f"{chosen}: not the ranks file {folder} was made with (its sha256 "
+                        "differs from the manifest's); give that folder its own file")  # fmt: skip
+    return str(chosen)
+
+
+def _tiktoken_cache() -> Optional[Path]:
+    """Where tiktoken keeps the files it downloads (tiktoken.load.read_file_cached)."""
+    for name in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
+        if name in os.environ:
+            return Path(os.environ[name]) if os.environ[name] else None
+    return Path(tempfile.gettempdir()) / "data-gym-cache"
+
+
 def read_ranks(path: Path) -> dict[bytes, int]:
     """A `.tiktoken` file: one "base64(token) rank" per line (tiktoken's own format)."""
     ranks = {}
-    for number, line in enumerate(path.read_bytes().splitlines(), 1):
+    for number, line in enumerate(read_ranks_file(path, str(path)).splitlines(), 1):
         try:
             if line.strip():
                 token, rank = line.split()
@@ -214,10 +285,8 @@ class TiktokenTokenizer(Tokenizer):
         self.ranks_file = str(Path(ranks_file).expanduser().resolve()) if ranks_file else None
         self.ranks_sha256: Optional[str] = None
         if self.ranks_file:
-            path = Path(self.ranks_file)
-            if not path.is_file():
-                raise UserError(f"tokenizer.ranks_file={ranks_file}: no such file")
-            self.ranks_sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+            data = read_ranks_file(Path(self.ranks_file), str(ranks_file))
+            self.ranks_sha256 = hashlib.sha256(data).hexdigest()
         # fail now, before any work, if the encoding cannot be loaded; tiktoken's own
         # Encoding only where tiktoken encodes (a faster backend's core: load())
         if self.backend == "tiktoken":
