@@ -223,11 +223,12 @@ def _streams(ds: PreparedDataset) -> tuple[list[_Check], dict[str, _Check]]:
     first, second = ("val", "train") if by == "head" else ("train", "val")
     ids = ShardedTokens([getattr(ds, first), getattr(ds, second)])
     starts = None
-    if ds.train_docs is not None:  # a document cut by the split is listed on its first side
+    if ds.train_docs is not None:
         shift = np.uint64(len(getattr(ds, first)))
-        starts = np.concatenate(
-            [getattr(ds, f"{first}_docs"), getattr(ds, f"{second}_docs") + shift]
-        )
+        before, after = getattr(ds, f"{first}_docs"), getattr(ds, f"{second}_docs")
+        if len(before) + len(after) > docs:  # a cut document: its rest begins the second side
+            after = after[1:]
+        starts = np.concatenate([before, after + shift])
     order = np.argsort(permutation(docs, seed)) if shuffle else None
     stream = _Check(f"{first}.bin + {second}.bin", ids, decode, starts, order)
     return [stream], {"train": stream, "val": stream}

@@ -459,12 +459,6 @@ def test_one_text_is_a_document_on_each_side(tmp_path, tiktoken_cache, shakespea
     assert m["documents"]["total"] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="corpusprep/inspect.py's _streams joins both sides' indexes into one stream and "
-    "takes the second side's leading part (now listed there, at 0) for a document of its "
-    "own: it must drop that entry when the sides list one more document than the total",
-)
 @pytest.mark.parametrize("overrides", ["split_by=head val_size=5000", "split_by=position",
                                        "split_by=tail val_size=5000 order=shuffle"])  # fmt: skip
 def test_verify_reads_a_cut_document_back_whole(tmp_path, tiktoken_cache, paragraphs, overrides):
