@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -424,6 +426,9 @@ def main(argv: list[str] | None = None) -> None:
     except UserError as e:
         print(f"corpusprep.inspect: error: {redact_text(e)}", file=sys.stderr)
         sys.exit(1)
+    except BrokenPipeError:  # `| head` has all it wanted: the rest goes nowhere, quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(128 + signal.SIGPIPE)
 
 
 if __name__ == "__main__":

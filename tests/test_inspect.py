@@ -119,3 +119,25 @@ def test_inspect_of_compressed_documents_in_many_files(tmp_path):
     rows = {line.split()[0]: line for line in r.stdout.splitlines() if line.startswith("  ")}
     assert "corpus/*.jsonl.gz" in rows["source"] and "3 files" in rows["source"], rows["source"]
     assert rows["bytes/token"].split()[1] == "1.000", rows["bytes/token"]  # char: 1 byte each
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path, tiktoken_cache):
+    """`python -m corpusprep.inspect DIR | head`: head leaves after its lines; the rest of
+    the summary has nowhere to go, which is no error of the user's."""
+    import tiktoken
+
+    gpt2 = tiktoken.get_encoding("gpt2")  # its tokens, a line each: a long list of ids used
+    pieces = (gpt2.decode([i]) for i in range(256, 50_000))
+    src = tmp_path / "text.txt"
+    src.write_text("\n".join(p for p in pieces if p.isprintable()) * 2, encoding="utf-8")
+    out = tmp_path / "out"
+    prepare(compose("source=file", f"source.path={src}", f"out_dir={out}", "quiet=true",
+                    "tokenizer=tiktoken"))  # fmt: skip
+    p = subprocess.Popen([sys.executable, "-m", "corpusprep.inspect", out, "--top", "50000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path,
+                         env={"PYTHONPATH": str(REPO), **_env()})  # fmt: skip
+    p.stdout.readline()
+    p.stdout.close()  # as head does
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) != 0
+    assert "Traceback" not in err and err == "", err
