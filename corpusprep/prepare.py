@@ -935,7 +935,15 @@ def finished_manifest(out_dir: str, run: Run) -> Optional[dict[str, Any]]:
     except BaseException:
         stop.set()
         raise
-    return manifest if checking.result() == [] else None
+    if checking.result() != []:
+        return None
+    from corpusprep.dataset import load
+
+    try:  # and the files add up to what it describes (each side's ids, their count)
+        load(folder, tokenizer=False, check_ids=False)
+    except UserError:  # a manifest edited to fit a cut or missing file, say: redone
+        return None
+    return manifest
 
 
 INPUTS = "inputs.json"  # in a work folder: the input its shards come from

@@ -160,6 +160,35 @@ def test_a_shard_out_of_memory_says_how_to_need_less(tmp_path):
     assert "run the same command again" not in r.stderr
 
 
+# an attack: a manifest that no longer lists train.bin (gone), or lists a cut one with its
+# size and sha256, still passed the up-to-date check; a folder is up to date only if it
+# also loads as the dataset its manifest describes (each side's ids, its tokens)
+@pytest.mark.parametrize("damage", ["unlisted_and_gone", "cut_and_relisted"])
+def test_a_folder_whose_outputs_do_not_add_up_is_not_up_to_date(made, tmp_path, damage):
+    import hashlib
+
+    out, args = made
+    train = out / "train.bin"
+    whole = train.read_bytes()
+    if damage == "unlisted_and_gone":
+        train.unlink()
+
+        def relist(m):
+            del m["files"]["train.bin"], m["checksums"]["train.bin"]
+    else:
+        train.write_bytes(whole[:1000])
+
+        def relist(m):
+            m["files"]["train.bin"] = 1000
+            m["checksums"]["train.bin"] = hashlib.sha256(whole[:1000]).hexdigest()
+
+    _edit_manifest(out, relist)
+    r = run_cli(*args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "up to date" not in r.stdout
+    assert train.read_bytes() == whole
+
+
 # an attack: an input file with a 250-character name (the run's default name is its stem)
 # made format=npy and megatron fail with ENAMETOOLONG as they wrote, a traceback
 @pytest.mark.parametrize("fmt", ["npy", "llmc", "megatron"])
