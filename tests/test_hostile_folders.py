@@ -202,3 +202,21 @@ def test_a_name_too_long_for_the_format_files_is_one_line_before_any_work(tmp_pa
     r = run_cli("source=file", f"source.path={long.name}", f"format={fmt}", "out_dir=out",
                 "name=" + "a" * 40, cwd=tmp_path)  # fmt: skip
     assert r.returncode == 0, r.stderr
+
+
+# an attack: a folder's manifest (or tokenizer.path) could name any file, which the hf
+# tokenizer read whole (350 MB of memory for a 300 MB file), or a FIFO, whose read blocks
+@pytest.mark.parametrize("planted", ["fifo", "too big"])
+def test_a_tokenizer_json_is_a_regular_file_of_a_plausible_size(tmp_path, planted):
+    pytest.importorskip("tokenizers")
+    from corpusprep.errors import UserError
+    from corpusprep.tokenizers.hf import HfTokenizer
+
+    path = tmp_path / "tokenizer.json"
+    if planted == "fifo":
+        os.mkfifo(path)
+    else:
+        with open(path, "wb") as f:
+            f.truncate(300 << 20)  # sparse: nothing written
+    with pytest.raises(UserError, match="tokenizer.path=.*not a regular file of at most 256 MB"):
+        HfTokenizer(str(path))

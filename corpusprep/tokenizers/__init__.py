@@ -4,6 +4,8 @@ with a config file of the same name in conf/tokenizer/. A tokenizer never opens 
 from __future__ import annotations
 
 import contextlib
+import os
+import stat
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -232,3 +234,31 @@ class Tokenizer(ABC):
     @abstractmethod
     def describe(self) -> dict[str, Any]:
         """A JSON-able description for the manifest, enough to rebuild the tokenizer."""
+
+
+# opened without blocking (a FIFO's open waits for a writer), never through a link
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+
+
+def read_tokenizer_file(path: Path, key: str, limit: int, what: str) -> bytes:
+    """A tokenizer's file (a .tiktoken ranks file, a tokenizer.json) whole: a regular file (a
+    FIFO would block, a device never end) of at most `limit` bytes, checked on the open file
+    before reading. `path` is resolved: a link the user gave is followed there, never one
+    swapped in after. `key` names the setting ("tokenizer.path=x"); `what`: what to give."""
+    from corpusprep.errors import UserError
+
+    not_it = f"not a regular file of at most {limit >> 20} MB; give {what}"
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except FileNotFoundError:
+        raise UserError(f"{key}: no such file") from None
+    except OSError as e:  # ELOOP: a link
+        raise UserError(f"{key}: {e.strerror}, {not_it}") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            raise UserError(f"{key}: {not_it}")
+        data = f.read(info.st_size + 1)  # read(n) allocates n bytes at once
+    if len(data) > limit:  # it grew
+        raise UserError(f"{key}: {not_it}")
+    return data

@@ -36,7 +36,7 @@ from typing import Any, Optional
 import numpy as np
 
 from corpusprep.errors import UserError
-from corpusprep.tokenizers import NOWHERE, Tokenizer, sample_stoi
+from corpusprep.tokenizers import NOWHERE, Tokenizer, read_tokenizer_file, sample_stoi
 from corpusprep.tokenizers.tiktoken import CUT_AT, encode_at_cuts
 
 MIN_SEGMENT = 1 << 16  # encode at least this many characters at once: fewer calls into Rust
@@ -51,6 +51,9 @@ PROVEN_PATTERNS = {
 }
 
 _lock = threading.Lock()
+# a tokenizer.json bigger than this is not one (Llama 3's is 9 MB, Gemma's 33 MB): a folder's
+# manifest may name any file, read whole
+MAX_JSON_BYTES = 256 << 20
 _cache: dict[tuple[str, str], Any] = {}  # (path, sha256) -> tokenizers.Tokenizer, per process
 
 # A token the ByteFallback decoder turns into its byte, as the library reads it: 6 bytes,
@@ -216,9 +219,10 @@ class HfTokenizer(Tokenizer):
             raise UserError(
                 f"tokenizer.path={given}: is a folder{hint}; give the tokenizer.json file itself"
             )
-        if not file.is_file():
+        if not file.exists():
             raise UserError(f"tokenizer.path={given}: no such file; give a local tokenizer.json")
-        data = file.read_bytes()
+        data = read_tokenizer_file(file, f"tokenizer.path={given}", MAX_JSON_BYTES,
+                                   "a tokenizer.json (Llama 3's is 9 MB)")  # fmt: skip
         self.path = str(file)
         self.sha256 = hashlib.sha256(data).hexdigest()
         self.eot = eot
@@ -273,7 +277,8 @@ class HfTokenizer(Tokenizer):
             with _lock:
                 self._tok = _cache.get(self._key())
             if self._tok is None:
-                data = Path(self.path).read_bytes()
+                data = read_tokenizer_file(Path(self.path), f"tokenizer.path={self.path}",
+                                           MAX_JSON_BYTES, "a tokenizer.json")  # fmt: skip
                 if hashlib.sha256(data).hexdigest() != self.sha256:
                     raise UserError(f"tokenizer.path={self.path}: the file changed during the run")
                 tok = _load(self.path, data)

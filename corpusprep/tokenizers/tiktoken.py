@@ -24,7 +24,6 @@ import functools
 import hashlib
 import os
 import re
-import stat
 import tempfile
 import threading
 from array import array
@@ -36,7 +35,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from corpusprep.errors import UserError
-from corpusprep.tokenizers import Tokenizer, sample_stoi
+from corpusprep.tokenizers import Tokenizer, read_tokenizer_file, sample_stoi
 
 # The "\n" first and the character before it looked at from there: the regex engine then
 # skips to each "\n" at C speed (with the lookbehind first it tries every position: 10x
@@ -109,33 +108,12 @@ def base_spec(name: str) -> dict[str, Any]:
 # A .tiktoken file bigger than this is not a vocabulary: cl100k_base's is 1.7 MB, o200k_base's
 # 3.6 MB (200k tokens); a million tokens would be under 20 MB
 MAX_RANKS_BYTES = 64 << 20
-_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
 
 
 def read_ranks_file(path: Path, given: str) -> bytes:
-    """A ranks file's bytes: a regular file (a FIFO would block, a device never end) of a
-    plausible size, checked on the open file before reading. `path` is resolved: a link
-    the user gave is followed there, never one swapped in after."""
-    try:
-        fd = os.open(path, _READ_FLAGS)
-    except FileNotFoundError:
-        raise UserError(f"tokenizer.ranks_file={given}: no such file") from None
-    except OSError as e:  # ELOOP: a link
-        raise UserError(f"tokenizer.ranks_file={given}: {_not_ranks(e.strerror)}") from None
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_RANKS_BYTES:
-            raise UserError(f"tokenizer.ranks_file={given}: {_not_ranks()}")
-        data = f.read(info.st_size + 1)  # read(n) allocates n bytes at once
-    if len(data) > MAX_RANKS_BYTES:  # it grew
-        raise UserError(f"tokenizer.ranks_file={given}: {_not_ranks()}")
-    return data
-
-
-def _not_ranks(why: str = "") -> str:
-    return (f"{why + ', ' if why else ''}not a regular file of at most "
-            f"{MAX_RANKS_BYTES >> 20} MB (cl100k_base's is 1.7 MB, o200k_base's 3.6 MB); "
-            "give a .tiktoken ranks file")  # fmt: skip
+    """A ranks file's bytes, at a plausible size (read_tokenizer_file)."""
+    what = "a .tiktoken ranks file (cl100k_base's is 1.7 MB, o200k_base's 3.6 MB)"
+    return read_tokenizer_file(path, f"tokenizer.ranks_file={given}", MAX_RANKS_BYTES, what)
 
 
 def recorded_ranks_file(given: Any, folder: Path, sha256: Optional[str]) -> str:
