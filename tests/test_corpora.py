@@ -508,3 +508,28 @@ def test_a_parquet_row_group_that_must_hold_a_too_long_text_is_not_decompressed(
     finally:
         pq.ParquetFile.iter_batches = real
     assert read == []
+
+
+def test_a_parquet_text_after_a_struct_column_is_measured_by_its_own_column(tmp_path):
+    """A row group's footer counts leaf columns: a struct before the text (dolma's metadata)
+    is several, so the text's size is found by its path, not its place among the fields."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from corpusprep.formats import InputFile, Segment
+    from corpusprep.formats.parquet import FORMAT
+
+    path = tmp_path / "nested.parquet"
+    table = pa.table({"meta": pa.array([{"a": 1, "b": "small"}]), "text": ["x" * 3_000_000]})
+    pq.write_table(table, path, compression="zstd")
+    file = InputFile(path=str(path), format="parquet", compression="none",
+                     size=path.stat().st_size, max_uncut_bytes=1_000_000)  # fmt: skip
+    read = []
+    real = pq.ParquetFile.iter_batches
+    pq.ParquetFile.iter_batches = lambda self, *a, **k: read.append(k) or real(self, *a, **k)
+    try:
+        with pytest.raises(UserError, match=r"row 0: .*source.max_uncut_bytes=1000000"):
+            list(FORMAT.parts(Segment(file, 0, 1, file.size)))
+    finally:
+        pq.ParquetFile.iter_batches = real
+    assert read == []

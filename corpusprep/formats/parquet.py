@@ -36,15 +36,11 @@ class ParquetFormat(Format):
              pieces: bool = False) -> list:  # fmt: skip
         pf = _open(file)
         meta = pf.metadata
-        names = pf.schema_arrow.names
-        column = names.index(file.text_field) if file.text_field in names else None
+        column = _leaf(pf, file.text_field)
         shards, start, size = [], 0, 0
         for i in range(meta.num_row_groups):
-            group = meta.row_group(i)
-            # packed by the text it holds: the text column's uncompressed size (the column
-            # index is the field's when the schema is flat, as for a text column)
-            text = group.column(column).total_uncompressed_size if column is not None and (
-                column < group.num_columns) else group.total_byte_size  # fmt: skip
+            # packed by the text it holds: the text column's uncompressed size
+            text = _text_bytes(meta.row_group(i), column)
             size += text
             if size >= shard_bytes or i == meta.num_row_groups - 1:
                 shards.append((start, i + 1, size))
@@ -61,7 +57,7 @@ class ParquetFormat(Format):
             )
         row = sum(pf.metadata.row_group(i).num_rows for i in range(segment.start))
         limit = file.max_uncut_bytes
-        column = pf.schema_arrow.names.index(file.text_field)
+        column = _leaf(pf, file.text_field)
         try:
             for group in range(segment.start, segment.end):
                 meta = pf.metadata.row_group(group)
@@ -89,9 +85,16 @@ class ParquetFormat(Format):
             raise UserError(f"{file.name}: cannot read row {row} ({e})") from None
 
 
-def _text_bytes(group: Any, column: int) -> int:
+def _leaf(pf: Any, field: str) -> Optional[int]:
+    """The text's column among the file's leaf columns, which a row group's footer counts
+    (a struct column before it, like dolma's metadata, is several)."""
+    paths = [pf.schema.column(i).path for i in range(len(pf.schema))]
+    return paths.index(field) if field in paths else None
+
+
+def _text_bytes(group: Any, column: Optional[int]) -> int:
     """The text column's uncompressed size in a row group (the footer says it)."""
-    if column < group.num_columns:
+    if column is not None and column < group.num_columns:
         return group.column(column).total_uncompressed_size
     return group.total_byte_size
 
