@@ -42,6 +42,9 @@ def new_part(dest: Path) -> tuple[Path, BinaryIO]:
     (CORPUSPREP_CACHE_DIR): a name a stranger can guess (the pid) lets them plant a symlink
     there that the write would follow; mkstemp's name is random, and it never follows one."""
     fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    mask = os.umask(0)  # mkstemp's file is the user's alone (0600): a shared cache's others
+    os.umask(mask)  # read it too, as with any file the user makes
+    os.fchmod(fd, 0o666 & ~mask)
     return Path(name), os.fdopen(fd, "wb")
 
 
