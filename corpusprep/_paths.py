@@ -1,8 +1,11 @@
-"""Where Hydra finds corpusprep's configs: the installed package, or conf/ in a source checkout."""
+"""Where Hydra finds corpusprep's configs (the installed package, or conf/ in a source
+checkout), where its caches are, and how a file of a folder that may come from anyone is read."""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from contextlib import suppress
 from functools import lru_cache
 from importlib.util import find_spec
@@ -64,3 +67,34 @@ def config_dirs(plugins: bool = True) -> list[Any]:
         with suppress(ModuleNotFoundError, TypeError):  # a broken plugin: Hydra skips it too
             dirs.append(files(package))
     return dirs
+
+
+# a file of a folder that may come from anyone (a download, a stranger's out_dir): opened
+# without waiting (a FIFO's open blocks until a writer comes), in binary on Windows. A link
+# is followed (a Hub snapshot's files are links into its blobs): what is opened must be a
+# regular file, checked on the open file itself, so nothing can be swapped in between
+READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+# a link where we refuse one: Linux says ELOOP, FreeBSD EMLINK, NetBSD EFTYPE
+LINK_ERRNOS = {errno.ELOOP, errno.EMLINK, getattr(errno, "EFTYPE", errno.ELOOP)}
+
+
+def open_regular_fd(path: str | Path) -> int:
+    """A descriptor of `path` open for reading; OSError (EINVAL) if it is not a regular file
+    (a FIFO, a device, a folder)."""
+    fd = os.open(path, READ_FLAGS)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return fd
+
+
+def read_regular(path: str | Path, limit: int) -> bytes:
+    """A regular file's bytes, if it has at most `limit` of them (checked on the open file
+    before reading, and again as read: it may grow). OSError otherwise: ENOENT, EINVAL (not
+    a regular file), EFBIG (too big)."""
+    with os.fdopen(open_regular_fd(path), "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(size + 1) if size <= limit else b""  # read(n) allocates n at once
+    if max(size, len(data)) > limit:
+        raise OSError(errno.EFBIG, f"more than {limit:,} bytes", str(path))
+    return data

@@ -39,6 +39,7 @@ from typing import Any, BinaryIO, NoReturn, Optional, Union
 
 import numpy as np
 
+from corpusprep._paths import open_regular_fd
 from corpusprep.errors import UserError
 from corpusprep.exporters import DOC_INDEX, doc_index_name
 from corpusprep.tokenizers import Tokenizer
@@ -177,31 +178,26 @@ def _damaged(what: Path | str, detail: str, fix: str = "prepare it again") -> Us
     return UserError(f"{what}: {detail}; the folder is damaged or mixed with another run: {fix}")
 
 
-NOT_REGULAR = "not a regular file (a FIFO, a device or a link)"
-# opened without blocking (a FIFO's open waits for a writer), and never through a link
-_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
+NOT_REGULAR = "not a regular file (a FIFO, a device, a folder)"
 
 
 def open_regular(path: Path, fix: str = "prepare it again") -> BinaryIO:
-    """A file of a folder that may come from anyone, open for reading: a regular file only,
-    checked on the open file itself, so that nothing can be swapped in between."""
+    """A file of a folder that may come from anyone, open for reading: a regular file only
+    (a link to one is fine: a Hub snapshot's files are links), checked on the open file
+    itself, so that nothing can be swapped in between (_paths.open_regular_fd)."""
     try:
-        f = open(path, "rb", opener=lambda name, flags: os.open(name, flags | _READ_FLAGS))  # noqa: SIM115
+        return os.fdopen(open_regular_fd(path), "rb")
     except FileNotFoundError:
         raise _damaged(path, "missing", fix) from None
-    except OSError as e:  # ELOOP: a link
-        detail = NOT_REGULAR if e.errno == errno.ELOOP else f"cannot be read ({e.strerror})"
+    except OSError as e:
+        detail = NOT_REGULAR if e.errno == errno.EINVAL else f"cannot be read ({e.strerror})"
         raise _damaged(path, detail, fix) from None
-    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-        f.close()
-        raise _damaged(path, NOT_REGULAR, fix)
-    return f
 
 
 def _size(file: Path) -> Optional[int]:
-    """A regular file's size; None if there is none (a link is not followed)."""
+    """A regular file's size (through a link); None if there is none."""
     try:
-        info = file.lstat()
+        info = file.stat()
     except (FileNotFoundError, NotADirectoryError):
         return None
     if not stat.S_ISREG(info.st_mode):
@@ -216,8 +212,6 @@ def _path(folder: Path, name: str, key: str) -> Path:
     plain = all(p not in ("", ".", "..") and "\0" not in p for p in parts)
     if not plain or len(parts) > 2 or (len(parts) == 2 and parts[0] != DOC_INDEX):
         raise _damaged(folder / "manifest.json", f"{key} names {name!r}, not a file of the folder")
-    if len(parts) == 2 and (folder / DOC_INDEX).is_symlink():
-        raise _damaged(folder / DOC_INDEX, "a link, not a folder")
     return folder / name
 
 
@@ -246,6 +240,7 @@ def read_json(path: Path, limit: int, fix: str = "prepare it again") -> Any:
 # key's path: "*" is each key of an object, "[]" each item of a list). The manifest is
 # JSON anyone can edit, and a value of another kind failed deep inside, as a traceback (a
 # format spec's ValueError, a KeyError), instead of one line naming the key.
+READ_FORMATS = ("nanogpt", "llmc", "npy", "megatron")  # a plugin's format: not read here
 COUNT, NUMBER = "count", "number"  # an int >= 0 (not a bool); a finite int or float
 KINDS = {COUNT: "a whole number", NUMBER: "a number", str: "text", dict: "an object",
          list: "a list", bool: "true or false", None: "null"}  # fmt: skip
@@ -276,7 +271,7 @@ VERIFY_KEYS: dict[str, tuple] = {
     "source.files.[]": (dict,), "source.files.[].path": (str,), "source.files.[].sha256": (str,),
     "source.files.[].format": (str,), "source.files.[].compression": (str,),
     "source.files.[].member": (str, None), "split.fraction": (NUMBER,), "split.seed": (COUNT,),
-    "split.val_size": (COUNT, None), "order.kind": (str,), "order.seed": (COUNT,),
+    "split.val_size": (COUNT, NUMBER, None), "order.kind": (str,), "order.seed": (COUNT,),
     "eot.mode": (str,), "eot.id": (COUNT, None), "shards": (dict,), "shards.shard_bytes": (COUNT,),
     "config.shard_bytes": (COUNT,), "config.source": (dict,),
 }  # fmt: skip
@@ -372,7 +367,7 @@ def load(path: str | Path, tokenizer: bool = True, check_ids: bool = True) -> Pr
     fmt = manifest.get("format", {}) or {}
     kind = fmt.get("kind", "nanogpt")
     readers = {"nanogpt": _nanogpt, "llmc": _llmc, "npy": _npy, "megatron": _megatron}
-    if kind not in readers:
+    if kind not in READ_FORMATS:
         raise UserError(f"{folder}: format {kind!r} is not one corpusprep.load can read")
     if kind != "nanogpt":  # nanogpt's own check below names tokens, as it always has
         _check_sizes(folder, manifest)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -428,7 +427,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     except BrokenPipeError:  # `| head` has all it wanted: the rest goes nowhere, quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(128 + signal.SIGPIPE)
+        sys.exit(141)  # 128 + SIGPIPE, as a shell reports it (Windows has no SIGPIPE)
 
 
 if __name__ == "__main__":

@@ -909,8 +909,11 @@ def _max_id(run: Run, made: dict[str, Any]) -> Optional[int]:
 
 def _read_manifest(folder: Path) -> Optional[dict[str, Any]]:
     """The manifest.json an earlier run left in `folder`, if it is there and readable."""
-    try:
-        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    from corpusprep._paths import read_regular
+    from corpusprep.dataset import MAX_MANIFEST_BYTES
+
+    try:  # a regular file of a plausible size: a FIFO there would block, /dev/zero never end
+        manifest = json.loads(read_regular(folder / "manifest.json", MAX_MANIFEST_BYTES))
     except (OSError, ValueError):
         return None
     return (
@@ -937,10 +940,12 @@ def finished_manifest(out_dir: str, run: Run) -> Optional[dict[str, Any]]:
         raise
     if checking.result() != []:
         return None
-    from corpusprep.dataset import load
+    from corpusprep.dataset import READ_FORMATS, load
 
+    kind = (manifest.get("format") or {}).get("kind", "nanogpt")
     try:  # and the files add up to what it describes (each side's ids, their count)
-        load(folder, tokenizer=False, check_ids=False)
+        if kind in READ_FORMATS:  # (a plugin's format: its checksums only)
+            load(folder, tokenizer=False, check_ids=False)
     except UserError:  # a manifest edited to fit a cut or missing file, say: redone
         return None
     return manifest

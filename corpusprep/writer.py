@@ -39,6 +39,7 @@ from typing import Any, BinaryIO, Optional
 
 import numpy as np
 
+from corpusprep._paths import LINK_ERRNOS, open_regular_fd, read_regular
 from corpusprep.errors import UserError, is_interrupt
 
 DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
@@ -46,6 +47,7 @@ WORK = ".corpusprep-work"  # resumable shard parts, inside out_dir
 LOCK = ".corpusprep.lock"  # held (flock) for the whole run
 JOURNAL = ".corpusprep-commit.json"  # the renames of a commit under way
 MANIFEST = "manifest.json"
+MAX_JOURNAL_BYTES = 256 << 20  # a commit's renames: about 100 bytes a file
 TEMP = re.compile(r"\.[^/]+\.\d+-[0-9a-f]{6}\.tmp")  # what temp() names files
 # out of space, out of quota, read-only: trying again cannot help
 NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
@@ -447,14 +449,14 @@ def recover(folder: Path) -> bool:
     """Finish a commit that a killed run left half done (its journal is still there);
     True if there was one."""
     path = folder / JOURNAL
-    try:
-        journal = json.loads(path.read_bytes())
+    try:  # a regular file of a plausible size: a FIFO planted there would block, held signals
+        journal = json.loads(read_regular(path, MAX_JOURNAL_BYTES))
         renames = [(str(a), str(b)) for a, b in journal["renames"]]
         obsolete = [str(n) for n in journal["obsolete"]]
     except FileNotFoundError:
         return False
     except (OSError, ValueError, KeyError, TypeError):
-        path.unlink(missing_ok=True)  # not ours, or unreadable: nothing to finish
+        _remove(path)  # not ours, or unreadable: nothing to finish
         return False
     # only our own temporary files, renamed to plain names in this folder, where nothing
     # stands in the way (a folder cannot be replaced by a file): a journal that could not
@@ -578,12 +580,9 @@ class _NotALockFile(Exception):
 def _remove_planted(path: Path, what: str) -> None:
     """A symlink or special file a stranger's folder holds where this run keeps one of its
     own: it goes (a link, never what it leads to). A folder there is the user's to remove."""
-    try:
-        path.unlink()
-    except IsADirectoryError:
-        raise UserError(f"{path} is a folder where corpusprep keeps {what}; remove it") from None
-    except FileNotFoundError:
-        pass
+    if path.is_dir() and not path.is_symlink():  # (macOS's unlink says EPERM, not EISDIR)
+        raise UserError(f"{path} is a folder where corpusprep keeps {what}; remove it")
+    path.unlink(missing_ok=True)
 
 
 def _open_lock(path: Path) -> int:
@@ -591,7 +590,7 @@ def _open_lock(path: Path) -> int:
     write access, so their live run still keeps this one out)."""
     # never through a symlink (it would truncate the file it leads to), and a FIFO planted
     # there must not block the open
-    flags = os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+    flags = os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         try:
             fd = os.open(path, os.O_RDWR | flags, 0o644)
@@ -600,7 +599,7 @@ def _open_lock(path: Path) -> int:
     except IsADirectoryError:
         raise _NotALockFile() from None
     except OSError as e:
-        if e.errno == errno.ELOOP:  # a symlink
+        if e.errno in LINK_ERRNOS:  # a symlink
             raise _NotALockFile() from None
         raise
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -649,9 +648,10 @@ def changed_files(
 
 
 def _has_size(folder: Path, name: str, size: Any) -> bool:
-    """A regular file (not a link, FIFO or device: reading one may never end) of that size."""
+    """A regular file (or a link to one; not a FIFO or device: reading one may never end)
+    of that size."""
     try:
-        found = (folder / name).lstat() if _plain_name(name) else None
+        found = (folder / name).stat() if _plain_name(name) else None
     except OSError:
         return False
     return found is not None and stat.S_ISREG(found.st_mode) and found.st_size == size
@@ -781,7 +781,7 @@ class GrowingDigest:
 def file_sha256(path: Path, stop: Optional[threading.Event] = None) -> str:
     """The file's sha256; a thread given `stop` gives up (OSError) once it is set."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with os.fdopen(open_regular_fd(path), "rb") as f:  # a FIFO swapped in never blocks
         while chunk := f.read(1 << 22):
             if stop is not None and stop.is_set():
                 raise InterruptedError(f"{path}: hashing stopped")

@@ -220,3 +220,74 @@ def test_a_tokenizer_json_is_a_regular_file_of_a_plausible_size(tmp_path, plante
             f.truncate(300 << 20)  # sparse: nothing written
     with pytest.raises(UserError, match="tokenizer.path=.*not a regular file of at most 256 MB"):
         HfTokenizer(str(path))
+
+
+# --- a review of the fixes above -------------------------------------------------------------
+
+
+def test_a_folder_of_links_loads_and_is_up_to_date(made, tmp_path):
+    """huggingface_hub.snapshot_download (and DVC, git-annex) give a folder whose files are
+    links into a store of blobs: reading follows them, as long as each leads to a regular
+    file; a re-run finds the folder up to date and leaves the links be."""
+    import corpusprep
+
+    out, args = made
+    blobs = tmp_path / "blobs"
+    blobs.mkdir()
+    for path in sorted(out.iterdir()):
+        if path.is_file():
+            path.rename(blobs / path.name)
+            path.symlink_to(blobs / path.name)
+    ds = corpusprep.load(out)
+    assert len(ds.train) == ds.manifest["tokens"]["train"]
+    r = run_cli(*args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "up to date" in r.stdout
+    assert (out / "train.bin").is_symlink()
+
+
+@pytest.mark.parametrize("name", ["manifest.json", ".corpusprep-commit.json"])
+def test_a_fifo_for_the_manifest_or_the_journal_does_not_hang_the_run(made, tmp_path, name):
+    out, args = made
+    (out / name).unlink(missing_ok=True)
+    os.mkfifo(out / name)
+    r = run_cli(*args, cwd=tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert (out / "manifest.json").is_file()
+
+
+def test_a_format_load_cannot_read_is_still_up_to_date(made, tmp_path):
+    """A plugin's format: the up-to-date check has its checksums, not corpusprep.load."""
+    out, args = made
+    _edit_manifest(out, lambda m: m["format"].update(kind="someones_plugin"))
+    r = run_cli(*args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "up to date" in r.stdout
+
+
+def test_a_folder_made_with_a_fractional_val_size_verifies(tmp_path):
+    docs = "".join(json.dumps({"text": f"document {i}: " + SMALL[: 200 + i]}) + "\n"
+                   for i in range(300))  # fmt: skip
+    (tmp_path / "d.jsonl").write_text(docs)
+    r = run_cli("source=file", "source.path=d.jsonl", "split_by=document", "val_size=0.1",
+                "out_dir=out", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    import subprocess
+    import sys
+
+    v = subprocess.run([sys.executable, "-m", "corpusprep.inspect", "out", "--verify"],
+                       cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+    assert v.returncode == 0, v.stderr
+
+
+def test_a_shared_download_cache_keeps_files_others_can_read(tmp_path, cache_dir):
+    """mkstemp makes its file the user's alone (0600): the cached copy gets the umask's mode,
+    as any file the user writes, so others sharing the cache can use it."""
+    old = os.umask(0o022)
+    try:
+        r = run_cli("dataset=shakespeare_char", "out_dir=out", cwd=tmp_path)
+    finally:
+        os.umask(old)
+    assert r.returncode == 0, r.stderr
+    (cached,) = [p for p in cache_dir.iterdir() if not p.name.startswith(".")]
+    assert cached.stat().st_mode & 0o777 == 0o644

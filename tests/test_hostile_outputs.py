@@ -1,8 +1,8 @@
 """Reading back a folder that may come from anyone (corpusprep.load, python -m
-corpusprep.inspect): the names its manifest gives stay inside it, a FIFO, a device or a
-link is never opened, a meta.pkl cannot fill memory, a malformed manifest, job record or
-index is one line naming it, and a tokenizer's ranks file is read only from the folder
-(or tiktoken's cache) and at a bounded size.
+corpusprep.inspect): the names its manifest gives stay inside it, a FIFO or a device is
+never opened (a link is followed to a regular file), a meta.pkl cannot fill memory, a
+malformed manifest, job record or index is one line naming it, and a tokenizer's ranks file
+is read at a bounded size and used only if it is the one the folder was made with.
 
 A FIFO that is opened blocks until a writer comes: each call that may open one runs in a
 thread (`finishes`), so a regression fails the test instead of hanging the suite.
@@ -192,21 +192,27 @@ def test_a_doc_index_that_is_a_fifo_is_refused_at_once(folder):
     refused(out, "val.docs.bin", "not a regular file", fifos=(index,))
 
 
-def test_a_shard_that_links_outside_the_folder_is_refused(folder, tmp_path):
+# a review: a Hub snapshot's files (and DVC's, git-annex's) are links into a store of
+# blobs; a link is followed, and what it leads to must be a regular file of the right size
+def test_a_shard_that_links_to_a_regular_file_loads_and_to_a_device_is_refused(folder, tmp_path):
     out = folder("npy")
     shard = next(out.glob("*_val_*.npy"))
     elsewhere = tmp_path / "elsewhere.npy"
     shutil.copy(shard, elsewhere)
     shard.unlink()
-    shard.symlink_to(elsewhere)  # same bytes: only where they are is wrong
+    shard.symlink_to(elsewhere)
+    ds = corpusprep.load(out)
+    assert len(ds.val) == ds.manifest["tokens"]["val"]
+    shard.unlink()
+    shard.symlink_to("/dev/zero")
     refused(out, shard.name, "not a regular file")
 
 
-def test_a_doc_index_folder_that_links_elsewhere_is_refused(folder, tmp_path):
+def test_a_doc_index_folder_that_links_elsewhere_loads(folder, tmp_path):
     out = folder("docs")
     shutil.move(out / "doc_index", tmp_path / "elsewhere")
     (out / "doc_index").symlink_to(tmp_path / "elsewhere")
-    refused(out, "doc_index", "a link")
+    assert corpusprep.load(out).train_docs is not None
 
 
 def _shard_outside(tmp_path: Path, out: Path, how: str) -> str:
@@ -431,17 +437,22 @@ def test_a_malformed_job_record_is_one_line_naming_it(made, tmp_path, capsys, re
     assert str(path) in line
 
 
-# --- 12. a ranks file named by a folder: inside it (or tiktoken's cache), bounded --------
+# --- 12. a ranks file named by a folder: bounded, and only the one it was made with ------
 
 
-def _as_tiktoken(out: Path, ranks_file: str) -> None:
+def _as_tiktoken(out: Path, ranks_file: str, sha256: str = "0" * 64) -> None:
     """The folder's manifest says a tiktoken tokenizer with this ranks file made it."""
 
     def change(m):
         m["config"]["tokenizer"] = {"_target_": "corpusprep.tokenizers.tiktoken.TiktokenTokenizer",
                                     "encoding": "r50k_base", "ranks_file": ranks_file,
                                     "backend": "tiktoken"}  # fmt: skip
-        m["tokenizer"] = {"kind": "tiktoken", "encoding": "r50k_base", "vocab_size": 50257}
+        m["tokenizer"] = {
+            "kind": "tiktoken",
+            "encoding": "r50k_base",
+            "vocab_size": 50257,
+            "ranks_sha256": sha256,
+        }
 
     edit(out, change)
 
@@ -452,13 +463,20 @@ def _sparse(path: Path, size: int) -> Path:
     return path
 
 
-def test_a_manifest_cannot_make_load_read_a_file_outside_the_folder(folder, tmp_path):
+def test_a_manifest_cannot_make_load_take_in_another_file(folder, tmp_path):
+    """A file anywhere is read only up to a bound, and used only if its sha256 is the one
+    recorded: nothing of any other file is taken in."""
     out = folder("char")
     big = _sparse(tmp_path / "big.tiktoken", 100 * MB)
     _as_tiktoken(out, str(big))
     assert peak_bytes(lambda: corpusprep.load(out)) < 32 * MB
-    message = refused(out, "big.tiktoken", "outside the folder")
-    assert str(out) in message  # where to copy it, if it is the right one
+    refused(out, "big.tiktoken", "64 MB")
+    small = _sparse(tmp_path / "other.tiktoken", 1000)
+    _as_tiktoken(out, str(small))
+    message = refused(out, "other.tiktoken", "sha256")
+    assert str(out) in message  # where to put the right one
+    _as_tiktoken(out, str(small), sha256=None)
+    refused(out, "manifest.json", "not recorded")
 
 
 @pytest.mark.parametrize("planted", ["too big", "fifo", "link"])
@@ -474,7 +492,7 @@ def test_a_ranks_file_in_the_folder_must_be_a_regular_file_of_a_plausible_size(
     else:
         ranks.symlink_to(_sparse(tmp_path / "outside.tiktoken", 1000))
     _as_tiktoken(out, "ranks.tiktoken")
-    fragment = "64 MB" if planted == "too big" else "not a regular file"
+    fragment = {"too big": "64 MB", "fifo": "not a regular file", "link": "sha256"}[planted]
     assert peak_bytes(lambda: finishes(lambda: corpusprep.load(out), ranks)) < 32 * MB
     refused(out, "ranks.tiktoken", fragment, fifos=(ranks,))
 
@@ -502,15 +520,16 @@ def test_folders_made_with_a_ranks_file_load_from_the_cache_or_their_own_copy(
                         f"out_dir={tmp_path / name}", "tokenizer=tiktoken",
                         "tokenizer.encoding=r50k_base",
                         f"tokenizer.ranks_file={ranks}"))  # fmt: skip
-    # tiktoken's own cache is a known place: the folder loads as it is
+    # the file the folder was made with, where it was: the folder loads as it is
     assert corpusprep.load(tmp_path / "cached").tokenizer.decode([464]) == "The"
-    # a file elsewhere is not read because a folder says so: copy it in, by its name
-    refused(tmp_path / "mine", "mine.tiktoken", "outside the folder")
-    with pytest.raises(UserError, match="outside the folder"):
-        ReusedTokenizer(str(tmp_path / "mine"))
-    shutil.copy(mine, tmp_path / "mine" / "mine.tiktoken")
     assert corpusprep.load(tmp_path / "mine").tokenizer.decode([464]) == "The"
     assert ReusedTokenizer(str(tmp_path / "mine")).decode([464]) == "The"
-    # and it must be the very file the folder was made with
-    (tmp_path / "mine" / "mine.tiktoken").write_bytes(mine.read_bytes()[:-40])
+    # changed since: refused, until the folder holds a copy of the very file, by its name
+    whole = mine.read_bytes()
+    mine.write_bytes(whole[:-40])
     refused(tmp_path / "mine", "mine.tiktoken", "sha256")
+    with pytest.raises(UserError, match="sha256"):
+        ReusedTokenizer(str(tmp_path / "mine"))
+    (tmp_path / "mine" / "mine.tiktoken").write_bytes(whole)
+    assert corpusprep.load(tmp_path / "mine").tokenizer.decode([464]) == "The"
+    assert ReusedTokenizer(str(tmp_path / "mine")).decode([464]) == "The"

@@ -4,8 +4,6 @@ with a config file of the same name in conf/tokenizer/. A tokenizer never opens 
 from __future__ import annotations
 
 import contextlib
-import os
-import stat
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -34,24 +32,23 @@ TRAINED = (
 
 def read_kept(folder: Optional[Path], name: str, sha256: Optional[str]) -> bytes:
     """A file a tokenizer keeps in an output folder (which may come from a stranger): a
-    regular file of a sane size (never a device, a FIFO or a link elsewhere), whose sha256
+    regular file of a sane size (never a device or a FIFO), whose sha256
     is the one the manifest records."""
     import hashlib
-    import stat
 
+    from corpusprep._paths import read_regular
     from corpusprep.errors import UserError
 
     if folder is None:
         raise UserError(f"{name}: a tokenizer kept in a folder; give the output folder")
     path = Path(folder) / name
     try:
-        info = path.lstat()
-    except OSError:
+        data = read_regular(path, MAX_KEPT_BYTES)
+    except FileNotFoundError:
         raise UserError(f"{path}: missing; prepare the folder again") from None
-    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_KEPT_BYTES:
-        raise UserError(f"{path}: not a regular file of at most {MAX_KEPT_BYTES:,} bytes; "
-                        "prepare the folder again")  # fmt: skip
-    data = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"{path}: not a regular file of at most {MAX_KEPT_BYTES:,} bytes "
+                        f"({e.strerror}); prepare the folder again") from None  # fmt: skip
     if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
         raise UserError(f"{path}: not the file the manifest records (sha256 differs); "
                         "prepare the folder again")  # fmt: skip
@@ -236,29 +233,19 @@ class Tokenizer(ABC):
         """A JSON-able description for the manifest, enough to rebuild the tokenizer."""
 
 
-# opened without blocking (a FIFO's open waits for a writer), never through a link
-_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
-
-
 def read_tokenizer_file(path: Path, key: str, limit: int, what: str) -> bytes:
     """A tokenizer's file (a .tiktoken ranks file, a tokenizer.json) whole: a regular file (a
     FIFO would block, a device never end) of at most `limit` bytes, checked on the open file
-    before reading. `path` is resolved: a link the user gave is followed there, never one
-    swapped in after. `key` names the setting ("tokenizer.path=x"); `what`: what to give."""
+    before reading (_paths.read_regular). `key` names the setting ("tokenizer.path=x");
+    `what`: what to give instead."""
+    from corpusprep._paths import read_regular
     from corpusprep.errors import UserError
 
-    not_it = f"not a regular file of at most {limit >> 20} MB; give {what}"
     try:
-        fd = os.open(path, _READ_FLAGS)
+        return read_regular(path, limit)
     except FileNotFoundError:
         raise UserError(f"{key}: no such file") from None
-    except OSError as e:  # ELOOP: a link
-        raise UserError(f"{key}: {e.strerror}, {not_it}") from None
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            raise UserError(f"{key}: {not_it}")
-        data = f.read(info.st_size + 1)  # read(n) allocates n bytes at once
-    if len(data) > limit:  # it grew
-        raise UserError(f"{key}: {not_it}")
-    return data
+    except OSError as e:
+        raise UserError(
+            f"{key}: not a regular file of at most {limit >> 20} MB ({e.strerror}); give {what}"
+        ) from None

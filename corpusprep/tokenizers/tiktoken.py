@@ -24,7 +24,6 @@ import functools
 import hashlib
 import os
 import re
-import tempfile
 import threading
 from array import array
 from collections.abc import Iterable, Iterator
@@ -116,40 +115,24 @@ def read_ranks_file(path: Path, given: str) -> bytes:
     return read_tokenizer_file(path, f"tokenizer.ranks_file={given}", MAX_RANKS_BYTES, what)
 
 
-def recorded_ranks_file(given: Any, folder: Path, sha256: Optional[str]) -> str:
-    """The ranks file a folder's manifest names (config.tokenizer.ranks_file). The folder
-    may come from anyone, and its manifest may name any file on this machine: only a file
-    of that name in the folder, or the file itself if it is in tiktoken's cache, is read,
-    and only if it is the one the folder was made with (its recorded sha256)."""
+def recorded_ranks_file(given: Any, folder: Path, sha256: Any) -> str:
+    """The ranks file a folder's manifest names (config.tokenizer.ranks_file): a copy of
+    that name in the folder if there is one, else the file named. The folder may come from
+    anyone and name any file on this machine: it is read only as a regular file of a
+    plausible size, and used only if it is the one the folder was made with (the sha256
+    its manifest records), so nothing of another file is ever taken in."""
     manifest = folder / "manifest.json"
-    if not isinstance(given, str):
-        raise UserError(f"{manifest}: tokenizer.ranks_file is not a path; prepare it again")
+    if not isinstance(given, str) or not isinstance(sha256, str):
+        raise UserError(f"{manifest}: tokenizer.ranks_file or its sha256 (tokenizer."
+                        "ranks_sha256) is not recorded; prepare it again")  # fmt: skip
     path = Path(given).expanduser()
     copy = folder / path.name
-    cache = _tiktoken_cache()
-    if path.name not in ("", ".", "..") and os.path.lexists(copy):
-        chosen = copy
-    elif cache is not None and path.resolve().parent == cache.resolve():
-        chosen = path.resolve()
-    else:
-        raise UserError(
-            f"{manifest}: tokenizer.ranks_file={given} is outside the folder, and a folder may "
-            "name a ranks file only in it (or in tiktoken's cache); if that is the file it was "
-            f"made with, copy it into {folder}"
-        )
-    data = read_ranks_file(chosen, str(chosen))  # a link in the folder is not followed
-    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+    chosen = copy if path.name not in ("", ".", "..") and os.path.lexists(copy) else path
+    data = read_ranks_file(chosen, str(chosen))
+    if hashlib.sha256(data).hexdigest() != sha256:
         raise UserError(f"{chosen}: not the ranks file {folder} was made with (its sha256 "
-                        "differs from the manifest's); give that folder its own file")  # fmt: skip
+                        f"differs from the manifest's); put that file in {folder}")  # fmt: skip
     return str(chosen)
-
-
-def _tiktoken_cache() -> Optional[Path]:
-    """Where tiktoken keeps the files it downloads (tiktoken.load.read_file_cached)."""
-    for name in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
-        if name in os.environ:
-            return Path(os.environ[name]) if os.environ[name] else None
-    return Path(tempfile.gettempdir()) / "data-gym-cache"
 
 
 def read_ranks(path: Path) -> dict[bytes, int]:
