@@ -601,6 +601,8 @@ def _nanogpt(folder: Path, side: str, tokens: int, dtype: np.dtype, fmt: dict):
             f"{found}, but the manifest says {tokens:,} {dtype.name} tokens ({expected:,} bytes)",
         )
     with open_regular(file) as f:
+        if os.fstat(f.fileno()).st_size != expected:  # replaced since: the open file counts
+            raise _damaged(file, f"changed while read; {tokens:,} tokens expected")
         array = _map(f, dtype, 0, tokens)
     return array, _doc_index(folder, side, tokens), [file]
 
