@@ -95,6 +95,12 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
             message = (f"{e}: out of memory; run with fewer workers (executor.workers=N) or a "
                        "smaller source.max_uncut_bytes, then again (it resumes from the "
                        "shards that finished)")  # fmt: skip
+        elif isinstance(e, TaskFailed) and type(e.__cause__).__name__ == "BrokenProcessPool":
+            # killed by the kernel's OOM killer, or a crash in native code (a Rust abort)
+            message = (f"{e}: its worker process died (out of memory?); run with fewer "
+                       "workers (executor.workers=N) or a smaller source.max_uncut_bytes, or "
+                       "allow more tries with executor.retries=N, then again (it resumes "
+                       "from the shards that finished)")  # fmt: skip
         elif isinstance(e, TaskFailed):
             message = (f"{e}; run the same command again (it resumes from the shards that "
                        "finished), or allow more tries with executor.retries=N")  # fmt: skip

@@ -184,6 +184,8 @@ def test_a_shard_that_kills_its_worker_every_time_is_one_line(tmp_path):
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert lines[-1].startswith("corpusprep: error: shard"), r.stderr
     assert "failed 4 times" in lines[-1] and "executor.retries=N" in lines[-1]
+    assert "worker process died (out of memory?)" in lines[-1]  # the kernel's OOM killer
+    assert "executor.workers=N" in lines[-1]
     assert all("trying again" in line for line in lines[:-1]), r.stderr
     assert "Traceback" not in r.stderr and "Error executing job" not in r.stderr
 
