@@ -458,8 +458,18 @@ _LINE, _LEN1, _LEN4, _LEN4U, _LEN8 = -1, -2, -3, -4, -5
 _MEMOIZE, _PUT, _BINPUT, _LONG_BINPUT, _STOP, _REFUSED = -6, -7, -8, -9, -10, -11
 _OWN = {"MEMOIZE": _MEMOIZE, "PUT": _PUT, "BINPUT": _BINPUT, "LONG_BINPUT": _LONG_BINPUT,
         "STOP": _STOP}  # fmt: skip
+# what an opcode makes costs memory beyond its bytes: a 1-byte EMPTY_SET is a 216-byte set.
+# Each opcode counts what it makes at most (an item it adds, a reference: 32 bytes), more
+# for empty containers, and its text's or number's length more for its argument: a pickle
+# that would take more than MAX_META_COST is refused before it is unpickled (the biggest
+# meta.pkl corpusprep writes, every code point's char vocabulary, costs about 0.3 GB)
+MAX_META_COST = 1 << 30
+_COST = [32] * 256
+_CONTAINERS = {"EMPTY_SET": 232, "FROZENSET": 232, "EMPTY_DICT": 80, "DICT": 80,
+               "EMPTY_LIST": 72, "LIST": 72}  # fmt: skip
 _OPCODES = [_REFUSED] * 256
 for _op in pickletools.opcodes:
+    _COST[ord(_op.code)] = _CONTAINERS.get(_op.name, 32)
     if _op.name in _OWN:
         _OPCODES[ord(_op.code)] = _OWN[_op.name]
     elif _op.name in _PLAIN:
@@ -472,22 +482,31 @@ def _check_plain(data: bytes, path: Path) -> None:
     its memo as long as the highest number). A loop over a table: about as fast as the
     unpickling itself (pickletools.genops is 10 times slower). A cut pickle raises
     IndexError or ValueError."""
-    i = stored = 0
+    i = stored = cost = 0
     while True:
         op = data[i]
         n = _OPCODES[op]
+        cost += _COST[op]
         i += 1
+        if cost > MAX_META_COST:
+            raise _refusing(path, f"its values would take more than {MAX_META_COST >> 30} GB "
+                            "of memory, a pickle made to fill memory")  # fmt: skip
         if n >= 0:
             i += n
         elif n == _MEMOIZE:
             stored += 1
         elif n == _LEN1:
+            cost += data[i]
             i += 1 + data[i]
         elif n in (_LEN4, _LEN4U, _LEN8):
             size = 8 if n == _LEN8 else 4
-            i += size + int.from_bytes(data[i : i + size], "little")
+            length = int.from_bytes(data[i : i + size], "little")
+            cost += length
+            i += size + length
         elif n == _LINE:
-            i = data.index(b"\n", i) + 1
+            end = data.index(b"\n", i) + 1
+            cost += end - i
+            i = end
         elif n == _STOP:
             return
         elif n == _REFUSED:

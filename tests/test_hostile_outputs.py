@@ -272,6 +272,29 @@ def test_a_memo_bomb_in_meta_pkl_is_refused_without_filling_memory(folder):
     refused(out, "meta.pkl", "memo index 33,554,432", "plain values")
 
 
+# a review: small opcodes make big objects: 4 MB of EMPTY_SET took 990 MB (248 times); the
+# walk refuses them by what they would cost before anything is made (the memory it takes
+# itself is the file's: tracemalloc would make this test minutes long)
+@pytest.mark.parametrize("opcode, count", [(b"\x8f", 5 << 20), (b"}", 14 << 20)])
+def test_a_meta_pkl_of_many_empty_containers_is_refused_by_its_cost(folder, opcode, count):
+    out = folder("char")  # EMPTY_SET, EMPTY_DICT: just over the bound's count of them
+    (out / "meta.pkl").write_bytes(b"\x80\x04\x95" + struct.pack("<Q", count + 2) + b"(" +
+                                   opcode * count + b"l.")  # fmt: skip
+    list_size(out, "meta.pkl")
+    refused(out, "meta.pkl", "memory", "plain values")
+
+
+def test_the_biggest_meta_pkl_corpusprep_writes_still_loads(tmp_path):
+    """A char vocabulary of every code point (1.1M ids), as meta.pkl holds it (stoi, itos):
+    well within the cost bound."""
+    from corpusprep.dataset import _check_plain
+
+    chars = [chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000]
+    data = pickle.dumps({"vocab_size": len(chars), "itos": dict(enumerate(chars)),
+                         "stoi": {ch: i for i, ch in enumerate(chars)}})  # fmt: skip
+    _check_plain(data, tmp_path / "meta.pkl")
+
+
 def test_a_meta_pkl_over_the_bound_is_refused_unread(folder):
     out = folder("char")
     with open(out / "meta.pkl", "r+b") as f:
