@@ -49,6 +49,19 @@ def made(tmp_path_factory) -> dict[str, Path]:
     return outs
 
 
+# an attack: the up-to-date check took the untrained tokenizer's identity, the manifest the
+# trained one's: a trained folder was never up to date, and the run said "made from other
+# input" with the same sha256
+def test_a_trained_folder_is_up_to_date_on_the_same_command(made):
+    out = made["one"]
+    env = {"CORPUSPREP_CACHE_DIR": str(out.parent / "cache")}
+    again = run_cli("dataset=shakespeare_char", "tokenizer=sentencepiece",
+                    "tokenizer.vocab_size=1024", "executor.workers=1", f"out_dir={out}",
+                    cwd=out.parent, env=env)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert "up to date" in again.stdout and "replacing" not in again.stderr
+
+
 def test_the_same_files_and_sentencepieces_own_ids(made, shakespeare):
     same_files(made["one"], made["two"], FILES)
     out = made["one"]

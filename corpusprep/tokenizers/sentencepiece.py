@@ -138,7 +138,9 @@ class SentencePieceTokenizer(Tokenizer):
         return replace(self.rule, max_doc_chars=None) if single else self.rule
 
     def identity(self) -> dict[str, Any]:
-        if self.needs_fit:
+        # one that trains is what it trains with, before and after: the up-to-date check
+        # asks before training, the manifest records it after
+        if self.given is None:
             return {"trainer": "sentencepiece", "version": _version()}
         # the version too: the ids are its encoder's (the cut rule rests on its BPE)
         return {"kind": "sentencepiece", "sha256": self.sha256, "add_bos": self.add_bos,
