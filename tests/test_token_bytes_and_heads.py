@@ -467,3 +467,30 @@ def test_verify_reads_a_cut_document_back_whole(tmp_path, tiktoken_cache, paragr
     prepared(paragraphs, tmp_path / "out", *overrides.split())
     r = inspect_cli(tmp_path / "out", "--verify", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
+
+
+# an attack: an hf folder's tokenizer was rebuilt from config.tokenizer.path as typed (a
+# relative path, read from wherever load() runs) and never checked against the recorded
+# sha256: another tokenizer.json there decoded the ids into garbage, silently
+def test_an_hf_folder_rebuilds_its_own_tokenizer_or_says_it_cannot(
+    tmp_path, hf_files, shakespeare, monkeypatch
+):
+    import shutil
+
+    import corpusprep
+    from corpusprep.errors import UserError
+
+    made_in, elsewhere = tmp_path / "made", tmp_path / "elsewhere"
+    made_in.mkdir(), elsewhere.mkdir()
+    shutil.copy(hf_files["bytelevel"], made_in / "tok.json")
+    (made_in / "t.txt").write_text("\n\n".join(shakespeare_docs(shakespeare, 20_000)))
+    monkeypatch.chdir(made_in)
+    run(made_in / "t.txt", made_in / "out", "tokenizer=hf", "tokenizer.path=tok.json")
+    shutil.copy(hf_files["metaspace"], elsewhere / "tok.json")  # another one, same name
+    monkeypatch.chdir(elsewhere)
+    ds = corpusprep.load(made_in / "out")
+    text = (made_in / "t.txt").read_text()
+    assert ds.tokenizer.decode(ds.train[:50]) == text[: len(ds.tokenizer.decode(ds.train[:50]))]
+    shutil.copy(hf_files["metaspace"], made_in / "tok.json")  # changed where it was
+    with pytest.raises(UserError, match="sha256"):
+        corpusprep.load(made_in / "out")

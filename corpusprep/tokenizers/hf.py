@@ -413,6 +413,14 @@ class HfTokenizer(Tokenizer):
                 itos[i] = text[len(prefix) :] if ok else tok.decode([i])
         return itos
 
+    def restore(self, description: dict[str, Any], folder: Optional[Path] = None) -> None:
+        """Rebuilt for a folder: only the very tokenizer.json it was made with will do."""
+        if description.get("sha256") != self.sha256:
+            raise UserError(
+                f"tokenizer.path={self.path}: not the tokenizer.json the folder was made with "
+                "(its sha256 differs from the manifest's); put that file back there"
+            )
+
     def describe(self) -> dict[str, Any]:
         tok = self._hf()
         special = {

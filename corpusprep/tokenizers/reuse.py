@@ -150,6 +150,8 @@ def _recorded(manifest: dict[str, Any], folder: Optional[Path] = None
     # is what restore() reads, so the original need not exist any more
     external = described.get("external") or []
     node = {**node, **dict.fromkeys(k for k in external if isinstance(k, str))}
+    if described.get("kind") == "hf" and isinstance(described.get("path"), str):
+        node["path"] = described["path"]  # resolved when it was made, not as typed
     if folder is not None and node.get("ranks_file"):
         # tiktoken reads the file at once: only one in the folder (or tiktoken's cache)
         # that is the one the folder was made with, never where a stranger's manifest says
