@@ -682,3 +682,21 @@ def test_corpusprep_imports_huggingface_hub_only_for_source_hf():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env={"PYTHONPATH": str(REPO), "PATH": ""})  # fmt: skip
     assert r.returncode == 0, r.stderr
+
+
+# an attack: a kept file list planted in a shared CORPUSPREP_CACHE_DIR, under a pinned
+# commit's key but naming another commit, made the run read that other commit's files
+def test_a_kept_list_of_another_commit_than_the_pinned_one_is_not_used(tmp_path):
+    import json
+
+    pinned, other = "a" * 40, "b" * 40
+    src = HfSource("own/ds", revision=pinned, cache_dir=str(tmp_path))
+    path = src.listing_path()
+    path.write_text(json.dumps({"sha": other, "files": ["train.txt"]}))
+    assert src._kept() is None
+    path.write_text(json.dumps({"sha": pinned, "files": ["train.txt"]}))
+    assert src._kept() == (pinned, ["train.txt"])
+    path.unlink()
+    os.mkfifo(path)  # a kept list is a regular file of a plausible size: never waited on
+    with pytest.raises(UserError, match="unreadable"):
+        src._kept()

@@ -38,6 +38,7 @@ from corpusprep.sources.url import default_cache_dir
 DATASET = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
 SHA = re.compile(r"[0-9a-f]{40}")
 INSTALL = "pip install 'corpusprep[hub]'"
+MAX_LISTING_BYTES = 64 << 20  # a kept file list: a million files' names
 # the Hub's Parquet conversion of a big dataset: only its first 5 GB, in a partial-* folder
 PARTIAL = re.compile(r"[^/]+/partial-[^/]+/[^/]+\.parquet")
 
@@ -152,17 +153,22 @@ class HfSource(Source):
         return info.sha, names
 
     def _kept(self) -> Optional[tuple[str, list[str]]]:
+        from corpusprep._paths import read_regular
+
         path = self.listing_path()
-        if not path.is_file():
+        if not os.path.lexists(path):
             return None
-        try:
-            kept = json.loads(path.read_text(encoding="utf-8"))
-            return str(kept["sha"]), [str(n) for n in kept["files"]]
+        try:  # the cache may be shared: a regular file of a plausible size, never waited on
+            kept = json.loads(read_regular(path, MAX_LISTING_BYTES))
+            sha, files = str(kept["sha"]), [str(n) for n in kept["files"]]
         except (OSError, ValueError, KeyError, TypeError):
             raise UserError(
                 f"{path}: the kept file list of {self.what} is unreadable; delete it to ask "
                 "the Hub again"
             ) from None
+        if SHA.fullmatch(self.revision) and sha != self.revision:  # not the pinned commit's
+            return None  # (planted in a shared cache): the Hub is asked, and it is replaced
+        return sha, files
 
     def _keep(self, path: Path, data: dict) -> None:
         part = None
