@@ -291,3 +291,28 @@ def test_a_shared_download_cache_keeps_files_others_can_read(tmp_path, cache_dir
     assert r.returncode == 0, r.stderr
     (cached,) = [p for p in cache_dir.iterdir() if not p.name.startswith(".")]
     assert cached.stat().st_mode & 0o777 == 0o644
+
+
+# an attack: the work folder's key can be worked out (the input's stat, the config, the
+# plan), so a folder planted under it, holding a part that links to a file elsewhere, had
+# the run write its ids into that file; a resume takes only a work folder of regular files
+def test_a_work_folder_holding_a_link_is_started_afresh(tmp_path):
+    from helpers import FAULTS, crash_after_documents, same_files
+
+    rows = [json.dumps({"text": f"doc {i} " + "words " * (i % 40)}) for i in range(400)]
+    (tmp_path / "d.jsonl").write_text("\n".join(rows) + "\n")
+    args = ["source=file", "source.path=d.jsonl", "tokenizer=tiktoken", "shard_bytes=4000",
+            "executor.workers=1", "quiet=true"]  # fmt: skip
+    assert run_cli(*args, "out_dir=ref", cwd=tmp_path).returncode == 0
+    args = crash_after_documents(args, tmp_path)
+    parts = sorted((tmp_path / "out").rglob("*.part"))
+    assert parts
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious victim data\n")
+    for part in parts:  # finished ones (read back on a resume) and the one cut short
+        part.unlink()
+        part.symlink_to(victim)
+    again = run_cli(*args, "out_dir=out", cwd=tmp_path, env=FAULTS)
+    assert again.returncode == 0, again.stderr
+    assert victim.read_text() == "precious victim data\n"
+    same_files(tmp_path / "ref", tmp_path / "out", ("train.bin", "val.bin"))
