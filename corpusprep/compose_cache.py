@@ -39,7 +39,7 @@ from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
-from corpusprep._paths import user_cache_dir
+from corpusprep._paths import open_regular_fd, user_cache_dir
 
 FORMAT = 1  # of an entry; an entry of another format is not read
 MAX_ENTRIES = 256  # the oldest beyond this are removed when one is written
@@ -83,7 +83,7 @@ def _entry_path(argv: list[str]) -> Path:
 def _read_own(path: Path) -> str:
     """The entry's text, if the file and its folder are this user's and nobody else's to
     write; else OSError."""
-    with open(path, encoding="utf-8") as f:
+    with os.fdopen(open_regular_fd(path), encoding="utf-8") as f:  # a FIFO: never waited on
         for st in (os.fstat(f.fileno()), os.stat(path.parent)):
             if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
                 raise PermissionError(f"{path}: another user may write it")

@@ -343,3 +343,15 @@ def test_interpolations_on_the_command_line_are_composed_each_time(
         manifest = json.loads((tmp_path / name / "manifest.json").read_text())
         assert manifest["name"].startswith(f"{name}_")
     assert not compose_dir.exists() or not any(compose_dir.iterdir())
+
+
+# an attack: a FIFO where the entry is (its key is the command line's) hung the run: the
+# entry was opened, blocking, before its owner was checked
+def test_a_fifo_for_an_entry_does_not_hang_the_run(tmp_path, shakespeare, compose_dir, settled):
+    args = ["source=file", f"source.path={shakespeare}", "quiet=true", "dry_run=true"]
+    assert run_cli(*args, cwd=tmp_path).returncode == 0
+    (entry,) = _entries(compose_dir)
+    entry.unlink()
+    os.mkfifo(entry)
+    r = run_cli(*args, cwd=tmp_path, timeout=60)
+    assert r.returncode == 0, r.stderr
