@@ -491,10 +491,12 @@ def merge_parts(run: Run) -> None:
     run.clock.lap("encode")
     for side in SIDES:
         if run.merged.tokens[side] == 0:
+            asked = (f"val_size={settings.val_size}" if settings.val_size is not None
+                     else f"split={settings.split}")  # fmt: skip
             raise UserError(
-                f"{run.name}: split={settings.split} by {run.split_by} leaves {side} empty "
-                f"({run.docs:,} documents); use more documents or "
-                "another split"
+                f"{run.name}: {asked} by {run.split_by} leaves {side} empty "
+                f"({run.docs:,} documents); use more documents or another "
+                f"{asked.split('=')[0]}"
             )
     warn_small(run.merged.tokens, settings, str(run.cfg.get("name")))
 

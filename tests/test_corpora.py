@@ -430,6 +430,12 @@ BAD = {  # lines of d.jsonl, extra overrides, what the one-line error must say
     "unknown format": ([A], ["source.format=csv"], ["source.format=csv"]),
     "eot with byte": ([A] * 9, ["tokenizer=byte", "eot=append"], ["eot=append", "no end-of-text"]),
     "all docs on one side": ([A, B], ["split_by=hash", "split=0.999999"], ["leaves val empty"]),
+    # the one val document is empty: val_size said so, not split (as the message had it)
+    "val_size's document empty": (
+        [A] * 20 + [b'{"text": ""}\n'] * 20,
+        ["split_by=document", "val_size=1", "seed=2"],
+        ["val_size=1 by document leaves val empty", "another val_size"],
+    ),
 }
 
 
