@@ -286,11 +286,14 @@ class OutputWriter:
                 if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
                     _remove_planted(folder, "its work folder")
                 folder.mkdir(exist_ok=True)
-            # a resume takes only regular files: a link planted under a key that can be
-            # worked out (the input's stat, the settings) would have parts written through it
-            if not all(entry.is_file(follow_symlinks=False) for entry in os.scandir(self._work)):
-                shutil.rmtree(self._work)  # removes links, never what they lead to
-                self._work.mkdir()
+            # a resume takes only regular files and folders (an executor's logs: slurm/): a
+            # link planted under a key that can be worked out (the input's stat, the
+            # settings) would have parts written through it, or read back as ids
+            for entry in os.scandir(self._work):
+                if not (
+                    entry.is_file(follow_symlinks=False) or entry.is_dir(follow_symlinks=False)
+                ):
+                    _remove(Path(entry.path))  # the link, never what it leads to
         return self._work
 
     def write_work_file(self, name: str, data: bytes) -> None:

@@ -295,8 +295,8 @@ def test_a_shared_download_cache_keeps_files_others_can_read(tmp_path, cache_dir
 
 # an attack: the work folder's key can be worked out (the input's stat, the config, the
 # plan), so a folder planted under it, holding a part that links to a file elsewhere, had
-# the run write its ids into that file; a resume takes only a work folder of regular files
-def test_a_work_folder_holding_a_link_is_started_afresh(tmp_path):
+# the run write its ids into that file; a resume removes every link there (not its target)
+def test_a_work_folder_holding_links_is_not_written_through(tmp_path):
     from helpers import FAULTS, crash_after_documents, same_files
 
     rows = [json.dumps({"text": f"doc {i} " + "words " * (i % 40)}) for i in range(400)]
@@ -316,3 +316,46 @@ def test_a_work_folder_holding_a_link_is_started_afresh(tmp_path):
     assert again.returncode == 0, again.stderr
     assert victim.read_text() == "precious victim data\n"
     same_files(tmp_path / "ref", tmp_path / "out", ("train.bin", "val.bin"))
+
+
+# a review: the first version of the above wiped a work folder holding a folder, which
+# Slurm's logs are (work/slurm/<job id>/): every Slurm resume started from nothing
+def test_a_work_folder_keeps_its_finished_shards_and_its_folders(tmp_path):
+    from helpers import FAULTS, crash_after_documents, same_files
+
+    rows = [json.dumps({"text": f"doc {i} " + "words " * (i % 40)}) for i in range(400)]
+    (tmp_path / "d.jsonl").write_text("\n".join(rows) + "\n")
+    args = ["source=file", "source.path=d.jsonl", "tokenizer=tiktoken", "shard_bytes=4000",
+            "executor.workers=1", "quiet=true"]  # fmt: skip
+    assert run_cli(*args, "out_dir=ref", cwd=tmp_path).returncode == 0
+    args = crash_after_documents(args, tmp_path)
+    (work,) = (tmp_path / "out" / ".corpusprep-work").iterdir()
+    (work / "slurm" / "1234").mkdir(parents=True)
+    (work / "slurm" / "1234" / "log.out").write_text("a job's log\n")
+    again = run_cli(*args, "out_dir=out", "quiet=false", cwd=tmp_path, env=FAULTS)
+    assert again.returncode == 0, again.stderr
+    assert "shards were done by an earlier run" in again.stderr
+    same_files(tmp_path / "ref", tmp_path / "out", ("train.bin", "val.bin"))
+
+
+# a review: a relative tokenizer.ranks_file was looked for where load() ran
+def test_a_folder_made_with_a_relative_ranks_file_loads_from_anywhere(
+    tmp_path, tiktoken_cache, monkeypatch
+):
+    import shutil
+
+    from helpers import compose
+
+    import corpusprep
+    from corpusprep.prepare import prepare
+
+    made_in, elsewhere = tmp_path / "made", tmp_path / "elsewhere"
+    made_in.mkdir(), elsewhere.mkdir()
+    shutil.copy(tiktoken_cache / "0ea1e91bbb3a60f729a8dc8f777fd2fc07cd8df4", made_in / "r.tiktoken")
+    (made_in / "t.txt").write_text(SMALL)
+    monkeypatch.chdir(made_in)
+    prepare(compose("source=file", "source.path=t.txt", "out_dir=out", "quiet=true",
+                    "tokenizer=tiktoken", "tokenizer.encoding=r50k_base",
+                    "tokenizer.ranks_file=r.tiktoken"))  # fmt: skip
+    monkeypatch.chdir(elsewhere)
+    assert corpusprep.load(made_in / "out").tokenizer.decode([464]) == "The"
