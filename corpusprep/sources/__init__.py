@@ -4,8 +4,9 @@ file of the same name in conf/source/. A source never tokenizes; formats read th
 
 from __future__ import annotations
 
+import errno
 import os
-import tempfile
+import secrets
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,12 +41,17 @@ class ReadOptions:
 def new_part(dest: Path) -> tuple[Path, BinaryIO]:
     """A new hidden file beside `dest` to write it in, then rename. The cache may be shared
     (CORPUSPREP_CACHE_DIR): a name a stranger can guess (the pid) lets them plant a symlink
-    there that the write would follow; mkstemp's name is random, and it never follows one."""
-    fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
-    mask = os.umask(0)  # mkstemp's file is the user's alone (0600): a shared cache's others
-    os.umask(mask)  # read it too, as with any file the user makes
-    os.fchmod(fd, 0o666 & ~mask)
-    return Path(name), os.fdopen(fd, "wb")
+    there that the write would follow. A random name, made exclusively (O_EXCL: never
+    through a link), with the umask's mode as any file the user writes (others sharing the
+    cache read it; mkstemp's would be 0600)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        path = dest.with_name(f".{dest.name}.{secrets.token_hex(8)}.part")
+        try:
+            return path, os.fdopen(os.open(path, flags, 0o666), "wb")
+        except FileExistsError:  # planted, or a 1 in 2**64 clash: another name
+            continue
+    raise FileExistsError(errno.EEXIST, "no free name for a partial download", str(dest))
 
 
 def check_mark(key: str, value: Any, *, one_line: bool) -> None:
