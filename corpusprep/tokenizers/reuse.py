@@ -150,11 +150,14 @@ def _recorded(manifest: dict[str, Any], folder: Optional[Path] = None
     # is what restore() reads, so the original need not exist any more
     external = described.get("external") or []
     node = {**node, **dict.fromkeys(k for k in external if isinstance(k, str))}
-    if described.get("kind") == "hf" and isinstance(described.get("path"), str):
-        node["path"] = described["path"]  # resolved when it was made, not as typed
+    # a file the tokenizer was made from: where it was when the folder was made (resolved
+    # then), not as typed (relative to wherever load or reuse runs)
+    for key in ("path", "ranks_file"):
+        if node.get(key) and isinstance(described.get(key), str):
+            node[key] = described[key]
     if folder is not None and node.get("ranks_file"):
-        # tiktoken reads the file at once: only one in the folder (or tiktoken's cache)
-        # that is the one the folder was made with, never where a stranger's manifest says
+        # tiktoken reads the file at once: its copy in the folder or the file named, and
+        # only the one the folder was made with (its sha256)
         from corpusprep.tokenizers.tiktoken import recorded_ranks_file
 
         sha256 = described.get("ranks_sha256")
