@@ -90,11 +90,13 @@ def open_regular_fd(path: str | Path) -> int:
 
 def read_regular(path: str | Path, limit: int) -> bytes:
     """A regular file's bytes, if it has at most `limit` of them (checked on the open file
-    before reading, and again as read: it may grow). OSError otherwise: ENOENT, EINVAL (not
-    a regular file), EFBIG (too big)."""
+    before reading). OSError otherwise: ENOENT, EINVAL (not a regular file), EFBIG (too big),
+    EAGAIN (it changed size while read: not whole)."""
     with os.fdopen(open_regular_fd(path), "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        data = f.read(size + 1) if size <= limit else b""  # read(n) allocates n at once
-    if max(size, len(data)) > limit:
-        raise OSError(errno.EFBIG, f"more than {limit:,} bytes", str(path))
+        if size > limit:
+            raise OSError(errno.EFBIG, f"more than {limit:,} bytes", str(path))
+        data = f.read(size + 1)  # read(n) allocates n at once; one more shows a growth
+    if len(data) != size:
+        raise OSError(errno.EAGAIN, "it changed while read", str(path))
     return data

@@ -359,3 +359,22 @@ def test_a_folder_made_with_a_relative_ranks_file_loads_from_anywhere(
                     "tokenizer.ranks_file=r.tiktoken"))  # fmt: skip
     monkeypatch.chdir(elsewhere)
     assert corpusprep.load(made_in / "out").tokenizer.decode([464]) == "The"
+
+
+# a review: the ranks file's sha256 was taken once, then each worker read the file again
+# unchecked; and a tokenizer rebuilt for a folder did not compare it with the manifest's
+def test_a_ranks_file_that_changes_after_it_was_checked_is_refused(tmp_path, tiktoken_cache):
+    import shutil
+
+    from corpusprep.errors import UserError
+    from corpusprep.tokenizers.tiktoken import TiktokenTokenizer
+
+    ranks = tmp_path / "r.tiktoken"
+    shutil.copy(tiktoken_cache / "0ea1e91bbb3a60f729a8dc8f777fd2fc07cd8df4", ranks)
+    tok = TiktokenTokenizer("r50k_base", ranks_file=str(ranks), backend="tiktoken")
+    with pytest.raises(UserError, match="sha256 differs"):
+        tok.restore({"ranks_sha256": "0" * 64})
+    tok.restore({"ranks_sha256": tok.ranks_sha256})
+    ranks.write_bytes(ranks.read_bytes()[:-40])  # as a worker would read it now
+    with pytest.raises(UserError, match="changed since the run began"):
+        tok._load_vocab()

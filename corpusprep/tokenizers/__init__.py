@@ -47,8 +47,8 @@ def read_kept(folder: Optional[Path], name: str, sha256: Optional[str]) -> bytes
     except FileNotFoundError:
         raise UserError(f"{path}: missing; prepare the folder again") from None
     except OSError as e:
-        raise UserError(f"{path}: not a regular file of at most {MAX_KEPT_BYTES:,} bytes "
-                        f"({e.strerror}); prepare the folder again") from None  # fmt: skip
+        limit = f"a tokenizer's file is a regular file of at most {MAX_KEPT_BYTES:,} bytes"
+        raise UserError(f"{path}: {e.strerror} ({limit}); prepare the folder again") from None
     if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
         raise UserError(f"{path}: not the file the manifest records (sha256 differs); "
                         "prepare the folder again")  # fmt: skip
@@ -238,6 +238,8 @@ def read_tokenizer_file(path: Path, key: str, limit: int, what: str) -> bytes:
     FIFO would block, a device never end) of at most `limit` bytes, checked on the open file
     before reading (_paths.read_regular). `key` names the setting ("tokenizer.path=x");
     `what`: what to give instead."""
+    import errno
+
     from corpusprep._paths import read_regular
     from corpusprep.errors import UserError
 
@@ -246,6 +248,8 @@ def read_tokenizer_file(path: Path, key: str, limit: int, what: str) -> bytes:
     except FileNotFoundError:
         raise UserError(f"{key}: no such file") from None
     except OSError as e:
-        raise UserError(
-            f"{key}: not a regular file of at most {limit >> 20} MB ({e.strerror}); give {what}"
-        ) from None
+        if e.errno in (errno.EINVAL, errno.EFBIG):
+            why = f"not a regular file of at most {limit >> 20} MB; give {what}"
+        else:
+            why = f"cannot be read ({e.strerror})"
+        raise UserError(f"{key}: {why}") from None

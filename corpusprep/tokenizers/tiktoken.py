@@ -135,10 +135,16 @@ def recorded_ranks_file(given: Any, folder: Path, sha256: Any) -> str:
     return str(chosen)
 
 
-def read_ranks(path: Path) -> dict[bytes, int]:
-    """A `.tiktoken` file: one "base64(token) rank" per line (tiktoken's own format)."""
+def read_ranks(path: Path, sha256: Optional[str] = None) -> dict[bytes, int]:
+    """A `.tiktoken` file: one "base64(token) rank" per line (tiktoken's own format); with
+    `sha256`, only the file that has it (the one checked when the tokenizer was made: each
+    worker reads it again)."""
+    data = read_ranks_file(path, str(path))
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+        raise UserError(f"tokenizer.ranks_file={path}: the file changed since the run began; "
+                        "run again once it is settled")  # fmt: skip
     ranks = {}
-    for number, line in enumerate(read_ranks_file(path, str(path)).splitlines(), 1):
+    for number, line in enumerate(data.splitlines(), 1):
         try:
             if line.strip():
                 token, rank = line.split()
@@ -258,6 +264,15 @@ class TiktokenTokenizer(Tokenizer):
     def _key(self) -> tuple:
         return (self.encoding, self.ranks_file, self.ranks_sha256)
 
+    def restore(self, description: dict[str, Any], folder: Optional[Path] = None) -> None:
+        """Rebuilt for a folder: only the very ranks file it was made with will do."""
+        recorded = description.get("ranks_sha256")
+        if self.ranks_file and recorded != self.ranks_sha256:
+            raise UserError(
+                f"tokenizer.ranks_file={self.ranks_file}: not the ranks file the folder was "
+                "made with (its sha256 differs from the manifest's); put that file back there"
+            )
+
     def _vocab(self) -> Vocabulary:
         """The ranks, pattern and special tokens, once per process."""
         return self._cached("vocabulary", self._load_vocab)
@@ -289,7 +304,7 @@ class TiktokenTokenizer(Tokenizer):
 
         if self.ranks_file:
             spec = base_spec(self.encoding)
-            ranks = read_ranks(Path(self.ranks_file))
+            ranks = read_ranks(Path(self.ranks_file), self.ranks_sha256)
             specials = {s: i for s, i in spec["special_tokens"].items() if i not in ranks.values()}
             name = f"{self.encoding}+{Path(self.ranks_file).name}"
             return Vocabulary(name, spec["pat_str"], ranks, specials)
