@@ -152,9 +152,10 @@ def _recorded(manifest: dict[str, Any], folder: Optional[Path] = None
     node = {**node, **dict.fromkeys(k for k in external if isinstance(k, str))}
     # a file the tokenizer was made from: where it was when the folder was made (resolved
     # then), not as typed (relative to wherever load or reuse runs)
-    for key in ("path", "ranks_file"):
-        if node.get(key) and isinstance(described.get(key), str):
-            node[key] = described[key]
+    for key in ("path", "ranks_file"):  # (as typed, if it is no longer there)
+        recorded = described.get(key)
+        if node.get(key) and isinstance(recorded, str) and os.path.exists(recorded):
+            node[key] = recorded
     if folder is not None and node.get("ranks_file"):
         # tiktoken reads the file at once: its copy in the folder or the file named, and
         # only the one the folder was made with (its sha256)
