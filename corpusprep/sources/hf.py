@@ -158,6 +158,8 @@ class HfSource(Source):
         path = self.listing_path()
         if not os.path.lexists(path):
             return None
+        if hasattr(os, "getuid") and os.lstat(path).st_uid != os.getuid():
+            return None  # another user's, in a shared cache: the Hub is asked (and it is kept)
         try:  # the cache may be shared: a regular file of a plausible size, never waited on
             kept = json.loads(read_regular(path, MAX_LISTING_BYTES))
             sha, files = str(kept["sha"]), [str(n) for n in kept["files"]]
