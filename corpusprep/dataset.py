@@ -462,7 +462,7 @@ _OWN = {"MEMOIZE": _MEMOIZE, "PUT": _PUT, "BINPUT": _BINPUT, "LONG_BINPUT": _LON
 # Each opcode counts what it makes at most (an item it adds, a reference: 32 bytes), more
 # for empty containers, and its text's or number's length more for its argument: a pickle
 # that would take more than MAX_META_COST is refused before it is unpickled (the biggest
-# meta.pkl corpusprep writes, every code point's char vocabulary, costs about 0.3 GB)
+# meta.pkl corpusprep writes, every code point's char vocabulary, costs about 0.2 GB)
 MAX_META_COST = 1 << 30
 _COST = [32] * 256
 _CONTAINERS = {"EMPTY_SET": 232, "FROZENSET": 232, "EMPTY_DICT": 80, "DICT": 80,
