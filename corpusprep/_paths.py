@@ -100,3 +100,13 @@ def read_regular(path: str | Path, limit: int) -> bytes:
     if len(data) != size:
         raise OSError(errno.EAGAIN, "it changed while read", str(path))
     return data
+
+
+# JSON of small objects takes far more memory than its bytes: "[{},{},...]" about 25 times
+MAX_JSON_COST = 2 << 30
+
+
+def json_cost(data: bytes) -> int:
+    """About the most memory json.loads(data) can take: each byte twice (the text, then what
+    it holds), and each object or list some 100 bytes more."""
+    return 2 * len(data) + 100 * (data.count(b"{") + data.count(b"["))

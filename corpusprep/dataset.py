@@ -39,7 +39,7 @@ from typing import Any, BinaryIO, NoReturn, Optional, Union
 
 import numpy as np
 
-from corpusprep._paths import open_regular_fd
+from corpusprep._paths import MAX_JSON_COST, json_cost, open_regular_fd
 from corpusprep.errors import UserError
 from corpusprep.exporters import DOC_INDEX, doc_index_name
 from corpusprep.tokenizers import Tokenizer
@@ -230,6 +230,9 @@ def read_json(path: Path, limit: int, fix: str = "prepare it again") -> Any:
     """A JSON file of a folder that may come from anyone: a regular file of at most `limit`
     bytes, parsed; or one line saying what is wrong with it."""
     data = read_bounded(path, limit, fix)
+    if json_cost(data) > MAX_JSON_COST:  # "[{},{},...]": 25 times its bytes
+        raise _damaged(path, f"JSON that would take more than {MAX_JSON_COST >> 30} GB of "
+                       "memory to read", fix)  # fmt: skip
     try:
         return json.loads(data)
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError

@@ -378,3 +378,22 @@ def test_a_ranks_file_that_changes_after_it_was_checked_is_refused(tmp_path, tik
     ranks.write_bytes(ranks.read_bytes()[:-40])  # as a worker would read it now
     with pytest.raises(UserError, match="changed since the run began"):
         tok._load_vocab()
+
+
+# a review: JSON of small objects takes some 25 times its bytes ("[{},{},...]"): a 1 GB
+# manifest.json, the size bound, could take 25 GB; and a deeply nested one was a
+# RecursionError traceback in the up-to-date check
+@pytest.mark.parametrize("bomb", ["objects", "nested"])
+def test_a_manifest_made_to_fill_memory_is_not_read(made, tmp_path, bomb):
+    import corpusprep
+    from corpusprep.errors import UserError
+
+    out, args = made
+    text = "[" + "{}," * (22 << 20) + "{}]" if bomb == "objects" else "[" * 100_000
+    (out / "manifest.json").write_text(text)
+    with pytest.raises(UserError, match="memory" if bomb == "objects" else "not valid JSON"):
+        corpusprep.load(out)
+    r = run_cli(*args, cwd=tmp_path)  # not a finished run: done again
+    assert r.returncode == 0, r.stderr
+    assert "up to date" not in r.stdout and "Traceback" not in r.stderr
+    assert json.loads((out / "manifest.json").read_text())["tokens"]
