@@ -1003,10 +1003,16 @@ def _removed(path: str) -> UserError:
 
 
 def _recorded_inputs(work: Path) -> Optional[dict[str, Any]]:
-    try:
-        return json.loads((work / INPUTS).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    """What a resume must find again (_inputs_record), if the work folder holds it whole."""
+    from corpusprep._paths import read_regular
+
+    try:  # a few hundred bytes an input: a bigger or nested file is not one we wrote
+        return json.loads(read_regular(work / INPUTS, MAX_INPUTS_RECORD_BYTES))
+    except (OSError, ValueError, RecursionError):
         return None
+
+
+MAX_INPUTS_RECORD_BYTES = 256 << 20
 
 
 def _space_needed(run: Run, tokens: Optional[int] = None) -> int:

@@ -463,7 +463,7 @@ def recover(folder: Path) -> bool:
         obsolete = [str(n) for n in journal["obsolete"]]
     except FileNotFoundError:
         return False
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         _remove(path)  # not ours, or unreadable: nothing to finish
         return False
     # only our own temporary files, renamed to plain names in this folder, where nothing

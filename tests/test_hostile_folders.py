@@ -397,3 +397,26 @@ def test_a_manifest_made_to_fill_memory_is_not_read(made, tmp_path, bomb):
     assert r.returncode == 0, r.stderr
     assert "up to date" not in r.stdout and "Traceback" not in r.stderr
     assert json.loads((out / "manifest.json").read_text())["tokens"]
+
+
+@pytest.mark.parametrize("name", [".corpusprep-commit.json", "inputs.json"])
+def test_a_deeply_nested_journal_or_inputs_record_is_not_ours(made, tmp_path, name):
+    from helpers import FAULTS, crash_after_documents
+
+    if name == ".corpusprep-commit.json":
+        out, args = made
+        (out / name).write_text("[" * 100_000)
+        r = run_cli(*args, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert not (out / name).exists()
+        return
+    rows = [json.dumps({"text": f"doc {i} " + "words " * (i % 40)}) for i in range(400)]
+    (tmp_path / "d.jsonl").write_text("\n".join(rows) + "\n")
+    args = ["source=file", "source.path=d.jsonl", "tokenizer=tiktoken", "shard_bytes=4000",
+            "executor.workers=1", "quiet=true"]  # fmt: skip
+    args = crash_after_documents(args, tmp_path)
+    (record,) = (tmp_path / "out").rglob(name)
+    record.write_text("[" * 100_000)
+    r = run_cli(*args, "out_dir=out", cwd=tmp_path, env=FAULTS)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
