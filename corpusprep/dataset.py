@@ -39,7 +39,7 @@ from typing import Any, BinaryIO, NoReturn, Optional, Union
 
 import numpy as np
 
-from corpusprep._paths import MAX_JSON_COST, json_cost, open_regular_fd
+from corpusprep._paths import MAX_JSON_COST, json_cost, open_regular_fd, read_regular
 from corpusprep.errors import UserError
 from corpusprep.exporters import DOC_INDEX, doc_index_name
 from corpusprep.tokenizers import Tokenizer
@@ -216,14 +216,16 @@ def _path(folder: Path, name: str, key: str) -> Path:
 
 
 def read_bounded(path: Path, limit: int, fix: str = "prepare it again") -> bytes:
-    """A regular file's bytes, if it has at most `limit` of them (checked before reading)."""
-    with open_regular(path, fix) as f:
-        size = os.fstat(f.fileno()).st_size
-        data = f.read(size + 1) if size <= limit else b""  # read(n) allocates n at once
-    if max(size, len(data)) > limit:
-        raise _damaged(path, f"{max(size, len(data)):,} bytes, more than the "
-                       f"{limit >> 20:,} MB such a file may have", fix)  # fmt: skip
-    return data
+    """A regular file's bytes, if it has at most `limit` of them (_paths.read_regular), or
+    one line saying why not."""
+    try:
+        return read_regular(path, limit)
+    except FileNotFoundError:
+        raise _damaged(path, "missing", fix) from None
+    except OSError as e:
+        too_big = f"more than the {limit >> 20:,} MB such a file may have"
+        detail = {errno.EINVAL: NOT_REGULAR, errno.EFBIG: too_big}
+        raise _damaged(path, detail.get(e.errno, f"cannot be read ({e.strerror})"), fix) from None
 
 
 def read_json(path: Path, limit: int, fix: str = "prepare it again") -> Any:
@@ -425,10 +427,10 @@ def read_meta(path: Path) -> dict[str, Any]:
     not just make (nanoGPT's train.py and sample.py read ours with pickle.load).
 
     Its memory is bounded too. The biggest meta.pkl corpusprep writes, a char vocabulary of
-    every Unicode character, is 24 MB; MAX_META_BYTES leaves room for big vocabularies,
-    and plain values take at most about 15 times their pickle in memory (1 GB). A pickle
-    can ask for more than its size (a memo slot numbered 2**31 in 9 bytes): its opcodes
-    are looked at first, without running any (_check_plain)."""
+    every Unicode character, is 24 MB; MAX_META_BYTES leaves room for big vocabularies.
+    A pickle can ask for far more than its size (a memo slot numbered 2**31 in 9 bytes, a
+    216-byte set in 1): its opcodes are looked at first, without running any, and what
+    its values would cost is added up (_check_plain, MAX_META_COST)."""
     data = read_bounded(path, MAX_META_BYTES)
     try:
         _check_plain(data, path)

@@ -911,15 +911,11 @@ def _max_id(run: Run, made: dict[str, Any]) -> Optional[int]:
 
 def _read_manifest(folder: Path) -> Optional[dict[str, Any]]:
     """The manifest.json an earlier run left in `folder`, if it is there and readable."""
-    from corpusprep._paths import MAX_JSON_COST, json_cost, read_regular
-    from corpusprep.dataset import MAX_MANIFEST_BYTES
+    from corpusprep.dataset import MAX_MANIFEST_BYTES, read_json
 
-    try:  # a regular file of a plausible size: a FIFO there would block, /dev/zero never end
-        data = read_regular(folder / "manifest.json", MAX_MANIFEST_BYTES)
-        if json_cost(data) > MAX_JSON_COST:  # JSON made to fill memory: not a finished run
-            return None
-        manifest = json.loads(data)
-    except (OSError, ValueError, RecursionError):
+    try:  # bounded, a regular file: a FIFO there would block, /dev/zero never end
+        manifest = read_json(folder / "manifest.json", MAX_MANIFEST_BYTES)
+    except UserError:  # missing, damaged, made to fill memory: not a finished run
         return None
     return (
         manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
