@@ -492,50 +492,45 @@ def test_a_parquet_text_longer_than_max_uncut_bytes_is_one_line(tmp_path):
         assert not (tmp_path / "out").exists()
 
 
-def test_a_parquet_row_group_that_must_hold_a_too_long_text_is_not_decompressed(tmp_path):
+def _refused_unread(path, monkeypatch) -> None:
+    """The Parquet file's one row group is refused by its footer (its text is longer than
+    source.max_uncut_bytes=1000000): no batch of it is read."""
+    import pyarrow.parquet as pq
+
+    from corpusprep.formats import InputFile, Segment
+    from corpusprep.formats.parquet import FORMAT
+
+    file = InputFile(path=str(path), format="parquet", compression="none",
+                     size=path.stat().st_size, max_uncut_bytes=1_000_000)  # fmt: skip
+    read = []
+    real = pq.ParquetFile.iter_batches
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches",
+                        lambda self, *a, **k: read.append(k) or real(self, *a, **k))  # fmt: skip
+    with pytest.raises(UserError, match=r"row 0: .*source.max_uncut_bytes=1000000"):
+        list(FORMAT.parts(Segment(file, 0, 1, file.size)))
+    assert read == []
+
+
+def test_a_parquet_row_group_that_must_hold_a_too_long_text_is_not_decompressed(
+    tmp_path, monkeypatch
+):
     """Its text column's size, from the footer, divided by its rows is more than the limit:
     one text at least is, so the group is refused before any of it is read."""
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    from corpusprep.formats import InputFile, Segment
-    from corpusprep.formats.parquet import FORMAT
-
     path = tmp_path / "bomb.parquet"
     pq.write_table(pa.table({"text": ["x" * 3_000_000]}), path, compression="zstd")
-    file = InputFile(path=str(path), format="parquet", compression="none",
-                     size=path.stat().st_size, max_uncut_bytes=1_000_000)  # fmt: skip
-    read = []
-    real = pq.ParquetFile.iter_batches
-    pq.ParquetFile.iter_batches = lambda self, *a, **k: read.append(k) or real(self, *a, **k)
-    try:
-        with pytest.raises(UserError, match=r"row 0: .*source.max_uncut_bytes=1000000"):
-            list(FORMAT.parts(Segment(file, 0, 1, file.size)))
-    finally:
-        pq.ParquetFile.iter_batches = real
-    assert read == []
+    _refused_unread(path, monkeypatch)
 
 
-def test_a_parquet_text_after_a_struct_column_is_measured_by_its_own_column(tmp_path):
+def test_a_parquet_text_after_a_struct_column_is_measured_by_its_own_column(tmp_path, monkeypatch):
     """A row group's footer counts leaf columns: a struct before the text (dolma's metadata)
     is several, so the text's size is found by its path, not its place among the fields."""
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    from corpusprep.formats import InputFile, Segment
-    from corpusprep.formats.parquet import FORMAT
-
     path = tmp_path / "nested.parquet"
     table = pa.table({"meta": pa.array([{"a": 1, "b": "small"}]), "text": ["x" * 3_000_000]})
     pq.write_table(table, path, compression="zstd")
-    file = InputFile(path=str(path), format="parquet", compression="none",
-                     size=path.stat().st_size, max_uncut_bytes=1_000_000)  # fmt: skip
-    read = []
-    real = pq.ParquetFile.iter_batches
-    pq.ParquetFile.iter_batches = lambda self, *a, **k: read.append(k) or real(self, *a, **k)
-    try:
-        with pytest.raises(UserError, match=r"row 0: .*source.max_uncut_bytes=1000000"):
-            list(FORMAT.parts(Segment(file, 0, 1, file.size)))
-    finally:
-        pq.ParquetFile.iter_batches = real
-    assert read == []
+    _refused_unread(path, monkeypatch)

@@ -293,18 +293,28 @@ def test_a_shared_download_cache_keeps_files_others_can_read(tmp_path, cache_dir
     assert cached.stat().st_mode & 0o777 == 0o644
 
 
-# an attack: the work folder's key can be worked out (the input's stat, the config, the
-# plan), so a folder planted under it, holding a part that links to a file elsewhere, had
-# the run write its ids into that file; a resume removes every link there (not its target)
-def test_a_work_folder_holding_links_is_not_written_through(tmp_path):
-    from helpers import FAULTS, crash_after_documents, same_files
+def _crashed(tmp_path: Path, reference: bool = False) -> list[str]:
+    """400 documents in several shards, a run into out_dir=out killed halfway (its finished
+    shards left in the work folder), and `ref` made whole if asked; returns the arguments
+    that resume it."""
+    from helpers import crash_after_documents
 
     rows = [json.dumps({"text": f"doc {i} " + "words " * (i % 40)}) for i in range(400)]
     (tmp_path / "d.jsonl").write_text("\n".join(rows) + "\n")
     args = ["source=file", "source.path=d.jsonl", "tokenizer=tiktoken", "shard_bytes=4000",
             "executor.workers=1", "quiet=true"]  # fmt: skip
-    assert run_cli(*args, "out_dir=ref", cwd=tmp_path).returncode == 0
-    args = crash_after_documents(args, tmp_path)
+    if reference:
+        assert run_cli(*args, "out_dir=ref", cwd=tmp_path).returncode == 0
+    return crash_after_documents(args, tmp_path)
+
+
+# an attack: the work folder's key can be worked out (the input's stat, the config, the
+# plan), so a folder planted under it, holding a part that links to a file elsewhere, had
+# the run write its ids into that file; a resume removes every link there (not its target)
+def test_a_work_folder_holding_links_is_not_written_through(tmp_path):
+    from helpers import FAULTS, same_files
+
+    args = _crashed(tmp_path, reference=True)
     parts = sorted((tmp_path / "out").rglob("*.part"))
     assert parts
     victim = tmp_path / "victim.txt"
@@ -321,14 +331,9 @@ def test_a_work_folder_holding_links_is_not_written_through(tmp_path):
 # a review: the first version of the above wiped a work folder holding a folder, which
 # Slurm's logs are (work/slurm/<job id>/): every Slurm resume started from nothing
 def test_a_work_folder_keeps_its_finished_shards_and_its_folders(tmp_path):
-    from helpers import FAULTS, crash_after_documents, same_files
+    from helpers import FAULTS, same_files
 
-    rows = [json.dumps({"text": f"doc {i} " + "words " * (i % 40)}) for i in range(400)]
-    (tmp_path / "d.jsonl").write_text("\n".join(rows) + "\n")
-    args = ["source=file", "source.path=d.jsonl", "tokenizer=tiktoken", "shard_bytes=4000",
-            "executor.workers=1", "quiet=true"]  # fmt: skip
-    assert run_cli(*args, "out_dir=ref", cwd=tmp_path).returncode == 0
-    args = crash_after_documents(args, tmp_path)
+    args = _crashed(tmp_path, reference=True)
     (work,) = (tmp_path / "out" / ".corpusprep-work").iterdir()
     (work / "slurm" / "1234").mkdir(parents=True)
     (work / "slurm" / "1234" / "log.out").write_text("a job's log\n")
@@ -401,7 +406,7 @@ def test_a_manifest_made_to_fill_memory_is_not_read(made, tmp_path, bomb):
 
 @pytest.mark.parametrize("name", [".corpusprep-commit.json", "inputs.json"])
 def test_a_deeply_nested_journal_or_inputs_record_is_not_ours(made, tmp_path, name):
-    from helpers import FAULTS, crash_after_documents
+    from helpers import FAULTS
 
     if name == ".corpusprep-commit.json":
         out, args = made
@@ -410,11 +415,7 @@ def test_a_deeply_nested_journal_or_inputs_record_is_not_ours(made, tmp_path, na
         assert r.returncode == 0, r.stderr
         assert not (out / name).exists()
         return
-    rows = [json.dumps({"text": f"doc {i} " + "words " * (i % 40)}) for i in range(400)]
-    (tmp_path / "d.jsonl").write_text("\n".join(rows) + "\n")
-    args = ["source=file", "source.path=d.jsonl", "tokenizer=tiktoken", "shard_bytes=4000",
-            "executor.workers=1", "quiet=true"]  # fmt: skip
-    args = crash_after_documents(args, tmp_path)
+    args = _crashed(tmp_path)
     (record,) = (tmp_path / "out").rglob(name)
     record.write_text("[" * 100_000)
     r = run_cli(*args, "out_dir=out", cwd=tmp_path, env=FAULTS)
