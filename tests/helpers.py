@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import locale
 import os
@@ -186,6 +187,23 @@ def compose(*overrides: str):
     )
     with init:
         return hydra_compose(config_name="config", overrides=list(overrides))
+
+
+@contextlib.contextmanager
+def without_kept_copies(monkeypatch):
+    """Tokenizers as they were before they kept a copy: a file given to tokenizer=hf or a tiktoken
+    ranks_file is not kept in out_dir (files() is empty, describe() names no copy). For
+    tests of the folders those runs made, which read the file where it was."""
+    from corpusprep.tokenizers.hf import HfTokenizer
+    from corpusprep.tokenizers.tiktoken import TiktokenTokenizer
+
+    with monkeypatch.context() as old:
+        for cls in (HfTokenizer, TiktokenTokenizer):
+            describe = cls.describe
+            old.setattr(cls, "files", lambda self: {})
+            old.setattr(cls, "describe", lambda self, d=describe: {
+                k: v for k, v in d(self).items() if k != "file"})  # fmt: skip
+        yield
 
 
 def same_files(a: Path, b: Path, names=("train.bin", "val.bin", "meta.pkl")) -> None:

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 import pytest
-from helpers import REPO, compose
+from helpers import REPO, compose, without_kept_copies
 
 import corpusprep
 from corpusprep import inspect as cp_inspect
@@ -530,8 +530,10 @@ def test_a_ranks_file_given_by_the_user_has_a_bound_too(tmp_path):
 
 
 def test_folders_made_with_a_ranks_file_load_from_the_cache_or_their_own_copy(
-    tmp_path, tiktoken_cache
+    tmp_path, tiktoken_cache, monkeypatch
 ):
+    """Folders made before corpusprep kept the ranks file in them: read where it was
+    (tests/test_standalone_folders.py has the folders made since)."""
     from corpusprep.tokenizers.reuse import ReusedTokenizer
 
     cached = tiktoken_cache / "0ea1e91bbb3a60f729a8dc8f777fd2fc07cd8df4"  # r50k_base
@@ -539,10 +541,11 @@ def test_folders_made_with_a_ranks_file_load_from_the_cache_or_their_own_copy(
     mine = tmp_path / "mine.tiktoken"
     shutil.copy(cached, mine)
     for name, ranks in (("cached", cached), ("mine", mine)):
-        prepare(compose("source=file", f"source.path={tmp_path / 't.txt'}", "quiet=true",
-                        f"out_dir={tmp_path / name}", "tokenizer=tiktoken",
-                        "tokenizer.encoding=r50k_base",
-                        f"tokenizer.ranks_file={ranks}"))  # fmt: skip
+        with without_kept_copies(monkeypatch):
+            prepare(compose("source=file", f"source.path={tmp_path / 't.txt'}", "quiet=true",
+                            f"out_dir={tmp_path / name}", "tokenizer=tiktoken",
+                            "tokenizer.encoding=r50k_base",
+                            f"tokenizer.ranks_file={ranks}"))  # fmt: skip
     # the file the folder was made with, where it was: the folder loads as it is
     assert corpusprep.load(tmp_path / "cached").tokenizer.decode([464]) == "The"
     assert corpusprep.load(tmp_path / "mine").tokenizer.decode([464]) == "The"

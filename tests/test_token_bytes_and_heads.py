@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import compose
+from helpers import compose, without_kept_copies
 
 from corpusprep.prepare import prepare
 
@@ -485,7 +485,8 @@ def test_an_hf_folder_rebuilds_its_own_tokenizer_or_says_it_cannot(
     shutil.copy(hf_files["bytelevel"], made_in / "tok.json")
     (made_in / "t.txt").write_text("\n\n".join(shakespeare_docs(shakespeare, 20_000)))
     monkeypatch.chdir(made_in)
-    run(made_in / "t.txt", made_in / "out", "tokenizer=hf", "tokenizer.path=tok.json")
+    with without_kept_copies(monkeypatch):  # an older folder: the file is read where it was
+        run(made_in / "t.txt", made_in / "out", "tokenizer=hf", "tokenizer.path=tok.json")
     shutil.copy(hf_files["metaspace"], elsewhere / "tok.json")  # another one, same name
     monkeypatch.chdir(elsewhere)
     ds = corpusprep.load(made_in / "out")

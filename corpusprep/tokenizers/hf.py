@@ -54,6 +54,7 @@ _lock = threading.Lock()
 # a tokenizer.json bigger than this is not one (Llama 3's is 9 MB, Gemma's 33 MB): a folder's
 # manifest may name any file, read whole
 MAX_JSON_BYTES = 256 << 20
+KEPT = "tokenizer.json"  # the given file's copy in out_dir
 _cache: dict[tuple[str, str], Any] = {}  # (path, sha256) -> tokenizers.Tokenizer, per process
 
 # A token the ByteFallback decoder turns into its byte, as the library reads it: 6 bytes,
@@ -413,6 +414,16 @@ class HfTokenizer(Tokenizer):
                 itos[i] = text[len(prefix) :] if ok else tok.decode([i])
         return itos
 
+    def files(self) -> dict[str, bytes]:
+        """The tokenizer.json, kept beside the ids (KEPT): the folder then loads where its
+        original's path means nothing."""
+        data = read_tokenizer_file(Path(self.path), f"tokenizer.path={self.path}",
+                                   MAX_JSON_BYTES, "a tokenizer.json")  # fmt: skip
+        if hashlib.sha256(data).hexdigest() != self.sha256:
+            raise UserError(f"tokenizer.path={self.path}: the file changed during the run; "
+                            "run again once it is settled")  # fmt: skip
+        return {KEPT: data}
+
     def restore(self, description: dict[str, Any], folder: Optional[Path] = None) -> None:
         """Rebuilt for a folder: only the very tokenizer.json it was made with will do."""
         if description.get("sha256") != self.sha256:
@@ -430,6 +441,7 @@ class HfTokenizer(Tokenizer):
             "kind": "hf",
             "path": self.path,
             "sha256": self.sha256,
+            "file": KEPT,
             "eot": self.eot,
             "eot_id": self.eot_id,
             "vocab_size": self.vocab_size,

@@ -137,6 +137,10 @@ class ReusedTokenizer(Tokenizer):
                 "reused": self.inner.describe()}  # fmt: skip
 
 
+# the files tokenizers keep in a folder (bpe, sentencepiece, hf, a tiktoken ranks file)
+KEPT_NAMES = ("tokenizer.tiktoken", "tokenizer.model", "tokenizer.json")
+
+
 def _recorded(manifest: dict[str, Any], folder: Optional[Path] = None
               ) -> tuple[dict[str, Any], dict[str, Any]]:  # fmt: skip
     """The tokenizer's config node and description in `folder`'s manifest; through any
@@ -156,6 +160,15 @@ def _recorded(manifest: dict[str, Any], folder: Optional[Path] = None
         recorded = described.get(key)
         if node.get(key) and isinstance(recorded, str) and os.path.exists(recorded):
             node[key] = recorded
+    kept = described.get("file")  # the tokenizer's file, which the folder keeps
+    if folder is not None and isinstance(kept, str):
+        if kept not in KEPT_NAMES:
+            raise TypeError("not a tokenizer record")
+        if not os.path.lexists(folder / kept):
+            raise UserError(f"{folder / kept}: missing, but the manifest says the folder keeps "
+                            "its tokenizer there; prepare the folder again")  # fmt: skip
+        if described.get("kind") == "hf" and node.get("path"):
+            node["path"] = str(folder / kept)  # restore() checks it against the sha256
     if folder is not None and node.get("ranks_file"):
         # tiktoken reads the file at once: its copy in the folder or the file named, and
         # only the one the folder was made with (its sha256)

@@ -115,10 +115,16 @@ def read_ranks_file(path: Path, given: str) -> bytes:
     return read_tokenizer_file(path, f"tokenizer.ranks_file={given}", MAX_RANKS_BYTES, what)
 
 
+# a ranks file the run was given is kept in out_dir under this name (as tokenizer=bpe keeps
+# the one it trains): the folder then loads where that file's path means nothing
+KEPT = "tokenizer.tiktoken"
+
+
 def recorded_ranks_file(given: Any, folder: Path, sha256: Any) -> str:
-    """The ranks file a folder's manifest names (config.tokenizer.ranks_file): a copy of
-    that name in the folder if there is one, else the file named. The folder may come from
-    anyone and name any file on this machine: it is read only as a regular file of a
+    """The ranks file a folder's manifest names (config.tokenizer.ranks_file): the copy
+    the folder keeps (KEPT; or one of the file's own name, put there by hand for a folder
+    made before corpusprep kept it) if there is one, else the file named. The folder may come
+    from anyone and name any file on this machine: it is read only as a regular file of a
     plausible size, and used only if it is the one the folder was made with (the sha256
     its manifest records), so nothing of another file is ever taken in."""
     manifest = folder / "manifest.json"
@@ -126,8 +132,8 @@ def recorded_ranks_file(given: Any, folder: Path, sha256: Any) -> str:
         raise UserError(f"{manifest}: tokenizer.ranks_file or its sha256 (tokenizer."
                         "ranks_sha256) is not recorded; prepare it again")  # fmt: skip
     path = Path(given).expanduser()
-    copy = folder / path.name
-    chosen = copy if path.name not in ("", ".", "..") and os.path.lexists(copy) else path
+    copies = [folder / KEPT] + ([folder / path.name] if path.name not in ("", ".", "..") else [])
+    chosen = next((copy for copy in copies if os.path.lexists(copy)), path)
     data = read_ranks_file(chosen, str(chosen))
     if hashlib.sha256(data).hexdigest() != sha256:
         raise UserError(f"{chosen}: not the ranks file {folder} was made with (its sha256 "
@@ -272,6 +278,16 @@ class TiktokenTokenizer(Tokenizer):
                 f"tokenizer.ranks_file={self.ranks_file}: not the ranks file the folder was "
                 "made with (its sha256 differs from the manifest's); put that file back there"
             )
+
+    def files(self) -> dict[str, bytes]:
+        """A ranks file the run was given, kept beside the ids (KEPT)."""
+        if not self.ranks_file:
+            return {}  # a named encoding: tiktoken's own, found by name anywhere
+        data = read_ranks_file(Path(self.ranks_file), self.ranks_file)
+        if hashlib.sha256(data).hexdigest() != self.ranks_sha256:
+            raise UserError(f"tokenizer.ranks_file={self.ranks_file}: the file changed since "
+                            "the run began; run again once it is settled")  # fmt: skip
+        return {KEPT: data}
 
     def _vocab(self) -> Vocabulary:
         """The ranks, pattern and special tokens, once per process."""
@@ -447,7 +463,7 @@ class TiktokenTokenizer(Tokenizer):
         out: dict[str, Any] = {"kind": "tiktoken", "encoding": self.encoding}
         out["backend"] = self.backend  # as resolved (never auto): the ids are the same from each
         if self.ranks_file:
-            out.update(ranks_file=self.ranks_file, ranks_sha256=self.ranks_sha256)
+            out.update(ranks_file=self.ranks_file, ranks_sha256=self.ranks_sha256, file=KEPT)
         out.update(
             vocab_size=enc.n_vocab,
             eot_id=enc._special_tokens.get("<|endoftext|>"),
