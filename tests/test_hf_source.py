@@ -704,3 +704,36 @@ def test_a_kept_list_of_another_commit_than_the_pinned_one_is_not_used(tmp_path)
     os.mkfifo(path)  # a kept list is a regular file of a plausible size: never waited on
     with pytest.raises(UserError, match="unreadable"):
         src._kept()
+
+
+# --- JSON data files that are not one object per "\n" line -----------------------------------
+
+# datasets' json builder reads a file whose first byte is "[" as one array (of objects, or
+# of strings: each string a "text"), and any other as a stream of objects, whatever the
+# whitespace between them (pyarrow's reader): one per line, several on a line, or lines
+# ended by a lone "\r"
+JSON_DOCS = [f"<doc {i}: the cat sat\non the mat>\n" for i in range(30)]
+JSON_FORMS = {
+    "array of objects": ("data/train.json", json.dumps([{"text": t} for t in JSON_DOCS], indent=1)),
+    "array of strings": ("data/train.json", json.dumps(JSON_DOCS)),
+    "lines ended by CR": ("data/train.jsonl", "".join(json.dumps({"text": t}) + "\r" for t in JSON_DOCS)),
+    "two objects on a line": ("data/train.jsonl", "".join(json.dumps({"text": t}) + " \n"[i % 2] for i, t in enumerate(JSON_DOCS))),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("form", sorted(JSON_FORMS))
+def test_json_files_read_as_datasets_reads_them(form, hub, tmp_path):
+    pytest.importorskip("datasets")
+    path, body = JSON_FORMS[form]
+    readme = f"configs:\n- config_name: default\n  data_files:\n  - split: train\n    path: {path}"
+    files = {"README.md": card(readme).encode(), path: body.encode()}
+    hub.push("test/jsonforms", files)
+    repo = tmp_path / "jsonforms"
+    for name, data in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_bytes(data)
+    theirs = load_dataset_texts(repo, None, "train", tmp_path / "datasets_home")
+    assert theirs == "".join(JSON_DOCS).encode()
+    r = hf_cli(tmp_path, hub, "test/jsonforms", "out_dir=out")
+    assert r.returncode == 0, r.stderr
+    assert corpus(tmp_path / "out") == theirs

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,122 @@ def test_a_line_nested_too_deeply_is_one_line(tmp_path):
         f"corpusprep: error: {path}:2: JSON nested too deeply to read; fix or remove the line"
     ], proc.stderr
     assert not (out / "train.bin").exists()
+
+
+# --- what datasets' json builder reads beyond one object per line ----------------------------
+# (tests/test_hf_source.py compares these forms with datasets.load_dataset itself)
+
+
+def _parts(path: Path, compression: str = "none", **kwargs) -> list:
+    """The texts the reader gives for the whole file, or its error's one line."""
+    file = InputFile(str(path), "jsonl", compression, size=path.stat().st_size, **kwargs)
+    segments = jsonl.FORMAT.plan(file, 1 << 30, None)
+    out: list = []
+    try:
+        for start, end, nbytes in segments:
+            for part in jsonl.FORMAT.parts(Segment(file, start, end, nbytes)):
+                out.append("SKIPPED" if part is SKIPPED else "".join(part.pieces))
+    except UserError as e:
+        out.append(f"UserError: {e}")
+    return out
+
+
+DOCS = ["plain", "", "two\nlines", "é日😀", " \t", '"quoted" \\ back', "x" * 5000, "[not json]"]
+
+
+@pytest.mark.parametrize("block", [1, 7, 1 << 20])
+@pytest.mark.parametrize("indent", [None, 0, 2])
+def test_a_json_array_reads_element_by_element(tmp_path, monkeypatch, block, indent):
+    """Objects and strings, at every place a block can end (a number split across two
+    blocks included); one segment however small the shards, never cut."""
+    monkeypatch.setattr(jsonl, "ARRAY_BLOCK", block)
+    values = [{"text": d, "n": 12345678901234567890, "f": -1.5e-7} for d in DOCS] + DOCS
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps(values, indent=indent, ensure_ascii=False) + "\n\r\n ")
+    assert _parts(path) == DOCS + DOCS
+    file = InputFile(str(path), "jsonl", size=path.stat().st_size)
+    assert len(jsonl.FORMAT.plan(file, 64, None)) == 1
+
+
+def test_a_compressed_json_array_and_an_empty_one(tmp_path):
+    import gzip
+
+    path = tmp_path / "a.json.gz"
+    path.write_bytes(gzip.compress(json.dumps([{"meta": {"body": d}} for d in DOCS]).encode()))
+    assert _parts(path, "gzip", text_field="meta.body") == DOCS
+    (tmp_path / "e.json").write_text("[ \n]")
+    assert _parts(tmp_path / "e.json") == []
+
+
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ('[{"text": "a"},]', "element 2 of its JSON array: not valid JSON (Expecting value)"),
+        ('[{"text": "a"} {"text": "b"}]', "element 1 of its JSON array: ',' expected, not '{'"),
+        ('[{"text": "a"}] {"text": "b"}', "text after the array's end"),
+        ('[{"text": "a"}', "element 1 of its JSON array: ',' expected, not 'the end of the file'"),
+        ('[{"text": "a"}, {"text": "b', "element 2 of its JSON array: not valid JSON"),
+        ('[{"text": "a"}, 3]', "element 2 of its JSON array: no field 'text' (found int)"),
+        ('[{"body": "a"}]', "element 1 of its JSON array: no field 'text' (found ['body'])"),
+        ('[{"text": ["a"]}]', "'text' is list, not a string"),
+        ('[{"text": "\\ud800"}]', "element 1 of its JSON array: the text holds a lone surrogate"),
+        ('[{"x": ' + "[" * 100_000 + "]" * 100_000 + "}]", "element 1 of its JSON array: nested"),
+    ],
+)  # fmt: skip
+def test_a_bad_json_array_is_one_line_naming_the_element(tmp_path, body, fragment):
+    path = tmp_path / "bad.json"
+    path.write_text(body)
+    out = _parts(path)
+    assert out[-1].startswith("UserError: ") and fragment in out[-1], out[-1]
+    assert "\n" not in out[-1]
+
+
+def test_invalid_utf8_in_a_json_array_is_one_line(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_bytes(b'[{"text": "ok"}, {"text": "\xff"}]')
+    assert _parts(path)[-1] == f"UserError: {path}: not valid UTF-8 at byte 27; fix the file"
+
+
+def test_a_json_array_holds_one_element_at_a_time(tmp_path, monkeypatch):
+    """30 MB of array, elements of 3 KB: the reader holds about a block, never the array;
+    an element longer than source.max_uncut_bytes is one line, read no further."""
+    doc = json.dumps({"text": "word " * 600})
+    path = tmp_path / "big.json"
+    with open(path, "w") as f:
+        f.write("[" + ",\n".join([doc] * 10_000) + "]")
+    file = InputFile(str(path), "jsonl", size=path.stat().st_size)
+    segment = Segment(file, 0, file.size, file.size)
+
+    def count() -> int:
+        return sum(1 for _ in jsonl.FORMAT.parts(segment))
+
+    tracemalloc.start()
+    try:
+        assert count() == 10_000
+        assert tracemalloc.get_traced_memory()[1] < 8 << 20
+    finally:
+        tracemalloc.stop()
+    long = tmp_path / "long.json"
+    long.write_text('[{"text": "' + "x" * 3_000_000 + '"}]')
+    out = _parts(long, max_uncut_bytes=1 << 20)
+    assert "element 1 of its JSON array is not valid JSON" in out[-1]
+    assert "source.max_uncut_bytes=1048576" in out[-1]
+
+
+@pytest.mark.parametrize("sep", [" ", "\r", "\t", "  \r", "\r\n"])
+def test_several_objects_on_a_line_or_lines_ended_by_cr(tmp_path, monkeypatch, sep):
+    path = tmp_path / "several.jsonl"
+    path.write_text(sep.join(json.dumps({"text": d}) for d in DOCS) + sep + "\n")
+    fast = _parts(path)
+    monkeypatch.setattr(jsonl, "_FAST_LOADS", None)
+    assert fast == _parts(path) == DOCS
+
+
+def test_a_bad_object_after_a_good_one_names_the_line(tmp_path):
+    path = tmp_path / "several.jsonl"
+    path.write_text('{"text": "a"}\n{"text": "b"} {"body": "c"}\n{"text": "b"} nope\n')
+    assert _parts(path)[-1] == f"UserError: {path}:2: no field 'text' (found ['body']); set " \
+        "source.text_field to the key that holds the text"  # fmt: skip
+    path.write_text('{"text": "a"}\n{"text": "b"} nope\n')
+    assert _parts(path)[-1] == f"UserError: {path}:2: not valid JSON (Expecting value, " \
+        "column 15); fix or remove the line"  # fmt: skip

@@ -4,16 +4,23 @@ The text is used as it is in the JSON (no newline translation).
 
 An uncompressed file is cut into shards at line ends; a compressed one into up to
 MAX_PIECES pieces by position in its text, each taking the lines that start in it.
+
+What Hugging Face datasets' json builder reads is read too (source=hf promises its
+documents): several objects on a line, separated by whitespace (a lone "\r" included),
+and a file whose text starts with "[": one JSON array of objects, or of strings (each
+one a "text"), read an element at a time and never cut.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import re
 from collections.abc import Iterator
-from typing import Optional
+from pathlib import Path
+from typing import IO, Any, Optional
 
-from corpusprep.compression import STREAMS, reading_errors
+from corpusprep.compression import STREAMS, open_stream, reading_errors
 from corpusprep.errors import UserError
 from corpusprep.formats import (
     SKIPPED,
@@ -35,6 +42,8 @@ class JsonlFormat(Format):
 
     def plan(self, file: InputFile, shard_bytes: int, boundary: Optional[re.Pattern],
              pieces: bool = False) -> list:  # fmt: skip
+        if _is_array(file):
+            return [file.whole()]  # one JSON value: no line of it stands alone
         if not file.seekable:
             return compressed_pieces(file, shard_bytes) if pieces else [file.whole()]
         return [(a, b, b - a) for a, b in plan_shards(file.path, file.size, shard_bytes, _LINE_END)]
@@ -78,6 +87,9 @@ class JsonlFormat(Format):
 
     def parts(self, segment: Segment) -> Iterator[Part]:
         file = segment.file
+        if segment.whole_file and _is_array(file):
+            yield from _array_parts(file)
+            return
         path = file.text_field.split(".")
         for number, line in enumerate(self._lines(segment)):
             if segment.piece:  # its line number counts from the file's start
@@ -90,11 +102,9 @@ class JsonlFormat(Format):
                 continue
             where = _Where(segment, number)  # the stdlib reads it: its value or its error
             try:
-                value = json.loads(line)
+                values = [json.loads(line)]
             except RecursionError:  # nested deeper than the stdlib's recursion limit
-                raise UserError(
-                    f"{where}: JSON nested too deeply to read; fix or remove the line"
-                ) from None
+                raise _too_deep(where) from None
             except UnicodeDecodeError:
                 if file.skip_invalid:
                     yield SKIPPED
@@ -103,29 +113,175 @@ class JsonlFormat(Format):
                     f"{where}: not valid UTF-8; fix the line or set source.skip_invalid=true"
                 ) from None
             except ValueError as e:
-                raise UserError(
-                    f"{where}: not valid JSON ({getattr(e, 'msg', e)}, column "
-                    f"{getattr(e, 'colno', '?')}); fix or remove the line"
-                ) from None
-            for key in path:
-                if not isinstance(value, dict) or key not in value:
-                    found = sorted(value) if isinstance(value, dict) else type(value).__name__
-                    raise UserError(
-                        f"{where}: no field {file.text_field!r} (found {found}); "
-                        "set source.text_field to the key that holds the text"
-                    )
-                value = value[key]
-            if not isinstance(value, str):
-                raise UserError(
-                    f"{where}: {file.text_field!r} is {type(value).__name__}, not a string; "
-                    "set source.text_field to the key that holds the text"
-                )
-            if not value.isascii() and not _encodable(value):
-                if file.skip_invalid:
-                    yield SKIPPED
-                    continue
-                raise UserError(f"{where}: the text holds a lone surrogate (\\ud800-\\udfff)")
-            yield Part([value], whole=value)
+                values = _several(line, where, e)
+            for value in values:
+                yield _part(value, file, where)
+
+
+def _several(line: bytes, where: Any, error: ValueError) -> list[Any]:
+    """The objects of a line that holds more than one, separated by whitespace (as
+    datasets' json builder reads them); else the line's own error, in one line."""
+    if getattr(error, "msg", None) == "Extra data":
+        text = line.decode(json.detect_encoding(line), "surrogatepass")  # as json.loads
+        values, at = [], _WHITESPACE.match(text).end()
+        try:
+            while at < len(text):
+                value, at = _DECODER.raw_decode(text, at)
+                values.append(value)
+                at = _WHITESPACE.match(text, at).end()
+            return values
+        except RecursionError:
+            raise _too_deep(where) from None
+        except ValueError as e:
+            error = e
+    raise UserError(
+        f"{where}: not valid JSON ({getattr(error, 'msg', error)}, column "
+        f"{getattr(error, 'colno', '?')}); fix or remove the line"
+    ) from None
+
+
+def _part(value: Any, file: InputFile, where: Any) -> Part:
+    """The document in one JSON value: its text at source.text_field."""
+    for key in file.text_field.split("."):
+        if not isinstance(value, dict) or key not in value:
+            found = sorted(value) if isinstance(value, dict) else type(value).__name__
+            raise UserError(
+                f"{where}: no field {file.text_field!r} (found {found}); "
+                "set source.text_field to the key that holds the text"
+            )
+        value = value[key]
+    if not isinstance(value, str):
+        raise UserError(
+            f"{where}: {file.text_field!r} is {type(value).__name__}, not a string; "
+            "set source.text_field to the key that holds the text"
+        )
+    if not value.isascii() and not _encodable(value):
+        if file.skip_invalid:
+            return SKIPPED
+        raise UserError(f"{where}: the text holds a lone surrogate (\\ud800-\\udfff)")
+    return Part([value], whole=value)
+
+
+def _too_deep(where: Any) -> UserError:
+    return UserError(f"{where}: JSON nested too deeply to read; fix or remove the line")
+
+
+_DECODER = json.JSONDecoder()
+_WHITESPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace
+
+
+# --- a file that is one JSON array ----------------------------------------------------------
+
+
+def _is_array(file: InputFile) -> bool:
+    """Whether the file's text starts with "[" (as datasets' json builder tells an array
+    from JSON Lines): one JSON array, not a line per document."""
+    if file.seekable:
+        with open(file.path, "rb") as f:
+            return f.read(1) == b"["
+    with open_stream(Path(file.path), file.compression, file.member, file.max_bytes) as f:
+        return f.read(1) == b"["
+
+
+def _array_parts(file: InputFile) -> Iterator[Part]:
+    """The documents of a file that is one JSON array: each element an object (the text
+    at source.text_field) or a string (a "text", as datasets reads it)."""
+    with open_stream(Path(file.path), file.compression, file.member, file.max_bytes) as f:
+        for number, value in _Elements(f, file).read():
+            where = f"{file.name}: element {number:,} of its JSON array"
+            if isinstance(value, str):
+                value = {"text": value}
+            yield _part(value, file, where)
+
+
+class _Elements:
+    """The elements of the JSON array that is a stream's text, one at a time: the text
+    held at once is the element being read (at most source.max_uncut_bytes), however
+    long the array."""
+
+    def __init__(self, f: IO[bytes], file: InputFile) -> None:
+        self.f, self.file = f, file
+        self.decode = codecs.getincrementaldecoder("utf-8")("surrogatepass").decode
+        self.text, self.at, self.eof = "", 0, False
+        self.offset = 0  # bytes decoded so far
+        self.number = 0
+
+    def read(self) -> Iterator[tuple[int, Any]]:
+        self._expect("[")
+        if self._next() == "]":
+            return self._end()
+        while True:
+            self.number += 1
+            yield self.number, self._value()
+            if self._next() == "]":
+                return self._end()
+            self._expect(",")
+
+    def _value(self) -> Any:
+        self._next()
+        while True:
+            try:
+                value, end = _DECODER.raw_decode(self.text, self.at)
+            except RecursionError:
+                raise self._error("nested too deeply to read") from None
+            except ValueError as e:  # not valid, or not all read yet: read on to know
+                if self.eof:
+                    raise self._error(f"not valid JSON ({getattr(e, 'msg', e)})") from None
+                self._more(e)
+                continue
+            if end < len(self.text) or self.eof:  # (a number may go on in the next block)
+                self.at = end
+                return value
+            self._more()
+
+    def _next(self) -> str:
+        """The next character that is not whitespace ("" at the end), not taken."""
+        while True:
+            self.at = _WHITESPACE.match(self.text, self.at).end()
+            if self.at < len(self.text) or self.eof:
+                return self.text[self.at : self.at + 1]
+            self._more()
+
+    def _expect(self, char: str) -> None:
+        if self._next() != char:
+            found = self.text[self.at : self.at + 1] or "the end of the file"
+            raise self._error(f"{char!r} expected, not {found!r}")
+        self.at += 1
+
+    def _end(self) -> None:
+        self.at += 1
+        if self._next():
+            raise self._error("text after the array's end")
+
+    def _more(self, failed: Optional[ValueError] = None) -> None:
+        """Read on: as much again as is held (an element is parsed again from its start
+        each time, so its reads double), from at least a block."""
+        held = len(self.text) - self.at
+        if held > self.file.max_uncut_bytes:
+            why = f" ({getattr(failed, 'msg', failed)})" if failed is not None else ""
+            raise UserError(
+                f"{self.file.name}: element {self.number:,} of its JSON array is not valid "
+                f"JSON{why} within source.max_uncut_bytes={self.file.max_uncut_bytes} bytes "
+                "(an element is held whole to be read); fix the file, or raise "
+                "source.max_uncut_bytes for longer elements"
+            )
+        self.text = self.text[self.at :]
+        self.at = 0
+        block = self.f.read(max(ARRAY_BLOCK, held))
+        self.eof = not block
+        try:
+            self.text += self.decode(block, final=self.eof)
+        except UnicodeDecodeError as e:
+            raise UserError(f"{self.file.name}: not valid UTF-8 at byte "
+                            f"{self.offset + e.start:,}; fix the file") from None  # fmt: skip
+        self.offset += len(block)
+
+    def _error(self, what: str) -> UserError:
+        return UserError(f"{self.file.name}: element {self.number:,} of its JSON array: "
+                         f"{what}; fix the file")  # fmt: skip
+
+
+ARRAY_BLOCK = 1 << 20
 
 
 def _fast_loads():
