@@ -20,7 +20,7 @@ from typing import Any, NoReturn, Optional
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from corpusprep import compose_cache
+from corpusprep import __version__, compose_cache
 from corpusprep._paths import config_path
 from corpusprep.config import check_flags, drop_leftovers, use_fast_yaml
 from corpusprep.errors import (
@@ -194,6 +194,9 @@ def main() -> None:
     flags = [a for a in sys.argv[1:] if a in ("-m", "--multirun")]
     sys.argv[1:] = flags + [a for a in sys.argv[1:] if a not in flags]
     argv = sys.argv[1:]
+    if "--version" in argv:  # corpusprep's, not only Hydra's (its own --version)
+        print(f"corpusprep {__version__} (Hydra {compose_cache.hydra_version()})")
+        return
     kept = compose_cache.load(argv)
     if kept is not None:  # this command's config as Hydra composed it last time
         run_job(*kept)

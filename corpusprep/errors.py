@@ -6,6 +6,19 @@ class UserError(Exception):
     """A problem the user can fix: the message says what is wrong, where, and what to do."""
 
 
+def checked_number(value: object, key: str, whole: bool = True, least: float = 0,
+                   above: bool = False, hint: str = "") -> float:  # fmt: skip
+    """A number setting's value, or one line naming the key: `whole` numbers only, at
+    least `least` (more than it, if `above`). `hint`: what it means, for the message."""
+    kinds = (int,) if whole else (int, float)
+    fits = isinstance(value, kinds) and not isinstance(value, bool)
+    if fits and (value > least if above else value >= least) and value != float("inf"):
+        return value if whole else float(value)
+    what = "a whole number" if whole else "a number"
+    bound = f"more than {least:g}" if above else f"{least:g} or more"
+    raise UserError(f"{key}={value!r}: must be {what}, {bound}{hint}")
+
+
 class TaskFailed(RuntimeError):
     """A task (a shard) failed more than executor.retries times: a worker killed each time
     (memory, a lost node) rather than a mistake in the input. Reported in one line; the

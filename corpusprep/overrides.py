@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 from omegaconf import DictConfig, OmegaConf
@@ -55,10 +56,25 @@ def _fail(message: str) -> NoReturn:
 
 
 def _hydra_args(args: list[str]) -> Any:
-    """The command line as Hydra's own parser reads it (abbreviations included)."""
+    """The command line as Hydra's own parser reads it (abbreviations included); a flag it
+    does not take, or takes otherwise, is one line (argparse's own is its usage, 8 lines)."""
     from hydra._internal.utils import get_args_parser
 
-    return get_args_parser().parse_known_args(args)[0]
+    parser = get_args_parser()
+
+    def error(message: str) -> NoReturn:
+        raise UserError(f"{message}; python -m corpusprep --help lists the options")
+
+    parser.error = error  # type: ignore[method-assign]
+    ns, unknown = parser.parse_known_args(args)
+    for arg in unknown:
+        if arg.startswith("-"):
+            meant = arg.lstrip("-") if "=" in arg else "dataset=shakespeare_char split=0.8"
+            raise UserError(
+                f"{arg}: not an option; overrides take no dashes ({meant}); "
+                "python -m corpusprep --help lists the options"
+            )
+    return ns
 
 
 def hydra_prints(args: list[str]) -> bool:
@@ -67,7 +83,7 @@ def hydra_prints(args: list[str]) -> bool:
     and `-cjob` too)."""
     try:
         ns = _hydra_args(args)
-    except SystemExit:  # not a command line Hydra takes: it says so itself
+    except (SystemExit, UserError):  # not a command line Hydra takes: said already
         return False
     return bool(ns.cfg or ns.info or ns.help or ns.hydra_help or ns.shell_completion)
 
@@ -82,6 +98,8 @@ def _parse(args: list[str]) -> Optional[tuple[list[Any], bool]]:
     parser = OverridesParser.create()
     overrides = []
     for arg in ns.overrides:  # one at a time: the message names the one at fault
+        if "=" not in arg and not arg.startswith("~"):
+            raise UserError(_bare_word(arg))
         try:
             overrides.append(parser.parse_override(arg))
         except HydraException as e:  # Hydra's reason, unless it could quote a secret
@@ -94,6 +112,23 @@ def _parse(args: list[str]) -> Optional[tuple[list[Any], bool]]:
     if any(o.key_or_group.startswith("hydra.searchpath") for o in overrides):
         return None
     return overrides, bool(ns.multirun)
+
+
+def _bare_word(word: str) -> str:
+    """What a word without "=" was probably meant as (Hydra: "missing EQUAL")."""
+    if word in ("inspect", "load", "verify"):
+        return (f"{word}: not a command of python -m corpusprep; read a folder back with "
+                "python -m corpusprep.inspect DIR (--verify to check it)")  # fmt: skip
+    if word in ("prepare", "run", "python", "corpusprep"):
+        return (f"{word}: not needed; python -m corpusprep takes overrides alone, e.g. "
+                "python -m corpusprep dataset=shakespeare_char")  # fmt: skip
+    options = available_options()
+    meant = [f"{group}={word}" for group in GROUPS if word in options[group]]
+    meant += [f"{word}=NAME (one of {', '.join(sorted(options[word]))})"] if word in GROUPS else []
+    if not meant and Path(word).is_file():
+        meant = [f"source=file source.path={word}"]
+    example = meant[0] if meant else "dataset=shakespeare_char"
+    return f"{word}: not an override (key=value); did you mean {example}?"
 
 
 def _check_sweeps(overrides: list[Any], multirun: bool) -> None:

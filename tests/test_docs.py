@@ -377,3 +377,19 @@ def test_help_is_corpusprep_own_page(tmp_path, shared_data, loopback_env, tiktok
     shown = {e.command[: _comment_start(e.command)].strip() for e in EXAMPLES if not e.needs}
     for line in examples:
         assert line in shown, line
+
+
+def test_the_layout_page_names_every_module_and_config():
+    """docs/layout.md is the map of the code: a module or config option added without a
+    line there leaves a newcomer looking for it (bpe, sentencepiece and reuse once were)."""
+    page = (REPO / "docs" / "layout.md").read_text()
+    words = set(re.findall(r"[\w.]+", page.replace(",", " ")))
+    modules = [p for p in (REPO / "corpusprep").rglob("*.py") if "example" not in p.parts]
+    missing = sorted(
+        str(p.relative_to(REPO)) for p in modules
+        if p.name not in ("__init__.py", "__main__.py") and p.name not in words
+        and "_hydra_searchpath" not in p.parts
+    )  # fmt: skip
+    options = [p for p in (REPO / "conf").glob("*/*.yaml")]
+    missing += sorted(str(p.relative_to(REPO)) for p in options if p.stem not in words)
+    assert not missing, f"docs/layout.md does not name: {missing}"

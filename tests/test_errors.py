@@ -113,6 +113,42 @@ CASES = {
         ["source=file", "source.path=good.txt", "executor.workers=0"],
         ["executor.workers=0"],
     ),
+    # a newcomer: Python's own conversion error, naming a class, and no fix
+    "workers not a number": (
+        ["source=file", "source.path=good.txt", "executor.workers=abc"],
+        ["executor.workers='abc'", "a whole number, 1 or more", "!LocalExecutor", "!literal"],
+    ),
+    "workers not whole": (
+        ["source=file", "source.path=good.txt", "executor.workers=2.5"],
+        ["executor.workers=2.5", "a whole number"],
+    ),
+    "url timeout not a number": (
+        ["source=url", "source.url=http://127.0.0.1:9/x.txt", "source.timeout=abc"],
+        ["source.timeout='abc'", "a number, more than 0 (seconds)", "!UrlSource"],
+    ),
+    "url retries not a number": (
+        ["source=url", "source.url=http://127.0.0.1:9/x.txt", "source.retries=-1"],
+        ["source.retries=-1", "a whole number, 0 or more"],
+    ),
+    "slurm memory not a number": (
+        ["source=file", "source.path=good.txt", "executor=slurm", "executor.mem_gb=lots"],
+        ["executor.mem_gb='lots'", "a number, more than 0", "!SlurmExecutor"],
+    ),
+    "ray cpus not a number": (
+        ["source=file", "source.path=good.txt", "executor=ray", "executor.cpus_per_task=0"],
+        ["executor.cpus_per_task=0", "more than 0"],
+    ),
+    # a word without "=": Hydra said "missing EQUAL" and advised quoting
+    "a command that is not one": (
+        ["inspect", "out"],
+        ["inspect: not a command", "python -m corpusprep.inspect DIR", "!quote"],
+    ),
+    "a dataset's name alone": (
+        ["shakespeare_char"],
+        ["shakespeare_char: not an override", "dataset=shakespeare_char"],
+    ),
+    "a group's name alone": (["tokenizer"], ["tokenizer=NAME", "tiktoken"]),
+    "a file's name alone": (["good.txt"], ["source=file source.path=good.txt"]),
     "out_dir under a file": (
         ["source=file", "source.path=good.txt", "out_dir=a_file/sub"],
         ["out_dir=a_file/sub", "is a file, not a folder"],
@@ -261,9 +297,27 @@ def test_an_unreadable_file_among_many_is_one_line(work, monkeypatch):
         input_files([work / "good.txt"], ReadOptions())
 
 
-def test_an_unknown_flag_is_argparses_message(work):
-    r = run_cli("source=file", "source.path=good.txt", "--bogus", cwd=work)
-    assert r.returncode == 2 and "unrecognized arguments: --bogus" in r.stderr, r.stderr
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["source=file", "source.path=good.txt", "--bogus"], ["--bogus: not an option"]),
+        (["--dataset=shakespeare_char"], ["not an option", "(dataset=shakespeare_char)"]),
+        (["--cfg"], ["--cfg", "expected one argument", "--help"]),
+        (["dataset=shakespeare_char", "--cfg", "jobs"], ["invalid choice: 'jobs'", "'job'"]),
+    ],
+)
+def test_a_flag_hydra_does_not_take_is_one_line(work, args, fragments):
+    """argparse printed its usage (8 lines) before its message, and exited with 2."""
+    r = run_cli(*args, cwd=work)
+    assert r.returncode == 1, r.stderr
+    assert_one_line_error(r, *fragments)
+
+
+def test_version_is_corpusprep_s(work):
+    import corpusprep
+
+    r = run_cli("--version", cwd=work)
+    assert r.returncode == 0 and r.stdout.startswith(f"corpusprep {corpusprep.__version__} ")
 
 
 def test_a_warning_before_hydras_error_is_not_the_message():

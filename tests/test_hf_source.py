@@ -713,11 +713,13 @@ def test_a_kept_list_of_another_commit_than_the_pinned_one_is_not_used(tmp_path)
 # whitespace between them (pyarrow's reader): one per line, several on a line, or lines
 # ended by a lone "\r"
 JSON_DOCS = [f"<doc {i}: the cat sat\non the mat>\n" for i in range(30)]
+JSON_LINES = [json.dumps({"text": t}) for t in JSON_DOCS]
 JSON_FORMS = {
     "array of objects": ("data/train.json", json.dumps([{"text": t} for t in JSON_DOCS], indent=1)),
     "array of strings": ("data/train.json", json.dumps(JSON_DOCS)),
-    "lines ended by CR": ("data/train.jsonl", "".join(json.dumps({"text": t}) + "\r" for t in JSON_DOCS)),
-    "two objects on a line": ("data/train.jsonl", "".join(json.dumps({"text": t}) + " \n"[i % 2] for i, t in enumerate(JSON_DOCS))),
+    "lines ended by CR": ("data/train.jsonl", "".join(line + "\r" for line in JSON_LINES)),
+    "two objects on a line": ("data/train.jsonl",
+                              "".join(line + " \n"[i % 2] for i, line in enumerate(JSON_LINES))),
 }  # fmt: skip
 
 

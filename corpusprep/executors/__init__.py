@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, TypeVar, Union
 
-from corpusprep.errors import TaskFailed, UserError
+from corpusprep.errors import TaskFailed, UserError, checked_number
 from corpusprep.writer import NO_SPACE
 
 T = TypeVar("T")
@@ -130,9 +130,7 @@ class _GlibcHeap:
 
 def checked_retries(value: Any, key: str = "executor.retries") -> int:
     """How many times a failed task is tried again: a whole number, 0 or more."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise UserError(f"{key}={value!r}: must be a whole number, 0 or more (2 by default)")
-    return value
+    return int(checked_number(value, key, hint=" (2 by default)"))
 
 
 def _settled(outcome: Any) -> Any:

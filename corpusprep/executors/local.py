@@ -12,7 +12,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Optional, Union
 
-from corpusprep.errors import UserError
+from corpusprep.errors import UserError, checked_number
 from corpusprep.executors import Executor, NotRun, R, T, checked_retries
 
 
@@ -28,8 +28,8 @@ class LocalExecutor(Executor):
     def __init__(
         self, workers: Optional[int] = None, start_method: Optional[str] = None, retries: int = 2
     ) -> None:
-        if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
-            raise UserError(f"executor.workers={workers!r}: must be a positive number (or null)")
+        if workers is not None:
+            checked_number(workers, "executor.workers", least=1, hint=" (or null: every core)")
         methods = multiprocessing.get_all_start_methods()
         if start_method is not None and start_method not in methods:
             raise UserError(

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, Callable, Optional, Union
 
-from corpusprep.errors import UserError
+from corpusprep.errors import UserError, checked_number
 from corpusprep.executors import Executor, R, T, checked_retries
 
 
@@ -46,7 +46,8 @@ class RayExecutor(Executor):
     ) -> None:
         self.address = address
         self.node_ip_address = node_ip_address
-        self.cpus_per_task = float(cpus_per_task)
+        self.cpus_per_task = checked_number(cpus_per_task, "executor.cpus_per_task", whole=False,
+                                            above=True)  # fmt: skip
         self.retries = checked_retries(retries)
         self.node_retries = checked_retries(node_retries, "executor.node_retries")
         self._started = False

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
-from corpusprep.errors import UserError
+from corpusprep.errors import UserError, checked_number
 from corpusprep.executors import Executor, R, T, checked_retries
 
 
@@ -43,12 +43,13 @@ class SlurmExecutor(Executor):
         slurm: Optional[dict[str, Any]] = None,
     ) -> None:
         self.partition = partition
-        self.max_parallel = int(max_parallel)
-        self.timeout_min = int(timeout_min)
-        self.cpus_per_task = int(cpus_per_task)
-        self.mem_gb = float(mem_gb)
+        self.max_parallel = int(checked_number(max_parallel, "executor.max_parallel", least=1))
+        self.timeout_min = int(checked_number(timeout_min, "executor.timeout_min", least=1))
+        self.cpus_per_task = int(checked_number(cpus_per_task, "executor.cpus_per_task", least=1))
+        self.mem_gb = checked_number(mem_gb, "executor.mem_gb", whole=False, above=True)
         self.retries = checked_retries(retries)
-        self.poll_seconds = float(poll_seconds)
+        self.poll_seconds = checked_number(poll_seconds, "executor.poll_seconds", whole=False,
+                                           above=True)  # fmt: skip
         self.extra = dict(slurm or {})  # any other submitit slurm_* parameter
         self.folder: Optional[Path] = None
 

@@ -29,7 +29,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
-from corpusprep.errors import UserError
+from corpusprep.errors import UserError, checked_number
 from corpusprep.formats import InputFile
 from corpusprep.redact import redact
 from corpusprep.sources import Source, input_files, new_part
@@ -87,7 +87,8 @@ class HfSource(Source):
         self.revision = str(revision)
         self.endpoint = str(endpoint).rstrip("/")
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-        self.timeout = float(timeout)
+        self.timeout = checked_number(timeout, "source.timeout", whole=False, above=True,
+                                      hint=" (seconds)")  # fmt: skip
         self._resolved: Optional[dict[str, Any]] = None
 
     @property

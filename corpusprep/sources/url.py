@@ -23,7 +23,7 @@ from typing import Any, Optional
 from urllib.parse import unquote, urlsplit
 
 from corpusprep._paths import default_cache_dir
-from corpusprep.errors import UserError
+from corpusprep.errors import UserError, checked_number
 from corpusprep.formats import InputFile
 from corpusprep.redact import redact
 from corpusprep.sources import Source, check_text_file, input_files, new_part
@@ -86,8 +86,8 @@ class UrlSource(Source):
             )
         if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", str(sha256)):
             raise UserError(f"source.sha256={sha256!r}: must be 64 hex digits (or null)")
-        if isinstance(retries, bool) or int(retries) < 0:
-            raise UserError(f"source.retries={retries!r}: must be 0 or more")
+        checked_number(retries, "source.retries")
+        checked_number(timeout, "source.timeout", whole=False, above=True, hint=" (seconds)")
         if deadline is not None and (
             isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or deadline <= 0
         ):
