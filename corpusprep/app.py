@@ -506,7 +506,7 @@ def summary(m: dict[str, Any], out_dir: str) -> str:
             + (f", {dup:,} val duplicated in train" if dup else "")
             + (f", {docs['skipped_invalid']:,} invalid skipped" if docs["skipped_invalid"] else "")
         )
-    lines.append(f"  {m['chars_per_token']} chars/token, {m['seconds']['total']:.2f} s")
+    lines.append(f"  {m['chars_per_token']:.3f} chars/token, {m['seconds']['total']:.2f} s")
     note = m.get("note") or m.get("nanogpt_note")  # nanogpt's, under its first key
     if note:
         lines.append(f"  note: {note}")

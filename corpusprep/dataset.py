@@ -340,6 +340,12 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     """An output folder's manifest.json, checked for what load() and inspect read of it."""
     path = folder / "manifest.json"
     if not os.path.lexists(path):
+        if os.path.lexists(folder / "multirun.yaml"):  # a sweep's folder: its jobs' inside
+            jobs = sorted(p.parent.name for p in folder.glob("*/manifest.json"))[:4]
+            raise UserError(
+                f"{folder}: a sweep's folder; give one of its jobs' folders"
+                + (f" ({', '.join(jobs)}, ...)" if jobs else "")
+            )
         raise UserError(
             f"{folder}: not a corpusprep output folder (no manifest.json); "
             "give the out_dir of a finished run"

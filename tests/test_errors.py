@@ -149,6 +149,10 @@ CASES = {
     ),
     "a group's name alone": (["tokenizer"], ["tokenizer=NAME", "tiktoken"]),
     "a file's name alone": (["good.txt"], ["source=file source.path=good.txt"]),
+    "an empty char separator": (
+        ["source=file", "source.path=good.txt", "tokenizer.separator="],
+        ["tokenizer.separator=''", "non-empty"],
+    ),
     "out_dir under a file": (
         ["source=file", "source.path=good.txt", "out_dir=a_file/sub"],
         ["out_dir=a_file/sub", "is a file, not a folder"],

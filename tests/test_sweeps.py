@@ -46,6 +46,12 @@ def test_a_folder_per_job_and_a_table(work):
     assert "| job | corpus | tokenizer |" in (folder / "summary.md").read_text()
     assert "corpusprep sweep: 4 jobs (4 ok)" in r.stdout
     assert not (work / "data").exists()  # nothing outside the sweep folder
+    # the sweep's folder read as an output folder: its jobs' are named
+    import corpusprep
+    from corpusprep.errors import UserError
+
+    with pytest.raises(UserError, match=r"a sweep's folder; give one of its jobs' folders \("):
+        corpusprep.load(folder)
 
 
 def test_the_issue_example_over_presets(work, seeded_cache, tiktoken_cache):

@@ -23,6 +23,9 @@ class CharTokenizer(Tokenizer):
     fast = True
 
     def __init__(self, chars: Optional[str] = None, separator: str = "<|endoftext|>") -> None:
+        if not isinstance(separator, str) or not separator:
+            raise UserError(f"tokenizer.separator={separator!r}: must be a non-empty string, "
+                            "e.g. '<|endoftext|>' (the default)")  # fmt: skip
         self.separator = separator  # the end-of-text "character" between documents, if used
         self.eot = False
         self.chars: Optional[list[str]] = None
