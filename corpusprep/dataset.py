@@ -32,6 +32,7 @@ import pickle
 import pickletools
 import stat
 import struct
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -371,9 +372,42 @@ def load(path: str | Path, tokenizer: bool = True, check_ids: bool = True) -> Pr
     vocabulary (a damaged or tampered file would otherwise fail deep inside training, as
     an index error of the embedding): memory stays flat, and it takes about 0.1 s per GB
     of ids from the page cache, the disk's own speed from a cold one. check_ids=False
-    skips it, for a big folder you trust on a slow disk."""
+    skips it, for a big folder you trust on a slow disk.
+
+    Another run may commit into the folder meanwhile: the manifest is read again once
+    everything is open, and if it changed, the folder is read again (never one run's
+    manifest with another's files)."""
     folder = Path(path)
-    manifest = read_manifest(folder)
+    for attempt in range(LOAD_ATTEMPTS):
+        manifest = read_manifest(folder)
+        try:
+            opened = _open_folder(folder, manifest, tokenizer, check_ids)
+        except UserError:
+            if _manifest_now(folder) == manifest:
+                raise  # the folder is as it was: its own fault
+            opened = None
+        if opened is not None and _manifest_now(folder) == manifest:
+            return opened
+        time.sleep(0.05 * (attempt + 1))  # a commit under way: read once it is done
+    raise UserError(
+        f"{folder}: its files were replaced while they were read, {LOAD_ATTEMPTS} times (other "
+        "runs committing into it); load it once they are done"
+    )
+
+
+LOAD_ATTEMPTS = 5
+
+
+def _manifest_now(folder: Path) -> Optional[dict[str, Any]]:
+    try:
+        return read_manifest(folder)
+    except UserError:  # gone (a commit under way) or damaged
+        return None
+
+
+def _open_folder(folder: Path, manifest: dict[str, Any], tokenizer: bool,
+                 check_ids: bool) -> PreparedDataset:  # fmt: skip
+    """load() for the folder as `manifest` describes it."""
     dtype = np.dtype(manifest["dtype"])
     fmt = manifest.get("format", {}) or {}
     kind = fmt.get("kind", "nanogpt")

@@ -162,20 +162,21 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
         if previous is not None:
             return previous
         out.check_writable()  # a read-only out_dir: fine only if it was up to date
-        plan_shards(run)
-        if not tokenizer.needs_fit:  # before the first fork: workers share what it builds
-            tokenizer.load()
-        # the executor inside the writer: on any failure its workers stop before the writer
-        # removes the work folder they write into
-        with executor:
-            scan(run)
-            decide(run)
-            encode(run)
-            choose_sides(run)
-            merge_parts(run)
-            measure(run)
-            export(run)
-        return commit(run)
+        with kept_in_place(run):
+            plan_shards(run)
+            if not tokenizer.needs_fit:  # before the first fork: workers share what it builds
+                tokenizer.load()
+            # the executor inside the writer: on any failure its workers stop before the
+            # writer removes the work folder they write into
+            with executor:
+                scan(run)
+                decide(run)
+                encode(run)
+                choose_sides(run)
+                merge_parts(run)
+                measure(run)
+                export(run)
+            return commit(run)
 
 
 def read_inputs(run: Run) -> Optional[dict[str, Any]]:
@@ -595,15 +596,16 @@ def commit(run: Run) -> dict[str, Any]:
         buffer = io.BytesIO()
         np.save(buffer, run.token_bytes, allow_pickle=False)
         run.out.write_bytes(TOKEN_BYTES, buffer.getvalue())
-    if run.replacing:
-        print(run.replacing, file=sys.stderr)
 
     def timed(manifest: dict[str, Any]) -> dict[str, Any]:  # taken once the files are sealed
         run.clock.lap("commit")
         return {**manifest, "seconds": {**run.clock.laps, "total": run.clock.total()}}
 
     # the writer adds every file's size and sha256, and writes the manifest last
-    return run.out.commit(manifest, timed)
+    committed = run.out.commit(manifest, timed)
+    if run.replacing:  # said once it is true: a commit that fails replaces nothing
+        print(run.replacing, file=sys.stderr)
+    return committed
 
 
 def _side_orders(perm: np.ndarray, val_docs: Optional[np.ndarray], split_by: str,
@@ -994,6 +996,24 @@ def _stat(path: str) -> os.stat_result:
         raise _removed(path) from None
 
 
+@contextlib.contextmanager
+def kept_in_place(run: Run) -> Iterator[None]:
+    """A file gone from under the run (another process moved out_dir away, or removed an
+    input): one line saying which, never tried again (executors return it as such)."""
+    try:
+        yield
+    except FileNotFoundError as e:
+        gone = os.path.abspath(str(e.filename)) if e.filename else None
+        out_dir = os.path.abspath(run.settings.out_dir)
+        if gone is not None and (gone == out_dir or gone.startswith(out_dir + os.sep)):
+            raise UserError(f"out_dir={run.settings.out_dir}: the folder was moved or removed "
+                            "during the run; run again") from None  # fmt: skip
+        inputs = {os.path.abspath(f.path): f.path for f in run.files}
+        if gone in inputs:
+            raise _removed(inputs[gone]) from None
+        raise
+
+
 def _removed(path: str) -> UserError:
     return UserError(f"{path}: the file was removed while it was being read; run again")
 
@@ -1198,7 +1218,7 @@ def _manifest(run: Run) -> dict[str, Any]:
     chars = run.chars
     listed = [
         {"path": str(Path(f.path).resolve()), **({"member": f.member} if f.member else {}),
-         "format": f.format, "compression": f.compression, "bytes": os.path.getsize(f.path),
+         "format": f.format, "compression": f.compression, "bytes": run.before[f.path].st_size,
          "sha256": run.hashes[f.path].hex()}  # of the file on disk (a zip: the archive)
         for f in files
     ]  # fmt: skip
@@ -1220,7 +1240,7 @@ def _manifest(run: Run) -> dict[str, Any]:
             {  # a URL's user:password or ?token= is never written
                 **run.source.describe(),
                 "file": listed[0]["path"],
-                "bytes": sum(os.path.getsize(p) for p in {f.path for f in files}),
+                "bytes": sum(run.before[p].st_size for p in {f.path for f in files}),
                 "sha256": sha256,
                 "files": listed,
             }

@@ -50,7 +50,9 @@ MANIFEST = "manifest.json"
 MAX_JOURNAL_BYTES = 256 << 20  # a commit's renames: about 100 bytes a file
 TEMP = re.compile(r"\.[^/]+\.\d+-[0-9a-f]{6}\.tmp")  # what temp() names files
 # out of space, out of quota, read-only: trying again cannot help
-NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
+# a disk that cannot take what a run writes: never tried again (EFBIG: a file over the file
+# system's largest, or the limit on file sizes, ulimit -f)
+NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
 
 
 def choose_dtype(requested: str, max_id: int) -> str:
@@ -75,6 +77,13 @@ def no_space(e: OSError, folder: Path | str, needed: Optional[int] = None,
         what = "is over its disk quota"
     need = f" (this run needs about {_mb(needed)} MB there)" if needed else ""
     room = "make it writable" if e.errno == errno.EROFS else "free some space"
+    if e.errno == errno.EFBIG:
+        return UserError(
+            f"{folder}: a file would be larger than the largest this process may write (ulimit "
+            "-f, or the file system's own limit); raise it (ulimit -f unlimited) or choose "
+            "another out_dir" + ("; the next run in this folder finishes the commit this one "
+                                 "began" if committing else " (the previous outputs are untouched)")
+        )  # fmt: skip
     if committing:
         return UserError(
             f"{folder}: the disk {what} in the middle of a commit; {room} and run again: "

@@ -10,6 +10,7 @@ times) unless the failure is the user's (a UserError: trying again cannot help).
 
 from __future__ import annotations
 
+import errno
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
@@ -42,6 +43,15 @@ class _NoSpace:
     filename: str
 
 
+@dataclass(frozen=True)
+class _Vanished:
+    """A file or folder gone from under the task (an input removed, out_dir moved away):
+    never tried again; the driver says which (prepare.kept_in_place)."""
+
+    strerror: str
+    filename: str
+
+
 class _Guarded:
     """Runs the task; a UserError comes back as a value, so it keeps its meaning through
     any engine (some only report "the job failed" with a traceback string)."""
@@ -54,6 +64,8 @@ class _Guarded:
             return self.fn(task)
         except UserError as e:
             return _UserFailure(str(e))
+        except FileNotFoundError as e:
+            return _Vanished(e.strerror, str(e.filename))
         except OSError as e:
             if e.errno in NO_SPACE:
                 return _NoSpace(e.errno, e.strerror, str(e.filename))
@@ -140,6 +152,8 @@ def _settled(outcome: Any) -> Any:
         raise UserError(outcome.message)
     if isinstance(outcome, _NoSpace):
         raise OSError(outcome.errno, outcome.strerror, outcome.filename)
+    if isinstance(outcome, _Vanished):
+        raise FileNotFoundError(errno.ENOENT, outcome.strerror, outcome.filename)
     if isinstance(outcome, (UserError, KeyboardInterrupt)):
         raise outcome
     return outcome

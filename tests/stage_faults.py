@@ -1,0 +1,54 @@
+"""`python tests/stage_faults.py OVERRIDES`: corpusprep's command line, with one thing done
+to its files from outside just before a stage of the driver runs, as an unlucky user's
+other shell would do it: CORPUSPREP_FAULT=<stage>:<what>, a stage being a function of
+corpusprep.prepare (encode, merge_parts, export, commit) and <what> one of:
+
+    move_out_dir      out_dir renamed away          remove_out_dir  out_dir removed
+    remove_input      the (first) input removed     truncate_input  cut to half its size
+    append_input      a line added to it
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import corpusprep.prepare as prepare
+
+
+def _fault(run, what: str) -> None:
+    out_dir, path = str(run.out.out_dir), run.files[0].path
+    if what == "move_out_dir":
+        os.rename(out_dir, out_dir + ".moved")
+    elif what == "remove_out_dir":
+        shutil.rmtree(out_dir)
+    elif what == "remove_input":
+        os.unlink(path)
+    elif what == "truncate_input":
+        os.truncate(path, os.path.getsize(path) // 2)
+    elif what == "append_input":
+        with open(path, "a") as f:
+            f.write("one more line\n")
+    else:
+        raise SystemExit(f"stage_faults: unknown fault {what!r}")
+
+
+def _install(spec: str) -> None:
+    stage, what = spec.split(":")
+    real = getattr(prepare, stage)
+
+    def faulty(run, *args, **kwargs):
+        _fault(run, what)
+        return real(run, *args, **kwargs)
+
+    setattr(prepare, stage, faulty)
+
+
+if __name__ == "__main__":
+    if os.environ.get("CORPUSPREP_FAULT"):
+        _install(os.environ["CORPUSPREP_FAULT"])
+    from corpusprep.app import main
+
+    sys.argv[0] = "corpusprep"
+    main()

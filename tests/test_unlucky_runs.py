@@ -1,0 +1,152 @@
+"""What other processes do to a run's files while it works: its out_dir moved or removed,
+its input removed or changed, a file-size limit, another run committing while a reader
+loads the folder. Each is one line (or a right answer), never a traceback, a retry that
+cannot help, or a wrong record. Found by an attack from outside (kills, full disks,
+readers during commits); tests/stage_faults.py does the fault at a chosen stage."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import REPO, assert_one_line_error
+
+SHAKESPEARE = REPO / "corpusprep" / "data" / "tinyshakespeare.txt.xz"
+
+
+def shakespeare() -> bytes:
+    import lzma
+
+    return lzma.decompress(SHAKESPEARE.read_bytes())
+
+
+def cli(*args: str, cwd: Path, fault: str | None = None, limit_bytes: int | None = None):
+    """The real command line in a fresh process (tests/stage_faults.py), no compose cache."""
+    env = {**os.environ, "CORPUSPREP_COMPOSE_CACHE": "0",
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}  # fmt: skip
+    if fault:
+        env["CORPUSPREP_FAULT"] = fault
+
+    def limit() -> None:  # ulimit -f in the child only
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+
+    return subprocess.run([sys.executable, str(REPO / "tests" / "stage_faults.py"), *args],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
+                          preexec_fn=limit if limit_bytes else None)  # fmt: skip
+
+
+def documents(path: Path, copies: int = 3) -> Path:
+    parts = shakespeare().decode().split("\n\n")
+    with open(path, "w") as f:
+        for i in range(copies):
+            f.writelines(json.dumps({"text": f"{part} {i}"}) + "\n" for part in parts)
+    return path
+
+
+def digests(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.iterdir()) if p.is_file()}  # fmt: skip
+
+
+def test_a_run_that_fails_in_its_commit_does_not_say_it_replaces(tmp_path):
+    """outputs.md: a run that fails replaces nothing, and says only its error."""
+    (tmp_path / "small.txt").write_bytes(shakespeare()[:300_000])
+    args = ("source=file", "source.path=small.txt", "out_dir=out", "quiet=true")
+    assert cli(*args, cwd=tmp_path).returncode == 0
+    before = digests(tmp_path / "out")
+    (tmp_path / "out" / "small_train_000001.bin").mkdir()  # where format=llmc puts a file
+    failed = cli(*args, "format=llmc", cwd=tmp_path)
+    assert_one_line_error(failed, "small_train_000001.bin is a folder")
+    assert digests(tmp_path / "out") == before
+
+
+@pytest.mark.parametrize("limit_kb", [1000, 100])  # hit while merging; while encoding
+def test_a_file_size_limit_is_one_line_never_tried_again(tmp_path, limit_kb):
+    documents(tmp_path / "docs.jsonl")
+    args = ("source=file", "source.path=docs.jsonl", "quiet=true", "out_dir=out")
+    assert cli(*args, "tokenizer=byte", cwd=tmp_path).returncode == 0
+    before = digests(tmp_path / "out")
+    failed = cli(*args, "tokenizer=tiktoken", cwd=tmp_path, limit_bytes=limit_kb << 10)
+    assert_one_line_error(failed, "larger than", "ulimit -f")
+    assert "trying again" not in failed.stderr
+    assert digests(tmp_path / "out") == before
+
+
+@pytest.mark.parametrize("fault", ["encode:move_out_dir", "merge_parts:move_out_dir",
+                                   "merge_parts:remove_out_dir", "export:move_out_dir",
+                                   "commit:remove_out_dir"])  # fmt: skip
+def test_an_out_dir_moved_away_mid_run_is_one_line(tmp_path, fault):
+    documents(tmp_path / "docs.jsonl")
+    failed = cli("source=file", "source.path=docs.jsonl", "tokenizer=tiktoken", "order=shuffle",
+                 "shard_bytes=1048576", "out_dir=out", "quiet=true", cwd=tmp_path,
+                 fault=fault)  # fmt: skip
+    assert_one_line_error(failed, "out_dir=out: the folder was moved or removed during the run")
+    assert "trying again" not in failed.stderr
+
+
+@pytest.mark.parametrize("stage", ["encode", "merge_parts", "export"])
+def test_an_input_removed_mid_run_is_one_line_or_not_needed(tmp_path, stage):
+    """Before the encode has read it: the one line safety.md promises. After: the outputs
+    were made from the bytes read (and hashed) before, and the run ends well."""
+    (tmp_path / "in.txt").write_bytes(shakespeare() * 4)
+    reference = cli("source=file", "source.path=in.txt", "out_dir=ref", "quiet=true", cwd=tmp_path)
+    assert reference.returncode == 0, reference.stderr
+    result = cli("source=file", "source.path=in.txt", "shard_bytes=1048576", "out_dir=out",
+                 "quiet=true", cwd=tmp_path, fault=f"{stage}:remove_input")  # fmt: skip
+    if stage == "encode":
+        assert_one_line_error(result, "in.txt: the file was removed while it was being read")
+        assert "trying again" not in result.stderr
+    else:
+        assert result.returncode == 0, result.stderr
+        ref = json.loads((tmp_path / "ref" / "manifest.json").read_text())
+        made = json.loads((tmp_path / "out" / "manifest.json").read_text())
+        assert made["checksums"] == ref["checksums"] and made["source"]["bytes"] == len(
+            shakespeare() * 4
+        )
+
+
+@pytest.mark.parametrize("change", ["truncate_input", "append_input"])
+def test_the_manifest_gives_the_size_of_the_input_it_was_made_from(tmp_path, change):
+    original = shakespeare() * 4
+    (tmp_path / "in.txt").write_bytes(original)
+    done = cli("source=file", "source.path=in.txt", "shard_bytes=1048576", "out_dir=out",
+               "quiet=true", cwd=tmp_path, fault=f"merge_parts:{change}")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    source = json.loads((tmp_path / "out" / "manifest.json").read_text())["source"]
+    assert source["sha256"] == hashlib.sha256(original).hexdigest()
+    assert source["bytes"] == source["files"][0]["bytes"] == len(original)
+
+
+def test_load_never_pairs_a_manifest_with_another_runs_files(tmp_path, monkeypatch):
+    """Another run commits between a reader's manifest read and its opening the files:
+    the reader reads again (the new run's files, with their manifest), never a mix."""
+    import corpusprep
+    import corpusprep.dataset as dataset
+
+    text = shakespeare().decode()[:500_000]
+    (tmp_path / "a.txt").write_text(text)
+    (tmp_path / "b.txt").write_text(text[::-1])  # the same size, the same characters
+    args = ("source=file", "name=r", "out_dir=out", "quiet=true")
+    assert cli(*args, "source.path=a.txt", cwd=tmp_path).returncode == 0
+    real, commits = dataset.read_manifest, []
+
+    def read_then_another_run_commits(folder):
+        manifest = real(folder)
+        if not commits:  # once: the second read sees the folder settled
+            commits.append(cli(*args, "source.path=b.txt", cwd=tmp_path))
+            assert commits[0].returncode == 0, commits[0].stderr
+        return manifest
+
+    monkeypatch.setattr(dataset, "read_manifest", read_then_another_run_commits)
+    ds = corpusprep.load(tmp_path / "out", tokenizer=False)
+    assert commits
+    got = hashlib.sha256(np.asarray(ds.train).tobytes()).hexdigest()
+    assert got == ds.manifest["checksums"]["train.bin"]
+    assert ds.manifest["source"]["files"][0]["path"].endswith("b.txt")
