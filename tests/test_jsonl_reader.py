@@ -188,7 +188,10 @@ def test_a_bad_json_array_is_one_line_naming_the_element(tmp_path, body, fragmen
 def test_invalid_utf8_in_a_json_array_is_one_line(tmp_path):
     path = tmp_path / "bad.json"
     path.write_bytes(b'[{"text": "ok"}, {"text": "\xff"}]')
-    assert _parts(path)[-1] == f"UserError: {path}: not valid UTF-8 at byte 27; fix the file"
+    assert _parts(path)[-1] == (
+        f"UserError: {path}: not valid UTF-8 at byte 27; fix the file "
+        "(source.skip_invalid skips a JSON line, not a part of an array)"
+    )
 
 
 def test_a_json_array_holds_one_element_at_a_time(tmp_path, monkeypatch):
@@ -234,3 +237,57 @@ def test_a_bad_object_after_a_good_one_names_the_line(tmp_path):
     path.write_text('{"text": "a"}\n{"text": "b"} nope\n')
     assert _parts(path)[-1] == f"UserError: {path}:2: not valid JSON (Expecting value, " \
         "column 15); fix or remove the line"  # fmt: skip
+
+
+@pytest.mark.parametrize("block", range(1, 10))
+def test_a_number_cut_by_a_block_is_read_whole(tmp_path, monkeypatch, block):
+    """raw_decode reads "1." as 1: a number at the end of what is read waits for more."""
+    monkeypatch.setattr(jsonl, "ARRAY_BLOCK", block)
+    path = tmp_path / "n.json"
+    for number in ("1.5", "-2e-3", "12345", "7E+2"):
+        path.write_text(f'["ab", {number}]')
+        found = type(json.loads(number)).__name__
+        assert _parts(path)[-1].endswith(f"element 2 of its JSON array: no field 'text' (found "
+                                         f"{found}); set source.text_field to the key that "
+                                         "holds the text"), (number, _parts(path))  # fmt: skip
+
+
+@pytest.mark.parametrize("head", ["\ufeff", "\n", " \r\n\t", "\ufeff\n  "])
+def test_a_bom_or_whitespace_before_the_array(tmp_path, head):
+    """datasets reads these as arrays too."""
+    path = tmp_path / "a.json"
+    path.write_text(head + json.dumps([{"text": d} for d in DOCS]), encoding="utf-8")
+    assert _parts(path) == DOCS
+
+
+def test_only_json_files_are_looked_at_for_an_array(tmp_path):
+    """A .jsonl file is JSON Lines whatever its first byte (its lines are never arrays)."""
+    path = tmp_path / "a.jsonl"
+    path.write_text(json.dumps([{"text": "x"}]) + "\n")
+    assert _parts(path)[-1].endswith(
+        "a.jsonl:1: no field 'text' (found list); set "
+        "source.text_field to the key that holds the text"
+    )
+
+
+def test_a_broken_element_is_reported_at_once(tmp_path, monkeypatch):
+    """Not read on to source.max_uncut_bytes (or the end) and called too long."""
+    monkeypatch.setattr(jsonl, "ARRAY_BLOCK", 64)
+    path = tmp_path / "b.json"
+    path.write_text('[{"text": tru}, ' + ", ".join([json.dumps({"text": "y" * 100})] * 5000) + "]")
+    reads = []
+    real = jsonl._Elements._more
+    monkeypatch.setattr(
+        jsonl._Elements, "_more", lambda self, *a: reads.append(1) or real(self, *a)
+    )
+    assert "element 1 of its JSON array: not valid JSON (Expecting value); fix" in _parts(path)[-1]
+    assert len(reads) < 5
+
+
+def test_an_array_of_strings_needs_the_text_field(tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(DOCS))
+    assert (
+        "a string, read as a 'text' field; set source.text_field=text"
+        in _parts(path, text_field="content")[-1]
+    )

@@ -14,13 +14,15 @@ one a "text"), read an element at a time and never cut.
 from __future__ import annotations
 
 import codecs
+import functools
 import json
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Optional
 
-from corpusprep.compression import STREAMS, open_stream, reading_errors
+from corpusprep.compression import STREAMS, open_stream, reading_errors, strip_suffix
 from corpusprep.errors import UserError
 from corpusprep.formats import (
     SKIPPED,
@@ -42,11 +44,14 @@ class JsonlFormat(Format):
 
     def plan(self, file: InputFile, shard_bytes: int, boundary: Optional[re.Pattern],
              pieces: bool = False) -> list:  # fmt: skip
-        if _is_array(file):
-            return [file.whole()]  # one JSON value: no line of it stands alone
         if not file.seekable:
-            return compressed_pieces(file, shard_bytes) if pieces else [file.whole()]
-        return [(a, b, b - a) for a, b in plan_shards(file.path, file.size, shard_bytes, _LINE_END)]
+            planned = compressed_pieces(file, shard_bytes) if pieces else [file.whole()]
+        else:
+            cuts = plan_shards(file.path, file.size, shard_bytes, _LINE_END)
+            planned = [(a, b, b - a) for a, b in cuts]
+        if len(planned) > 1 and _is_array(file):
+            return [file.whole()]  # one JSON value: no line of it stands alone
+        return planned
 
     def _lines(self, segment: Segment) -> Iterator[bytes]:
         """The segment's lines, each read with a bound (source.max_uncut_bytes): a line is
@@ -174,13 +179,34 @@ _WHITESPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace
 
 
 def _is_array(file: InputFile) -> bool:
-    """Whether the file's text starts with "[" (as datasets' json builder tells an array
-    from JSON Lines): one JSON array, not a line per document."""
-    if file.seekable:
-        with open(file.path, "rb") as f:
-            return f.read(1) == b"["
-    with open_stream(Path(file.path), file.compression, file.member, file.max_bytes) as f:
-        return f.read(1) == b"["
+    """Whether the file is one JSON array: a .json file whose text starts with "[" (after
+    a BOM or whitespace), as datasets' json builder reads it. JSON Lines files (.jsonl,
+    .ndjson) are never looked at: a file of many small ones (a zip's members) costs an
+    open each."""
+    if Path(strip_suffix(file.member or file.path)).suffix.lower() != ".json":
+        return False
+    stat = os.stat(file.path)
+    return _starts_array(file.path, file.compression, file.member, file.max_bytes,
+                         stat.st_size, stat.st_mtime_ns)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1 << 14)  # asked by the plan, and by each whole-file segment
+def _starts_array(path: str, compression: str, member: Optional[str], max_bytes: Optional[int],
+                  size: int, mtime_ns: int) -> bool:  # fmt: skip
+    """The text's first byte after a BOM and whitespace is "[" (size, mtime: the key)."""
+    with open_stream(Path(path), compression, member, max_bytes) as f:
+        head = f.read(len(BOM))
+        head = head[len(BOM) :] if head == BOM else head
+        while True:
+            head = head.lstrip(b" \t\r\n")
+            if head:
+                return head[:1] == b"["
+            head = f.read(ARRAY_BLOCK)
+            if not head:
+                return False
+
+
+BOM = codecs.BOM_UTF8
 
 
 def _array_parts(file: InputFile) -> Iterator[Part]:
@@ -190,6 +216,9 @@ def _array_parts(file: InputFile) -> Iterator[Part]:
         for number, value in _Elements(f, file).read():
             where = f"{file.name}: element {number:,} of its JSON array"
             if isinstance(value, str):
+                if file.text_field != "text":  # datasets names such a column "text"
+                    raise UserError(f"{where}: a string, read as a 'text' field; set "
+                                    "source.text_field=text for an array of texts")  # fmt: skip
                 value = {"text": value}
             yield _part(value, file, where)
 
@@ -201,7 +230,7 @@ class _Elements:
 
     def __init__(self, f: IO[bytes], file: InputFile) -> None:
         self.f, self.file = f, file
-        self.decode = codecs.getincrementaldecoder("utf-8")("surrogatepass").decode
+        self.decode = codecs.getincrementaldecoder("utf-8-sig")("surrogatepass").decode
         self.text, self.at, self.eof = "", 0, False
         self.offset = 0  # bytes decoded so far
         self.number = 0
@@ -225,14 +254,14 @@ class _Elements:
             except RecursionError:
                 raise self._error("nested too deeply to read") from None
             except ValueError as e:  # not valid, or not all read yet: read on to know
-                if self.eof:
+                if self.eof or _invalid(e, self.text):
                     raise self._error(f"not valid JSON ({getattr(e, 'msg', e)})") from None
                 self._more(e)
                 continue
-            if end < len(self.text) or self.eof:  # (a number may go on in the next block)
+            if self.eof or not _may_go_on(value, self.text, end):
                 self.at = end
                 return value
-            self._more()
+            self._more()  # a number at the end of what is read may go on in the next block
 
     def _next(self) -> str:
         """The next character that is not whitespace ("" at the end), not taken."""
@@ -251,7 +280,8 @@ class _Elements:
     def _end(self) -> None:
         self.at += 1
         if self._next():
-            raise self._error("text after the array's end")
+            raise self._error("text after the array's end (a .json file that starts with '[' "
+                              "is read as one array, not as JSON Lines)")  # fmt: skip
 
     def _more(self, failed: Optional[ValueError] = None) -> None:
         """Read on: as much again as is held (an element is parsed again from its start
@@ -271,9 +301,10 @@ class _Elements:
         self.eof = not block
         try:
             self.text += self.decode(block, final=self.eof)
-        except UnicodeDecodeError as e:
+        except UnicodeDecodeError as e:  # (source.skip_invalid skips JSON lines only)
             raise UserError(f"{self.file.name}: not valid UTF-8 at byte "
-                            f"{self.offset + e.start:,}; fix the file") from None  # fmt: skip
+                            f"{self.offset + e.start:,}; fix the file (source.skip_invalid "
+                            "skips a JSON line, not a part of an array)") from None  # fmt: skip
         self.offset += len(block)
 
     def _error(self, what: str) -> UserError:
@@ -282,6 +313,25 @@ class _Elements:
 
 
 ARRAY_BLOCK = 1 << 20
+NUMBER_GOES_ON = frozenset("0123456789.eE+-")
+
+
+def _may_go_on(value: Any, text: str, end: int) -> bool:
+    """A number that ends where the text read so far ends, or before a character that
+    can go on a number (raw_decode reads "1." as 1): the next block may hold the rest."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    return end >= len(text) or text[end] in NUMBER_GOES_ON
+
+
+def _invalid(error: ValueError, text: str) -> bool:
+    """The error is the text's, whatever follows: found well before the end of what is
+    read (an unterminated string is reported where it starts: more may end it)."""
+    message, pos = getattr(error, "msg", ""), getattr(error, "pos", len(text))
+    return pos < len(text) - LONGEST_TOKEN and not message.startswith("Unterminated string")
+
+
+LONGEST_TOKEN = 16  # characters: "-Infinity", a \uXXXX\uXXXX pair: cut by a block, not wrong
 
 
 def _fast_loads():
