@@ -1,6 +1,10 @@
 """The exceptions the CLI reports in one line, no traceback: user mistakes, and work that
 failed more times than it may be tried."""
 
+from __future__ import annotations
+
+import math
+
 
 class UserError(Exception):
     """A problem the user can fix: the message says what is wrong, where, and what to do."""
@@ -9,14 +13,31 @@ class UserError(Exception):
 def checked_number(value: object, key: str, whole: bool = True, least: float = 0,
                    above: bool = False, hint: str = "") -> float:  # fmt: skip
     """A number setting's value, or one line naming the key: `whole` numbers only, at
-    least `least` (more than it, if `above`). `hint`: what it means, for the message."""
-    kinds = (int,) if whole else (int, float)
-    fits = isinstance(value, kinds) and not isinstance(value, bool)
-    if fits and (value > least if above else value >= least) and value != float("inf"):
-        return value if whole else float(value)
+    least `least` (more than it, if `above`). A string that spells one is taken (what
+    ${oc.env:...} gives). `hint`: what it means, for the message."""
+    number = _as_number(value, whole)
+    if number is not None and (number > least if above else number >= least):
+        return number
     what = "a whole number" if whole else "a number"
     bound = f"more than {least:g}" if above else f"{least:g} or more"
     raise UserError(f"{key}={value!r}: must be {what}, {bound}{hint}")
+
+
+def _as_number(value: object, whole: bool) -> float | None:
+    if isinstance(value, str):
+        try:
+            value = int(value) if whole else float(value)
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, (int,) if whole else (int, float)):
+        return None
+    if whole:
+        return value
+    try:
+        number = float(value)
+    except OverflowError:  # an int of 400 digits
+        return None
+    return number if math.isfinite(number) else None
 
 
 class TaskFailed(RuntimeError):
