@@ -1003,11 +1003,17 @@ def kept_in_place(run: Run) -> Iterator[None]:
     try:
         yield
     except FileNotFoundError as e:
-        gone = os.path.abspath(str(e.filename)) if e.filename else None
+        if e.filename is None or os.path.lexists(e.filename):
+            raise  # not gone for the driver: not another process's doing
+        gone = os.path.abspath(os.fsdecode(e.filename))
         out_dir = os.path.abspath(run.settings.out_dir)
-        if gone is not None and (gone == out_dir or gone.startswith(out_dir + os.sep)):
-            raise UserError(f"out_dir={run.settings.out_dir}: the folder was moved or removed "
-                            "during the run; run again") from None  # fmt: skip
+        if gone == out_dir or gone.startswith(out_dir + os.sep):
+            if not os.path.isdir(out_dir):
+                raise UserError(f"out_dir={run.settings.out_dir}: the folder was moved or "
+                                "removed during the run; run again") from None  # fmt: skip
+            raise UserError(f"out_dir={run.settings.out_dir}: {os.path.relpath(gone, out_dir)} "
+                            "was removed during the run (by another process?); run again"
+                            ) from None  # fmt: skip
         inputs = {os.path.abspath(f.path): f.path for f in run.files}
         if gone in inputs:
             raise _removed(inputs[gone]) from None

@@ -150,3 +150,17 @@ def test_load_never_pairs_a_manifest_with_another_runs_files(tmp_path, monkeypat
     got = hashlib.sha256(np.asarray(ds.train).tobytes()).hexdigest()
     assert got == ds.manifest["checksums"]["train.bin"]
     assert ds.manifest["source"]["files"][0]["path"].endswith("b.txt")
+
+
+def test_a_file_a_worker_misses_is_final_only_if_the_driver_misses_it_too(tmp_path):
+    """A worker on another node may not see a file the driver sees (a shared file system
+    catching up): that is tried again, as any failure; gone for the driver too, it is not."""
+    from corpusprep.executors import _settled, _Vanished
+
+    there = tmp_path / "there"
+    there.write_text("x")
+    retried = _settled(_Vanished("No such file or directory", str(there)))
+    assert isinstance(retried, FileNotFoundError) and retried.filename == str(there)
+    assert isinstance(_settled(_Vanished("No such file or directory", None)), FileNotFoundError)
+    with pytest.raises(FileNotFoundError):
+        _settled(_Vanished("No such file or directory", str(tmp_path / "gone")))

@@ -45,11 +45,12 @@ class _NoSpace:
 
 @dataclass(frozen=True)
 class _Vanished:
-    """A file or folder gone from under the task (an input removed, out_dir moved away):
-    never tried again; the driver says which (prepare.kept_in_place)."""
+    """A file a task did not find. Gone for the driver too (an input removed, out_dir moved
+    away): never tried again, and the driver says which (prepare.kept_in_place). There for
+    the driver (a worker on another node that does not see it yet): tried again."""
 
     strerror: str
-    filename: str
+    filename: Optional[str]
 
 
 class _Guarded:
@@ -65,7 +66,7 @@ class _Guarded:
         except UserError as e:
             return _UserFailure(str(e))
         except FileNotFoundError as e:
-            return _Vanished(e.strerror, str(e.filename))
+            return _Vanished(e.strerror, None if e.filename is None else os.fsdecode(e.filename))
         except OSError as e:
             if e.errno in NO_SPACE:
                 return _NoSpace(e.errno, e.strerror, str(e.filename))
@@ -153,7 +154,10 @@ def _settled(outcome: Any) -> Any:
     if isinstance(outcome, _NoSpace):
         raise OSError(outcome.errno, outcome.strerror, outcome.filename)
     if isinstance(outcome, _Vanished):
-        raise FileNotFoundError(errno.ENOENT, outcome.strerror, outcome.filename)
+        gone = FileNotFoundError(errno.ENOENT, outcome.strerror, outcome.filename)
+        if outcome.filename is not None and not os.path.lexists(outcome.filename):
+            raise gone
+        return gone  # the driver sees it: the worker's view may catch up
     if isinstance(outcome, (UserError, KeyboardInterrupt)):
         raise outcome
     return outcome
