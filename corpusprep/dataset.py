@@ -379,7 +379,14 @@ def load(path: str | Path, tokenizer: bool = True, check_ids: bool = True) -> Pr
     manifest with another's files)."""
     folder = Path(path)
     for attempt in range(LOAD_ATTEMPTS):
-        manifest = read_manifest(folder)
+        if attempt:
+            time.sleep(0.05 * attempt)  # a commit under way: read once it is done
+        try:
+            manifest = read_manifest(folder)
+        except UserError:
+            if _committing(folder):  # its manifest is put back last
+                continue
+            raise
         try:
             opened = _open_folder(folder, manifest, tokenizer, check_ids)
         except UserError:
@@ -388,14 +395,21 @@ def load(path: str | Path, tokenizer: bool = True, check_ids: bool = True) -> Pr
             opened = None
         if opened is not None and _manifest_now(folder) == manifest:
             return opened
-        time.sleep(0.05 * (attempt + 1))  # a commit under way: read once it is done
     raise UserError(
-        f"{folder}: its files were replaced while they were read, {LOAD_ATTEMPTS} times (other "
-        "runs committing into it); load it once they are done"
+        f"{folder}: a commit was under way there all the while it was read ({LOAD_ATTEMPTS} "
+        "tries), or a killed run left one half done (the next run in the folder finishes "
+        "it); load it once that is done"
     )
 
 
 LOAD_ATTEMPTS = 5
+
+
+def _committing(folder: Path) -> bool:
+    """A commit is under way in the folder (or a killed one waits for the next run)."""
+    from corpusprep.writer import JOURNAL
+
+    return os.path.lexists(folder / JOURNAL)
 
 
 def _manifest_now(folder: Path) -> Optional[dict[str, Any]]:

@@ -164,3 +164,32 @@ def test_a_file_a_worker_misses_is_final_only_if_the_driver_misses_it_too(tmp_pa
     assert isinstance(_settled(_Vanished("No such file or directory", None)), FileNotFoundError)
     with pytest.raises(FileNotFoundError):
         _settled(_Vanished("No such file or directory", str(tmp_path / "gone")))
+
+
+def test_load_waits_for_a_commit_under_way(tmp_path, monkeypatch):
+    """A commit removes the manifest first and puts it back last: a reader that comes
+    meanwhile reads again, and once the commit is done, loads the folder; a commit a
+    killed run left half done is one line saying so."""
+    import threading
+
+    import corpusprep
+    from corpusprep.errors import UserError
+    from corpusprep.writer import JOURNAL
+
+    (tmp_path / "t.txt").write_bytes(shakespeare()[:200_000])
+    assert cli("source=file", "source.path=t.txt", "out_dir=out", "quiet=true",
+               cwd=tmp_path).returncode == 0  # fmt: skip
+    out = tmp_path / "out"
+    (out / "manifest.json").rename(tmp_path / "manifest.json")
+    (out / JOURNAL).write_text("{}")  # as a commit has it between its first and last step
+    done = threading.Timer(0.1, lambda: ((tmp_path / "manifest.json").rename(
+        out / "manifest.json"), (out / JOURNAL).unlink()))  # fmt: skip
+    done.start()
+    try:
+        assert len(corpusprep.load(out, tokenizer=False).train) > 0
+    finally:
+        done.join()
+    (out / "manifest.json").rename(tmp_path / "manifest.json")
+    (out / JOURNAL).write_text("{}")  # and it stays so: a killed commit
+    with pytest.raises(UserError, match="a killed run left one half done"):
+        corpusprep.load(out, tokenizer=False)
