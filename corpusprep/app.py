@@ -194,7 +194,7 @@ def main() -> None:
     flags = [a for a in sys.argv[1:] if a in ("-m", "--multirun")]
     sys.argv[1:] = flags + [a for a in sys.argv[1:] if a not in flags]
     argv = sys.argv[1:]
-    if "--version" in argv:  # corpusprep's, not only Hydra's (its own --version)
+    if any(len(a) > 5 and "--version".startswith(a) for a in argv):  # (argparse: --vers)
         print(f"corpusprep {__version__} (Hydra {compose_cache.hydra_version()})")
         return
     kept = compose_cache.load(argv)

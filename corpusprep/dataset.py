@@ -342,11 +342,10 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     path = folder / "manifest.json"
     if not os.path.lexists(path):
         if os.path.lexists(folder / "multirun.yaml"):  # a sweep's folder: its jobs' inside
-            jobs = sorted(p.parent.name for p in folder.glob("*/manifest.json"))[:4]
-            raise UserError(
-                f"{folder}: a sweep's folder; give one of its jobs' folders"
-                + (f" ({', '.join(jobs)}, ...)" if jobs else "")
-            )
+            jobs = sorted(p.parent.name for p in folder.glob("*/manifest.json"))
+            shown = ", ".join(jobs[:4]) + (", ..." if len(jobs) > 4 else "")
+            raise UserError(f"{folder}: a sweep's folder; give one of its jobs' folders"
+                            + (f" ({shown})" if jobs else ""))  # fmt: skip
         raise UserError(
             f"{folder}: not a corpusprep output folder (no manifest.json); "
             "give the out_dir of a finished run"

@@ -127,7 +127,7 @@ def describe(e: dict[str, Any], out_dir: str) -> str:
         f"  tokens     {about}{e['tokens']:,} (train ~{e['train_tokens']:,}, "
         f"val ~{e['val_tokens']:,})",
         f"  vocab      {e['vocab']}, dtype {e['dtype']}",
-        f"  on disk    ~{e['bytes_on_disk']:,} bytes, {e['chars_per_token']} chars/token",
+        f"  on disk    ~{e['bytes_on_disk']:,} bytes, {e['chars_per_token']:.3f} chars/token",
         f"  time       ~{e['seconds']} s of encoding",
         *([f"  training   ~{e['train_seconds']} s on a sample of ~{e['train_chars']:,} chars"]
           if "train_seconds" in e else []),

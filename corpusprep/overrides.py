@@ -69,12 +69,27 @@ def _hydra_args(args: list[str]) -> Any:
     ns, unknown = parser.parse_known_args(args)
     for arg in unknown:
         if arg.startswith("-"):
-            meant = arg.lstrip("-") if "=" in arg else "dataset=shakespeare_char split=0.8"
             raise UserError(
-                f"{arg}: not an option; overrides take no dashes ({meant}); "
+                f"{arg}: not an option; overrides take no dashes ({_meant(arg)}); "
                 "python -m corpusprep --help lists the options"
             )
+    given = [flag for flag in ("run", "multirun", "cfg", "info", "shell_completion")
+             if getattr(ns, flag)]  # fmt: skip
+    if len(given) > 1:  # Hydra's own check raises a ValueError: a traceback
+        raise UserError(f"{' and '.join('--' + f.replace('_', '-') for f in given)}: give one "
+                        "of them at a time (--cfg and --info print, and run nothing)")  # fmt: skip
     return ns
+
+
+FLAG_KEYS = ("force", "quiet", "dry_run")  # the true/false keys a user may write as --key
+
+
+def _meant(flag: str) -> str:
+    """The override a flag that is not one was meant as: --split=0.8 -> split=0.8."""
+    name = flag.lstrip("-").replace("-", "_")
+    if "=" in name:
+        return flag.lstrip("-")
+    return f"{name}=true" if name in FLAG_KEYS else "dataset=shakespeare_char split=0.8"
 
 
 def hydra_prints(args: list[str]) -> bool:

@@ -365,3 +365,18 @@ def test_checked_number(value, whole, ok):
             checked_number(value, "k", whole=whole, above=True)
     else:
         assert checked_number(value, "k", whole=whole, above=True) == ok
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--force"], ["--force: not an option", "(force=true)"]),
+    (["--dry-run"], ["(dry_run=true)"]),
+    (["-m", "dataset=shakespeare_char", "split=0.8,0.9", "--cfg", "job"],
+     ["--multirun and --cfg: give one of them at a time"]),
+])  # fmt: skip
+def test_flags_a_user_may_mean(work, args, fragments):
+    """A review: --force was advised dataset=...; -m with --cfg was Hydra's traceback."""
+    assert_one_line_error(run_cli(*args, cwd=work), *fragments)
+
+
+def test_version_abbreviated(work):
+    assert run_cli("--vers", cwd=work).stdout.startswith("corpusprep ")

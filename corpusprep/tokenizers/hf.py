@@ -278,11 +278,7 @@ class HfTokenizer(Tokenizer):
             with _lock:
                 self._tok = _cache.get(self._key())
             if self._tok is None:
-                data = read_tokenizer_file(Path(self.path), f"tokenizer.path={self.path}",
-                                           MAX_JSON_BYTES, "a tokenizer.json")  # fmt: skip
-                if hashlib.sha256(data).hexdigest() != self.sha256:
-                    raise UserError(f"tokenizer.path={self.path}: the file changed during the run")
-                tok = _load(self.path, data)
+                tok = _load(self.path, self._read_checked())
                 with _lock:
                     self._tok = _cache.setdefault(self._key(), tok)
         return self._tok
@@ -417,12 +413,16 @@ class HfTokenizer(Tokenizer):
     def files(self) -> dict[str, bytes]:
         """The tokenizer.json, kept beside the ids (KEPT): the folder then loads where its
         original's path means nothing."""
+        return {KEPT: self._read_checked()}
+
+    def _read_checked(self) -> bytes:
+        """The file again (in a worker, at the commit): the very one checked at the start."""
         data = read_tokenizer_file(Path(self.path), f"tokenizer.path={self.path}",
                                    MAX_JSON_BYTES, "a tokenizer.json")  # fmt: skip
         if hashlib.sha256(data).hexdigest() != self.sha256:
             raise UserError(f"tokenizer.path={self.path}: the file changed during the run; "
                             "run again once it is settled")  # fmt: skip
-        return {KEPT: data}
+        return data
 
     def restore(self, description: dict[str, Any], folder: Optional[Path] = None) -> None:
         """Rebuilt for a folder: only the very tokenizer.json it was made with will do."""

@@ -137,8 +137,12 @@ class ReusedTokenizer(Tokenizer):
                 "reused": self.inner.describe()}  # fmt: skip
 
 
-# the files tokenizers keep in a folder (bpe, sentencepiece, hf, a tiktoken ranks file)
-KEPT_NAMES = ("tokenizer.tiktoken", "tokenizer.model", "tokenizer.json")
+def kept_names() -> set[str]:
+    """The files tokenizers keep in a folder (bpe, sentencepiece, hf, a tiktoken ranks
+    file): the only names a manifest's tokenizer.file may give."""
+    from corpusprep.tokenizers import bpe, hf, sentencepiece, tiktoken
+
+    return {bpe.FILE, sentencepiece.FILE, hf.KEPT, tiktoken.KEPT}
 
 
 def _recorded(manifest: dict[str, Any], folder: Optional[Path] = None
@@ -162,8 +166,9 @@ def _recorded(manifest: dict[str, Any], folder: Optional[Path] = None
             node[key] = recorded
     kept = described.get("file")  # the tokenizer's file, which the folder keeps
     if folder is not None and isinstance(kept, str):
-        if kept not in KEPT_NAMES:
-            raise TypeError("not a tokenizer record")
+        if kept not in kept_names():
+            raise UserError(f"{folder / 'manifest.json'}: tokenizer.file={kept!r} is not a "
+                            "file a tokenizer keeps; prepare the folder again")  # fmt: skip
         if not os.path.lexists(folder / kept):
             raise UserError(f"{folder / kept}: missing, but the manifest says the folder keeps "
                             "its tokenizer there; prepare the folder again")  # fmt: skip
