@@ -155,3 +155,17 @@ def test_a_folder_made_before_the_copy_was_kept_is_made_again(tmp_path, given, m
     assert not again.get("skipped")
     assert (tmp_path / "out" / kept).read_bytes() == path.read_bytes()
     assert _prepare(tmp_path / "out", tmp_path / "t.txt", *args).get("skipped")
+
+
+def test_a_manifest_naming_another_kept_file_is_one_line(tmp_path, given):
+    """A stranger's manifest may name any path as the kept file: only the names the
+    tokenizers keep are read, anything else is one line naming the key."""
+    args, path, kept = given
+    (tmp_path / "t.txt").write_text(TEXT)
+    _prepare(tmp_path / "out", tmp_path / "t.txt", *args)
+    manifest_path = tmp_path / "out" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["tokenizer"]["file"] = "../../etc/passwd"
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(UserError, match=r"tokenizer.file='../../etc/passwd' is not a file a"):
+        corpusprep.load(tmp_path / "out")
