@@ -277,6 +277,8 @@ class _HydraStderr(RedactedLines):
         if not lines or any(line.startswith("corpusprep: ") for line in lines):
             return None
         self.held = None
+        if lines[0].startswith("Traceback"):  # Hydra's own bug report: its last line says it
+            return lines[-1]
         if "Available options in" in "\n".join(lines):  # a group's options: name them
             at = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
             options = [line for line in lines[at + 1 :] if ":" not in line and "=" not in line]

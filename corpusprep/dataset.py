@@ -382,8 +382,8 @@ def load(path: str | Path, tokenizer: bool = True, check_ids: bool = True) -> Pr
             time.sleep(0.05 * attempt)  # a commit under way: read once it is done
         try:
             manifest = read_manifest(folder)
-        except UserError:
-            if _committing(folder):  # its manifest is put back last
+        except UserError:  # a commit under way puts its manifest back last (or just has)
+            if _committing(folder) or _manifest_now(folder) is not None:
                 continue
             raise
         try:

@@ -73,6 +73,14 @@ def _hydra_args(args: list[str]) -> Any:
                 f"{arg}: not an option; overrides take no dashes ({_meant(arg)}); "
                 "python -m corpusprep --help lists the options"
             )
+        raise UserError(f"{arg}: an override after a flag; put every override before the "
+                        "flags (python -m corpusprep KEY=VALUE ... --cfg job)")  # fmt: skip
+    if ns.experimental_rerun is not None:  # Hydra would unpickle the file it names
+        raise UserError("--experimental-rerun: not taken (it unpickles a file, which runs the "
+                        "code it names); run the command again with its overrides")  # fmt: skip
+    if ns.resolve and not ns.cfg:  # Hydra's own check is a ValueError (or a traceback)
+        raise UserError("--resolve: only with --cfg (python -m corpusprep ... --cfg job "
+                        "--resolve prints the config resolved)")  # fmt: skip
     given = [flag for flag in ("run", "multirun", "cfg", "info", "shell_completion")
              if getattr(ns, flag)]  # fmt: skip
     if len(given) > 1:  # Hydra's own check raises a ValueError: a traceback
@@ -189,12 +197,11 @@ def _check_group_choices(overrides: list[Any]) -> None:
     available = None
     for o in filter(_is_group_choice, overrides):
         for v in _values(o):
-            if v is None or not isinstance(v, str):
-                continue
             available = available or available_options()
-            if v not in available[o.key_or_group]:
+            if not isinstance(v, str) or v not in available[o.key_or_group]:
+                shown = "null" if v is None else v  # (Hydra's own answer: a ValueError)
                 raise UserError(
-                    f"{o.key_or_group}={v}: no such {o.key_or_group}; choose one of "
+                    f"{o.key_or_group}={shown}: no such {o.key_or_group}; choose one of "
                     f"{', '.join(sorted(available[o.key_or_group]))}"
                 )
 

@@ -380,3 +380,22 @@ def test_flags_a_user_may_mean(work, args, fragments):
 
 def test_version_abbreviated(work):
     assert run_cli("--vers", cwd=work).stdout.startswith("corpusprep ")
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["source=file", "source.path=good.txt", "--cfg", "job", "tokenizer=byte"],
+     ["tokenizer=byte: an override after a flag", "before the flags"]),
+    (["source=file", "source.path=good.txt", "--resolve"], ["--resolve: only with --cfg"]),
+    (["--help", "--resolve"], ["--resolve: only with --cfg"]),
+    (["--experimental-rerun=x.pickle"], ["--experimental-rerun: not taken", "unpickles"]),
+    (["tokenizer=null"], ["tokenizer=null: no such tokenizer; choose one of", "!Traceback"]),
+    (["--shell-completion"], ["Expecting one subcommand", "!Traceback", "!File \""]),
+    (["=5"], ["!Traceback"]),
+])  # fmt: skip
+def test_command_lines_hydra_answered_with_usage_or_a_traceback(work, args, fragments):
+    """An attack: argparse's usage (8 lines), Hydra's ValueError, a traceback of Hydra's
+    own as the 'one line' (its first two lines), and a flag that unpickles a file."""
+    r = run_cli(*args, cwd=work)
+    assert_one_line_error(r, *[f for f in fragments if not f.startswith("!")])
+    for absent in (f[1:] for f in fragments if f.startswith("!")):
+        assert absent not in r.stderr, r.stderr

@@ -291,3 +291,21 @@ def test_an_array_of_strings_needs_the_text_field(tmp_path):
         "a string, read as a 'text' field; set source.text_field=text"
         in _parts(path, text_field="content")[-1]
     )
+
+
+@pytest.mark.parametrize("scale", [1.05, 1.9])
+@pytest.mark.parametrize("char", ["x", "😀"])
+def test_an_element_longer_than_max_uncut_bytes_is_refused(tmp_path, scale, char):
+    """An attack: the limit was checked before the read that doubled what is held (an
+    element up to twice it got through), and in characters (4 bytes each at most)."""
+    limit = 1 << 20
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps([{"text": char * int(limit * scale / len(char.encode()))}],
+                               ensure_ascii=False))  # fmt: skip
+    out = _parts(path, max_uncut_bytes=limit)
+    assert "element 1 of its JSON array is not valid JSON" in out[-1], out[-1][:200]
+    assert f"source.max_uncut_bytes={limit}" in out[-1]
+    fits = tmp_path / "fits.json"
+    fits.write_text(json.dumps([{"text": char * int(limit * 0.9 / len(char.encode()))}],
+                               ensure_ascii=False))  # fmt: skip
+    assert len(_parts(fits, max_uncut_bytes=limit)[0]) == int(limit * 0.9 / len(char.encode()))

@@ -193,3 +193,32 @@ def test_load_waits_for_a_commit_under_way(tmp_path, monkeypatch):
     (out / JOURNAL).write_text("{}")  # and it stays so: a killed commit
     with pytest.raises(UserError, match="a killed run left one half done"):
         corpusprep.load(out, tokenizer=False)
+
+
+def test_load_when_a_commit_ends_between_its_manifest_read_and_the_journal_check(
+    tmp_path, monkeypatch
+):
+    """An attack: the manifest was missing (a commit under way), then the commit ended and
+    took its journal away before load looked for it: a finished folder said 'no manifest'."""
+    import corpusprep
+    import corpusprep.dataset as dataset
+    from corpusprep.writer import JOURNAL
+
+    (tmp_path / "t.txt").write_bytes(shakespeare()[:200_000])
+    assert cli("source=file", "source.path=t.txt", "out_dir=out", "quiet=true",
+               cwd=tmp_path).returncode == 0  # fmt: skip
+    out = tmp_path / "out"
+    (out / "manifest.json").rename(tmp_path / "manifest.json")
+    (out / JOURNAL).write_text("{}")
+    real = dataset.read_manifest
+
+    def missing_then_the_commit_ends(folder):
+        try:
+            return real(folder)
+        finally:
+            if (tmp_path / "manifest.json").exists():
+                (tmp_path / "manifest.json").rename(out / "manifest.json")
+                (out / JOURNAL).unlink()
+
+    monkeypatch.setattr(dataset, "read_manifest", missing_then_the_commit_ends)
+    assert len(corpusprep.load(out, tokenizer=False).train) > 0

@@ -285,19 +285,23 @@ class _Elements:
 
     def _more(self, failed: Optional[ValueError] = None) -> None:
         """Read on: as much again as is held (an element is parsed again from its start
-        each time, so its reads double), from at least a block."""
-        held = len(self.text) - self.at
-        if held > self.file.max_uncut_bytes:
+        each time, so its reads double), from at least a block; never more than
+        source.max_uncut_bytes of UTF-8 held."""
+        limit, held = self.file.max_uncut_bytes, len(self.text) - self.at
+        near = 4 * held > limit  # (a character is at most 4 bytes: else far below)
+        held_bytes = len(self.text[self.at :].encode("utf-8", "surrogatepass")) if near else 0
+        if held_bytes > limit:
             why = f" ({getattr(failed, 'msg', failed)})" if failed is not None else ""
             raise UserError(
                 f"{self.file.name}: element {self.number:,} of its JSON array is not valid "
-                f"JSON{why} within source.max_uncut_bytes={self.file.max_uncut_bytes} bytes "
-                "(an element is held whole to be read); fix the file, or raise "
-                "source.max_uncut_bytes for longer elements"
+                f"JSON{why} within source.max_uncut_bytes={limit} bytes (an element is held "
+                "whole to be read); fix the file, or raise source.max_uncut_bytes for longer "
+                "elements"
             )
         self.text = self.text[self.at :]
         self.at = 0
-        block = self.f.read(max(ARRAY_BLOCK, held))
+        wanted = max(ARRAY_BLOCK, held)
+        block = self.f.read(min(wanted, limit + 1 - held_bytes) if near else wanted)
         self.eof = not block
         try:
             self.text += self.decode(block, final=self.eof)
