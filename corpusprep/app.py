@@ -33,6 +33,7 @@ from corpusprep.errors import (
 from corpusprep.overrides import (
     available_options,
     check_overrides,
+    completing,
     guard_key_overrides,
     hydra_prints,
 )
@@ -194,7 +195,7 @@ def main() -> None:
     flags = [a for a in sys.argv[1:] if a in ("-m", "--multirun")]
     sys.argv[1:] = flags + [a for a in sys.argv[1:] if a not in flags]
     argv = sys.argv[1:]
-    if any(len(a) > 5 and "--version".startswith(a) for a in argv):  # (argparse: --vers)
+    if any(len(a) >= 3 and "--version".startswith(a) for a in argv):  # (argparse: --v)
         print(f"corpusprep {__version__} (Hydra {compose_cache.hydra_version()})")
         return
     kept = compose_cache.load(argv)
@@ -205,7 +206,8 @@ def main() -> None:
     if hydra_prints(argv):  # --cfg, --info, --help: nothing runs, the config is printed
         sys.argv[1:] = argv = [redact_override(a) for a in argv]  # a secret's value: ***
         sys.stdout = RedactedLines(sys.stdout)  # and one a config file holds
-    guard_key_overrides()
+    if not completing(argv):  # a half-typed key is no mistake to print into the shell
+        guard_key_overrides()
     _guard_hydra_targets()
     _skip_mode_probe(argv)
     use_fast_yaml()
@@ -222,6 +224,13 @@ def _compose_and_run() -> None:
     hydra_stderr = sys.stderr = _HydraStderr(stderr)
     try:
         task(_hydra_job)()
+    except OmegaConfBaseException as e:  # raised where Hydra reports nothing (its --help, or
+        sys.stderr = stderr  # its own error report failing): the config's fault, in one line
+        hydra_stderr.held = None
+        missing = "Missing mandatory value" in str(e)  # --help --resolve with nothing chosen
+        fix = ("choose dataset=NAME, or source=file source.path=FILE" if missing
+               else "check the overrides' values and their ${...}")  # fmt: skip
+        fail(f"{str(e).strip().splitlines()[0]}; {fix}")
     except SystemExit as e:  # Hydra's own error (argparse's usage errors exit with 2)
         if e.code == 1 and _stopped_by:  # a Ctrl-C that Hydra or OmegaConf turned into
             hydra_stderr.held = None  # an error of their own (or half-built state) while
@@ -267,7 +276,8 @@ class _HydraStderr(RedactedLines):
         """Hydra's error message in one line (what is held is then dropped), or None (an
         error of corpusprep's own, already one line, is then printed by release())."""
         lines, warned = [], False
-        for line in "".join(self.held or ()).splitlines():
+        held = "".join(self.held or ())
+        for line in held.splitlines():
             if _WARNING.match(line):  # a warning printed before the error, and its source
                 warned = True  # line: not the message
             elif not (warned and line[:1].isspace()) and line.strip():
@@ -276,14 +286,29 @@ class _HydraStderr(RedactedLines):
         lines = [line for line in lines if "HYDRA_FULL_ERROR" not in line]
         if not lines or any(line.startswith("corpusprep: ") for line in lines):
             return None
+        if lines[0].startswith("Traceback"):  # a report of what Hydra or OmegaConf raised
+            raised = _raised(held)
+            if raised is not None:  # (else a bug: its whole traceback is printed)
+                self.held = None
+            return raised
         self.held = None
-        if lines[0].startswith("Traceback"):  # Hydra's own bug report: its last line says it
-            return lines[-1]
         if "Available options in" in "\n".join(lines):  # a group's options: name them
             at = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
             options = [line for line in lines[at + 1 :] if ":" not in line and "=" not in line]
             return f"{lines[0].rstrip('.')}; {lines[at].rstrip(':')}: {', '.join(options)}"
         return "; ".join(line.rstrip(".") for line in lines[:2])
+
+
+_RAISED = re.compile(r"^((?:hydra|omegaconf)[\w.]*\.\w+|ValueError): (.*)")
+
+
+def _raised(report: str) -> Optional[str]:
+    """A traceback's exception, if Hydra's or OmegaConf's (or a ValueError they raise): its
+    message, the first line of it (OmegaConf adds full_key and object_type lines, indented);
+    None for anything else, a bug whose whole traceback is then printed."""
+    raised = [line for line in report.splitlines() if line and not line[0].isspace()]
+    found = _RAISED.match(raised[-1]) if raised else None
+    return found.group(2).strip() if found else None
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import re
 from pathlib import Path
 from typing import Any, NoReturn, Optional
 
@@ -63,6 +64,8 @@ def _hydra_args(args: list[str]) -> Any:
     parser = get_args_parser()
 
     def error(message: str) -> NoReturn:
+        if re.search(r"invalid choice: '[^']*=", message):  # --info split=0.8
+            message += "; put the overrides before the flags"
         raise UserError(f"{message}; python -m corpusprep --help lists the options")
 
     parser.error = error  # type: ignore[method-assign]
@@ -78,9 +81,11 @@ def _hydra_args(args: list[str]) -> Any:
     if ns.experimental_rerun is not None:  # Hydra would unpickle the file it names
         raise UserError("--experimental-rerun: not taken (it unpickles a file, which runs the "
                         "code it names); run the command again with its overrides")  # fmt: skip
+    if ns.help or ns.hydra_help:
+        return ns  # Hydra prints a help before any other check
     if ns.resolve and not ns.cfg:  # Hydra's own check is a ValueError (or a traceback)
-        raise UserError("--resolve: only with --cfg (python -m corpusprep ... --cfg job "
-                        "--resolve prints the config resolved)")  # fmt: skip
+        raise UserError("--resolve: only with --cfg or --help (python -m corpusprep ... "
+                        "--cfg job --resolve prints the config resolved)")  # fmt: skip
     given = [flag for flag in ("run", "multirun", "cfg", "info", "shell_completion")
              if getattr(ns, flag)]  # fmt: skip
     if len(given) > 1:  # Hydra's own check raises a ValueError: a traceback
@@ -93,11 +98,22 @@ FLAG_KEYS = ("force", "quiet", "dry_run")  # the true/false keys a user may writ
 
 
 def _meant(flag: str) -> str:
-    """The override a flag that is not one was meant as: --split=0.8 -> split=0.8."""
-    name = flag.lstrip("-").replace("-", "_")
-    if "=" in name:
-        return flag.lstrip("-")
+    """The override a flag that is not one was meant as: --split=0.8 -> split=0.8,
+    --dry-run -> dry_run=true."""
+    name, equals, value = flag.lstrip("-").partition("=")
+    name = name.replace("-", "_")
+    if equals:
+        return f"{name}={value}"
     return f"{name}=true" if name in FLAG_KEYS else "dataset=shakespeare_char split=0.8"
+
+
+def completing(args: list[str]) -> bool:
+    """The shell asks for completions (-sc query=...): whatever is typed so far may be
+    half a key, and nothing may be printed but the completions."""
+    try:
+        return bool(_hydra_args(args).shell_completion)
+    except (SystemExit, UserError):
+        return False
 
 
 def hydra_prints(args: list[str]) -> bool:
@@ -198,8 +214,10 @@ def _check_group_choices(overrides: list[Any]) -> None:
     for o in filter(_is_group_choice, overrides):
         for v in _values(o):
             available = available or available_options()
-            if not isinstance(v, str) or v not in available[o.key_or_group]:
-                shown = "null" if v is None else v  # (Hydra's own answer: a ValueError)
+            for name in v if isinstance(v, list) else [v]:  # [a,b]: several configs of it
+                if isinstance(name, str) and name in available[o.key_or_group]:
+                    continue
+                shown = "null" if name is None else name  # (Hydra's own answer: a ValueError)
                 raise UserError(
                     f"{o.key_or_group}={shown}: no such {o.key_or_group}; choose one of "
                     f"{', '.join(sorted(available[o.key_or_group]))}"

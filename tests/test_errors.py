@@ -386,7 +386,12 @@ def test_version_abbreviated(work):
     (["source=file", "source.path=good.txt", "--cfg", "job", "tokenizer=byte"],
      ["tokenizer=byte: an override after a flag", "before the flags"]),
     (["source=file", "source.path=good.txt", "--resolve"], ["--resolve: only with --cfg"]),
-    (["--help", "--resolve"], ["--resolve: only with --cfg"]),
+    (["--help", "--resolve"], ["Missing mandatory value: source.url", "choose dataset=NAME"]),
+    (["hydra.job.chdir=${oc.decode:abc}", "--cfg", "hydra", "--resolve"],
+     ["Value 'abc' is not a valid bool", "!object_type"]),
+    (["hydra.run.dir=${nope}", "dataset=shakespeare_char"], ["Interpolation key 'nope'"]),
+    (["--info", "split=0.8"], ["invalid choice: 'split=0.8'", "put the overrides before"]),
+    (["--dry-run=true"], ["(dry_run=true)"]),
     (["--experimental-rerun=x.pickle"], ["--experimental-rerun: not taken", "unpickles"]),
     (["tokenizer=null"], ["tokenizer=null: no such tokenizer; choose one of", "!Traceback"]),
     (["--shell-completion"], ["Expecting one subcommand", "!Traceback", "!File \""]),
@@ -399,3 +404,32 @@ def test_command_lines_hydra_answered_with_usage_or_a_traceback(work, args, frag
     assert_one_line_error(r, *[f for f in fragments if not f.startswith("!")])
     for absent in (f[1:] for f in fragments if f.startswith("!")):
         assert absent not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["--help", "--resolve", "dataset=shakespeare_char"],  # Hydra prints its help first
+    ["--help", "--cfg", "job", "-m"],
+    ["dataset=[shakespeare_char]", "--cfg", "job"],  # a list of a group's configs
+])  # fmt: skip
+def test_valid_command_lines_a_review_found_refused(work, args):
+    r = run_cli(*args, cwd=work)
+    assert r.returncode == 0 and not r.stderr.strip(), r.stderr
+
+
+def test_version_abbreviated_to_three_letters(work):
+    assert run_cli("--v", cwd=work).stdout.startswith("corpusprep ")
+
+
+def test_completing_a_half_typed_key_prints_no_error(work):
+    """The shell asks for completions with what is typed so far: splt is no mistake yet."""
+    import shutil
+    import subprocess
+
+    script = shutil.which("corpusprep")
+    if script is None:
+        pytest.skip("the corpusprep script is not installed")
+    r = subprocess.run([script, "-sc", "query=bash"], cwd=work, capture_output=True,
+                       text=True, timeout=120,
+                       env={**os.environ, "COMP_LINE": "corpusprep splt=0.8 tok"})  # fmt: skip
+    assert r.returncode == 0 and "error" not in r.stderr, r.stderr
+    assert "tokenizer=" in r.stdout

@@ -309,3 +309,19 @@ def test_an_element_longer_than_max_uncut_bytes_is_refused(tmp_path, scale, char
     fits.write_text(json.dumps([{"text": char * int(limit * 0.9 / len(char.encode()))}],
                                ensure_ascii=False))  # fmt: skip
     assert len(_parts(fits, max_uncut_bytes=limit)[0]) == int(limit * 0.9 / len(char.encode()))
+
+
+@pytest.mark.parametrize("limit", [1000, 1 << 20])
+def test_the_bound_holds_wherever_an_element_falls(tmp_path, limit):
+    """A review: an element that arrived whole within one read was never measured (with a
+    limit under a block, elements 1-209 of 300 passed, 210 did not); and at exactly the
+    limit: `limit` bytes of element pass, `limit + 1` do not, as for a JSON line."""
+    path = tmp_path / "many.json"
+    text = "y" * (limit * 5)
+    path.write_text(json.dumps([{"text": text}] * 3))
+    assert "element 1 of its JSON array" in _parts(path, max_uncut_bytes=limit)[-1]
+    overhead = len(json.dumps({"text": ""}))  # the element is the object, braces and all
+    for size, ok in ((limit, True), (limit + 1, False)):
+        path.write_text(json.dumps([{"text": "z" * (size - overhead)}]))
+        out = _parts(path, max_uncut_bytes=limit)
+        assert (out == ["z" * (size - overhead)]) == ok, (size, out[-1][:120])

@@ -259,9 +259,20 @@ class _Elements:
                 self._more(e)
                 continue
             if self.eof or not _may_go_on(value, self.text, end):
+                self._bounded(end)
                 self.at = end
                 return value
             self._more()  # a number at the end of what is read may go on in the next block
+
+    def _bounded(self, end: int) -> None:
+        """An element read whole (within what one read gave) is held to the bound too."""
+        limit = self.file.max_uncut_bytes
+        if 4 * (end - self.at) > limit:  # (a character is at most 4 bytes: else far below)
+            nbytes = len(self.text[self.at : end].encode("utf-8", "surrogatepass"))
+            if nbytes > limit:
+                raise self._error(f"{nbytes:,} bytes, longer than source.max_uncut_bytes="
+                                  f"{limit} (an element is held whole to be read); raise "
+                                  "source.max_uncut_bytes, or split it")  # fmt: skip
 
     def _next(self) -> str:
         """The next character that is not whitespace ("" at the end), not taken."""
