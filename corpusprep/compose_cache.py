@@ -258,8 +258,15 @@ def _interpolated_default(path: str) -> bool:
 
 
 def _tree(folder: str | Path) -> Iterator[str]:
-    """The folder, its files and its folders, in a fixed order; no compiled bytecode."""
-    for root, dirs, names in os.walk(folder):
+    """The folder, its files and its folders, in a fixed order; no compiled bytecode. A
+    linked folder is followed, as Hydra follows it (each real folder once: no loop)."""
+    seen: set[str] = set()
+    for root, dirs, names in os.walk(folder, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         yield root
         yield from (os.path.join(root, n) for n in sorted(names) if not n.endswith(".pyc"))

@@ -72,6 +72,8 @@ def _safe(name: str) -> str:
     if shown != str(name):  # two jobs may differ only in a secret: their folders must not
         shown += f"-job{_job_num()}"
     name = re.sub(r"[/\\:*?\"<>|]+", "_", shown) or "job"
+    if name != shown:  # values that differ only there (d/x.txt, d_x.txt): their own folders
+        name += f"-{hashlib.sha256(shown.encode()).hexdigest()[:8]}"
     if len(name) > 120:
         name = f"{name[:100]}-{hashlib.sha256(name.encode()).hexdigest()[:12]}"
     return name

@@ -21,7 +21,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 import numpy as np
 
@@ -387,12 +387,28 @@ def _short(value: object) -> bool:
     return not isinstance(value, (dict, list)) and len(str(value)) <= 80
 
 
+def _count(text: str) -> int:
+    """--top's value: a whole number, 1 or more."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number, 1 or more")
+    return int(text)
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"corpusprep.inspect: error: {redact_text(message)}", file=sys.stderr)
+    sys.exit(1)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m corpusprep.inspect", description="Look at a corpusprep output folder."
     )
+    # one line, not argparse's usage: the fix is in --help
+    parser.error = lambda message: _fail(  # type: ignore[method-assign]
+        f"{message}; python -m corpusprep.inspect --help lists the options"
+    )
     parser.add_argument("dir", help="an out_dir of a finished run")
-    parser.add_argument("--top", type=int, default=10, help="how many frequent tokens to show")
+    parser.add_argument("--top", type=_count, default=10, help="how many frequent tokens to show")
     parser.add_argument("--verify", action="store_true", help="decode and compare with source")
     parser.add_argument(
         "--plot",
@@ -423,8 +439,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.plot:
             print(f"\nwrote {args.plot}")
     except UserError as e:
-        print(f"corpusprep.inspect: error: {redact_text(e)}", file=sys.stderr)
-        sys.exit(1)
+        _fail(str(e))
     except BrokenPipeError:  # `| head` has all it wanted: the rest goes nowhere, quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(141)  # 128 + SIGPIPE, as a shell reports it (Windows has no SIGPIPE)

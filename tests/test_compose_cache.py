@@ -355,3 +355,25 @@ def test_a_fifo_for_an_entry_does_not_hang_the_run(tmp_path, shakespeare, compos
     os.mkfifo(entry)
     r = run_cli(*args, cwd=tmp_path, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_linked_config_folder_is_followed_as_hydra_follows_it(tmp_path, compose_dir, long_ago):
+    """An attack: a plugin's conf/dataset that is a link to the user's presets folder; a
+    preset edited there was not seen (os.walk does not follow links, Hydra does), and the
+    kept config from before the edit was used."""
+    presets = tmp_path / "presets"
+    presets.mkdir()
+    option = presets / "mine.yaml"
+    option.write_text("_target_: corpusprep.tokenizers.char.CharTokenizer\n")
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "tokenizer").symlink_to(presets)
+    (presets / "loop").symlink_to(presets)  # a link back: followed once, no loop
+    hydra = _plain_hydra_node([conf])
+    argv = ["tokenizer=mine"]
+    cfg = OmegaConf.create({"split": 0.5, "name": "x"})
+    compose_cache.save(argv, cfg, hydra, argv)
+    assert compose_cache.load(argv) is not None
+    os.utime(option, (1, 1))  # so that the edit below changes its time whatever the clock
+    option.write_text("_target_: corpusprep.tokenizers.byte.ByteTokenizer\n")
+    assert compose_cache.load(argv) is None

@@ -141,3 +141,20 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path, tiktoken_cache):
     err = p.stderr.read().decode()
     assert p.wait(timeout=60) != 0
     assert "Traceback" not in err and err == "", err
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--top", "-1"], "argument --top: '-1': give a whole number, 1 or more"),
+    (["--top", "0"], "argument --top: '0': give a whole number, 1 or more"),
+    (["--top", "abc"], "argument --top: 'abc': give a whole number, 1 or more"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+])  # fmt: skip
+def test_a_bad_option_is_one_line(tmp_path, args, fragment):
+    """An attack: --top -1 listed all but the last token; argparse's own mistakes printed
+    its usage (3 lines) and exited with 2."""
+    r = subprocess.run([sys.executable, "-m", "corpusprep.inspect", str(tmp_path), *args],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("corpusprep.inspect: error: "), r.stderr
+    assert fragment in lines[0] and "--help lists the options" in lines[0]

@@ -176,3 +176,17 @@ def test_dry_run_estimates_and_writes_nothing(work, shakespeare):
     rows = table(sweep_dir(work))
     assert [row["status"] for row in rows] == ["estimate", "estimate"]
     assert not list(sweep_dir(work).glob("*/train.bin"))
+
+
+def test_values_that_differ_only_in_a_slash_get_their_own_folders(work):
+    """An attack: d/x.txt and d_x.txt made the same job folder name; the second job replaced
+    the first's files, and the sweep said the first left no record."""
+    (work / "d").mkdir()
+    (work / "d" / "x.txt").write_text("one text here\n" * 300)
+    (work / "d_x.txt").write_text("another text, longer\n" * 300)
+    r = run_cli("-m", "source=file", "source.path=d/x.txt,d_x.txt", "quiet=true", cwd=work)
+    assert r.returncode == 0, r.stderr
+    folder = sweep_dir(work)
+    jobs = sorted(p for p in folder.iterdir() if p.is_dir())
+    assert len(jobs) == 2 and all((job / "train.bin").is_file() for job in jobs)
+    assert [row["status"] for row in table(folder)] == ["ok", "ok"]
