@@ -82,17 +82,21 @@ def no_space(e: OSError, folder: Path | str, needed: Optional[int] = None,
             f"{folder}: a file would be larger than the largest this process may write (ulimit "
             "-f, or the file system's own limit); raise it (ulimit -f unlimited) or choose "
             "another out_dir" + ("; the next run in this folder finishes the commit this one "
-                                 "began" if committing else " (the previous outputs are untouched)")
+                                 "began" if committing else _untouched(folder))
         )  # fmt: skip
     if committing:
         return UserError(
             f"{folder}: the disk {what} in the middle of a commit; {room} and run again: "
             "the next run in this folder finishes that commit"
         )
-    return UserError(
-        f"{folder}: the disk {what}{need}; {room} or choose another out_dir "
-        "(the previous outputs are untouched)"
-    )
+    return UserError(f"{folder}: the disk {what}{need}; {room} or choose another out_dir"
+                     f"{_untouched(folder)}")  # fmt: skip
+
+
+def _untouched(folder: Path | str) -> str:
+    """Said of a folder that holds a finished run's outputs (in one with none yet, there is
+    nothing to say)."""
+    return " (the previous outputs are untouched)" if (Path(folder) / MANIFEST).exists() else ""
 
 
 @contextlib.contextmanager
@@ -131,8 +135,8 @@ def check_free_space(folder: Path, needed: int, total: Optional[int] = None) -> 
         in_all = f" ({_mb(total)} MB in all)" if total and total > needed else ""
         raise UserError(
             f"{folder}: the disk has {_mb(free, up=False)} MB free but this run needs about "
-            f"{_mb(needed)} MB more{in_all}; free some space or choose another out_dir "
-            "(the previous outputs are untouched)"
+            f"{_mb(needed)} MB more{in_all}; free some space or choose another out_dir"
+            f"{_untouched(folder)}"
         )
 
 

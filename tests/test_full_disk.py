@@ -65,6 +65,7 @@ def test_an_up_to_date_folder_on_a_full_disk_is_found_up_to_date(corpus, tmpfs, 
     r = run_cli(*COMMAND, f"out_dir={root / 'new'}", cwd=corpus)
     assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "Traceback" not in r.stderr
+    assert "previous outputs" not in r.stderr  # there are none to speak of
     assert not (root / "new").exists()
 
 
@@ -247,3 +248,17 @@ def test_a_stopped_check_of_the_outputs_vouches_for_nothing(tmp_path):
     stop = threading.Event()
     stop.set()
     assert changed_files(tmp_path, manifest, stop=stop) == ["a.bin"]
+
+
+def test_a_folder_without_outputs_is_not_said_to_keep_them(tmp_path):
+    """An attack: 'the previous outputs are untouched' was said of a folder with none."""
+    import errno
+
+    from corpusprep.writer import check_free_space, no_space
+
+    full = OSError(errno.ENOSPC, "No space left on device")
+    assert "previous outputs" not in str(no_space(full, tmp_path))
+    (tmp_path / "manifest.json").write_text("{}")
+    assert str(no_space(full, tmp_path)).endswith("(the previous outputs are untouched)")
+    with pytest.raises(Exception, match=r"choose another out_dir \(the previous outputs"):
+        check_free_space(tmp_path, 1 << 62)
