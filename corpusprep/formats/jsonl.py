@@ -267,12 +267,19 @@ class _Elements:
     def _bounded(self, end: int) -> None:
         """An element read whole (within what one read gave) is held to the bound too."""
         limit = self.file.max_uncut_bytes
-        if 4 * (end - self.at) > limit:  # (a character is at most 4 bytes: else far below)
-            nbytes = len(self.text[self.at : end].encode("utf-8", "surrogatepass"))
-            if nbytes > limit:
-                raise self._error(f"{nbytes:,} bytes, longer than source.max_uncut_bytes="
-                                  f"{limit} (an element is held whole to be read); raise "
-                                  "source.max_uncut_bytes, or split it")  # fmt: skip
+        nbytes = self._nbytes(end)
+        if nbytes > limit:
+            raise self._error(f"{nbytes:,} bytes, longer than source.max_uncut_bytes={limit} "
+                              "(an element is held whole to be read); raise "
+                              "source.max_uncut_bytes, or split it")  # fmt: skip
+
+    def _nbytes(self, end: int) -> int:
+        """The UTF-8 bytes of the text from the element's start to `end`, where they may
+        come near source.max_uncut_bytes; 0 where they cannot (4 bytes a character at
+        most): counted only then."""
+        if 4 * (end - self.at) <= self.file.max_uncut_bytes:
+            return 0
+        return len(self.text[self.at : end].encode("utf-8", "surrogatepass"))
 
     def _next(self) -> str:
         """The next character that is not whitespace ("" at the end), not taken."""
@@ -299,8 +306,7 @@ class _Elements:
         each time, so its reads double), from at least a block; never more than
         source.max_uncut_bytes of UTF-8 held."""
         limit, held = self.file.max_uncut_bytes, len(self.text) - self.at
-        near = 4 * held > limit  # (a character is at most 4 bytes: else far below)
-        held_bytes = len(self.text[self.at :].encode("utf-8", "surrogatepass")) if near else 0
+        held_bytes = self._nbytes(len(self.text))
         if held_bytes > limit:
             why = f" ({getattr(failed, 'msg', failed)})" if failed is not None else ""
             raise UserError(
@@ -312,7 +318,7 @@ class _Elements:
         self.text = self.text[self.at :]
         self.at = 0
         wanted = max(ARRAY_BLOCK, held)
-        block = self.f.read(min(wanted, limit + 1 - held_bytes) if near else wanted)
+        block = self.f.read(min(wanted, limit + 1 - held_bytes) if held_bytes else wanted)
         self.eof = not block
         try:
             self.text += self.decode(block, final=self.eof)

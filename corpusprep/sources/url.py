@@ -86,8 +86,9 @@ class UrlSource(Source):
             )
         if sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", str(sha256)):
             raise UserError(f"source.sha256={sha256!r}: must be 64 hex digits (or null)")
-        checked_number(retries, "source.retries")
-        checked_number(timeout, "source.timeout", whole=False, above=True, hint=" (seconds)")
+        self.retries = int(checked_number(retries, "source.retries"))
+        self.timeout = checked_number(timeout, "source.timeout", whole=False, above=True,
+                                      hint=" (seconds)")  # fmt: skip
         if deadline is not None and (
             isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or deadline <= 0
         ):
@@ -98,8 +99,6 @@ class UrlSource(Source):
         self.url = str(url)
         self.sha256 = str(sha256).lower() if sha256 else None
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-        self.timeout = float(timeout)
-        self.retries = int(retries)
 
     def cache_path(self) -> Path:
         """Where this URL's file lives in the cache: a hash of the URL plus its file name."""

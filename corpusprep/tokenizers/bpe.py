@@ -27,6 +27,7 @@ from corpusprep.sample import Sample, SampleRule, sample_rule
 from corpusprep.tokenizers import NOWHERE, TRAINED, read_kept
 from corpusprep.tokenizers.tiktoken import (
     CUT_AT,
+    KEPT,
     MISSING,
     PROVEN_PATTERNS,
     TiktokenTokenizer,
@@ -38,7 +39,7 @@ from corpusprep.tokenizers.tiktoken import (
 PATTERNS = {"gpt2": PROVEN_PATTERNS["r50k"], "cl100k": PROVEN_PATTERNS["cl100k"],
             "o200k": PROVEN_PATTERNS["o200k"]}  # fmt: skip
 EOT = "<|endoftext|>"
-FILE = "tokenizer.tiktoken"
+FILE = KEPT  # tiktoken's format, so tiktoken's name (a given ranks file is kept so too)
 # riptoken gave the same ids as tiktoken over trained ranks with these patterns
 # (tests/test_bpe_train.py); a custom regex stays on tiktoken
 RIPTOKEN_PATTERNS = {"gpt2", "cl100k", "o200k"}

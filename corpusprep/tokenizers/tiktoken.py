@@ -141,14 +141,21 @@ def recorded_ranks_file(given: Any, folder: Path, sha256: Any) -> str:
     return str(chosen)
 
 
-def read_ranks(path: Path, sha256: Optional[str] = None) -> dict[bytes, int]:
-    """A `.tiktoken` file: one "base64(token) rank" per line (tiktoken's own format); with
-    `sha256`, only the file that has it (the one checked when the tokenizer was made: each
-    worker reads it again)."""
+def read_checked_ranks(path: Path, sha256: Optional[str]) -> bytes:
+    """A ranks file's bytes; with `sha256`, only if it is still the file checked when the
+    tokenizer was made."""
     data = read_ranks_file(path, str(path))
     if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
         raise UserError(f"tokenizer.ranks_file={path}: the file changed since the run began; "
                         "run again once it is settled")  # fmt: skip
+    return data
+
+
+def read_ranks(path: Path, sha256: Optional[str] = None) -> dict[bytes, int]:
+    """A `.tiktoken` file: one "base64(token) rank" per line (tiktoken's own format); with
+    `sha256`, only the file that has it (the one checked when the tokenizer was made: each
+    worker reads it again)."""
+    data = read_checked_ranks(path, sha256)
     ranks = {}
     for number, line in enumerate(data.splitlines(), 1):
         try:
@@ -283,11 +290,7 @@ class TiktokenTokenizer(Tokenizer):
         """A ranks file the run was given, kept beside the ids (KEPT)."""
         if not self.ranks_file:
             return {}  # a named encoding: tiktoken's own, found by name anywhere
-        data = read_ranks_file(Path(self.ranks_file), self.ranks_file)
-        if hashlib.sha256(data).hexdigest() != self.ranks_sha256:
-            raise UserError(f"tokenizer.ranks_file={self.ranks_file}: the file changed since "
-                            "the run began; run again once it is settled")  # fmt: skip
-        return {KEPT: data}
+        return {KEPT: read_checked_ranks(Path(self.ranks_file), self.ranks_sha256)}
 
     def _vocab(self) -> Vocabulary:
         """The ranks, pattern and special tokens, once per process."""
