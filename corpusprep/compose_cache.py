@@ -21,6 +21,11 @@ config's (config.build). But whoever can write an entry decides what the run doe
 read only if it and its folder are the user's own and nobody else may write them; that is
 also why entries are not kept in CORPUSPREP_CACHE_DIR, which may be a shared folder.
 CORPUSPREP_COMPOSE_CACHE=0 turns the cache off; CORPUSPREP_COMPOSE_CACHE=DIR moves it.
+
+A new out_dir or input path (a fresh folder for each experiment) sets nothing but itself:
+where its value is a plain string as Hydra reads it (free_value), the entry is kept for the
+command line with that value left out, and a run with another value takes the entry and
+sets the value itself, as Hydra would have.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from corpusprep._paths import open_regular_fd, user_cache_dir
 
-FORMAT = 1  # of an entry; an entry of another format is not read
+FORMAT = 2  # of an entry; an entry of another format is not read
 MAX_ENTRIES = 256  # the oldest beyond this are removed when one is written
 SETTING = "CORPUSPREP_COMPOSE_CACHE"  # 0: off; a folder: the entries go there
 PACKAGE = Path(__file__).resolve().parent
@@ -65,6 +70,33 @@ def eligible(argv: list[str]) -> bool:
         if "${" in arg:  # resolved into Hydra's overrides (an env var's value), or a
             return False  # resolver only Hydra registers (${now:...}, ${hydra:...})
     return True
+
+
+FREE_KEYS = ("out_dir", "source.path")  # set only themselves: one entry serves every value
+_PLAIN = re.compile(r"[A-Za-z0-9_./][A-Za-z0-9_./-]*")  # no leading -: -1, -inf
+# what Hydra's grammar reads as a number (1_000, 1e3, .5), or may: such values are not free
+_NUMBERISH = re.compile(r"[0-9_.]*(?:[eE][+-]?[0-9_]*)?")
+_WORDS = ("true", "false", "null", "nan", "inf")  # any case
+
+
+def free_value(value: str) -> bool:
+    """Whether Hydra reads `key=value` as that very string: path characters only, and not a
+    number, bool, null, list, quoted string or interpolation."""
+    return bool(
+        _PLAIN.fullmatch(value) and not _NUMBERISH.fullmatch(value) and value.lower() not in _WORDS
+    )
+
+
+def _template(argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """argv with each free key's value left out, and those values."""
+    template, free = [], {}
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key in FREE_KEYS and key not in free and free_value(value):
+            free[key] = value
+            arg = f"{key}=\0"  # no argument holds a NUL: never a command line's own
+        template.append(arg)
+    return template, free
 
 
 def cache_folder() -> Path:
@@ -95,17 +127,32 @@ def load(argv: list[str]) -> Optional[tuple[DictConfig, list[str]]]:
     if nothing it was composed from has changed since; else None."""
     if not eligible(argv):
         return None
+    template, free = _template(argv)
+    entry = _entry(template) if free else None
+    if entry is None:
+        free, entry = {}, _entry(argv)
+    if entry is None or entry["free"].keys() != free.keys():
+        return None
+    cfg = OmegaConf.create(entry["config"])
+    overrides = list(entry["overrides"])
+    for key, value in free.items():  # this run's own values, where the entry's were
+        OmegaConf.update(cfg, key, value, merge=False)
+        overrides[overrides.index(f"{key}={entry['free'][key]}")] = f"{key}={value}"
+    OmegaConf.set_struct(cfg, True)  # as Hydra gives it: a key nothing defines is an error
+    global _kept_by
+    _kept_by = entry["hydra"]
+    return cfg, overrides
+
+
+def _entry(argv: list[str]) -> Optional[dict[str, Any]]:
+    """The entry kept for argv, if it is whole and nothing it was composed from changed."""
     try:
         entry = json.loads(_read_own(_entry_path(argv)))
         if not _valid(entry, argv) or _stamp(entry["stamped"]) != entry["stamp"]:
             return None
     except (OSError, ValueError, TypeError, KeyError):
         return None  # absent, unreadable, half-written by a killed run: Hydra composes
-    cfg = OmegaConf.create(entry["config"])
-    OmegaConf.set_struct(cfg, True)  # as Hydra gives it: a key nothing defines is an error
-    global _kept_by
-    _kept_by = entry["hydra"]
-    return cfg, list(entry["overrides"])
+    return entry
 
 
 _kept_by = ""  # the version of the Hydra that composed the config load() gave
@@ -137,6 +184,12 @@ def _valid(entry: Any, argv: list[str]) -> bool:
         and all(isinstance(p, str) for p in entry["stamped"])
         and isinstance(entry.get("stamp"), dict)
         and isinstance(entry.get("hydra"), str)
+        and isinstance(entry.get("free"), dict)
+        and set(entry["free"]) <= set(FREE_KEYS)
+        and all(
+            isinstance(v, str) and free_value(v) and f"{k}={v}" in entry["overrides"]
+            for k, v in entry["free"].items()
+        )  # fmt: skip
     )
 
 
@@ -153,9 +206,14 @@ def save(argv: list[str], cfg: DictConfig, hydra: DictConfig, overrides: list[st
     if _changed_lately(stamp):
         return
     task = OmegaConf.to_container(cfg, resolve=False)
-    entry = {"format": FORMAT, "argv": argv, "config": task, "overrides": list(overrides),
-             "hydra": hydra_version(), "stamped": stamped, "stamp": stamp}  # fmt: skip
-    path = _entry_path(argv)
+    template, free = _template(argv)
+    if not all(_set_to(task, key, value) and f"{key}={value}" in overrides
+               for key, value in free.items()):  # fmt: skip
+        template, free = argv, {}  # Hydra did not just set them: kept for this argv only
+    entry = {"format": FORMAT, "argv": template, "free": free, "config": task,
+             "overrides": list(overrides), "hydra": hydra_version(), "stamped": stamped,
+             "stamp": stamp}  # fmt: skip
+    path = _entry_path(template)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         text = json.dumps(entry)
@@ -172,6 +230,16 @@ def save(argv: list[str], cfg: DictConfig, hydra: DictConfig, overrides: list[st
     except (OSError, TypeError, ValueError):  # TypeError/ValueError: a value JSON cannot hold
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
+
+
+def _set_to(config: dict, key: str, value: str) -> bool:
+    """Whether the composed config holds value at key (a dotted path), as a string."""
+    node: Any = config
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return type(node) is str and node == value
 
 
 STARTED_NS = time.time_ns()  # when this process started to compose (imported just before)

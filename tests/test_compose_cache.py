@@ -49,25 +49,87 @@ def _manifest(folder: Path) -> dict:
     return m
 
 
+def _imported(run: subprocess.CompletedProcess) -> list[str]:
+    return [line.rsplit("|", 1)[-1].strip() for line in run.stderr.splitlines()
+            if line.startswith("import time:")]  # fmt: skip
+
+
 def test_second_run_skips_hydra_and_makes_the_same_files(
-    tmp_path, shakespeare, compose_dir, settled
+    tmp_path, shakespeare, compose_dir, settled, monkeypatch
 ):
     args = ["source=file", f"source.path={shakespeare}", "tokenizer=char", "quiet=true"]
-    first = _fresh([*args, f"out_dir={tmp_path / 'a'}"], tmp_path)
+    first = _fresh([*args, "split=0.8", f"out_dir={tmp_path / 'a'}"], tmp_path)
     assert first.returncode == 0, first.stderr
     assert len(_entries(compose_dir)) == 1
-    again = [*args, f"out_dir={tmp_path / 'b'}"]
-    miss = _fresh(again, tmp_path)
-    assert miss.returncode == 0, miss.stderr
-    assert len(_entries(compose_dir)) == 2
-    (tmp_path / "b").rename(tmp_path / "b_hydra")
+    again = [*args, "split=0.8", f"out_dir={tmp_path / 'b'}"]
     hit = _fresh(again, tmp_path, "-X", "importtime")
     assert hit.returncode == 0, hit.stderr
-    imported = [line.rsplit("|", 1)[-1].strip() for line in hit.stderr.splitlines()
-                if line.startswith("import time:")]  # fmt: skip
+    imported = _imported(hit)
     assert "omegaconf" in imported and not [m for m in imported if m.startswith("hydra")]
-    same_files(tmp_path / "b", tmp_path / "b_hydra")
-    assert _manifest(tmp_path / "b") == _manifest(tmp_path / "b_hydra")  # config, overrides
+    (tmp_path / "b").rename(tmp_path / "b_kept")
+    monkeypatch.setenv("CORPUSPREP_COMPOSE_CACHE", "0")
+    by_hydra = _fresh(again, tmp_path, "-X", "importtime")
+    assert [m for m in _imported(by_hydra) if m.startswith("hydra")]  # the cache is off
+    assert by_hydra.returncode == 0, by_hydra.stderr
+    same_files(tmp_path / "b", tmp_path / "b_kept")
+    assert _manifest(tmp_path / "b") == _manifest(tmp_path / "b_kept")  # config, overrides
+
+
+@pytest.mark.parametrize("key", compose_cache.FREE_KEYS)
+def test_one_entry_serves_every_out_dir_and_path(key, tmp_path, shakespeare, compose_dir,
+                                                 settled):  # fmt: skip
+    """A new out_dir (a fresh folder for each experiment) or input path sets only itself:
+    the entry kept for one value serves the next, as Hydra would compose it."""
+    other = tmp_path / "copy of.txt"
+    other.write_bytes(shakespeare.read_bytes()[:50_000])
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "b.txt").write_bytes(other.read_bytes())
+    values = {
+        "out_dir": ["runs/a", "runs/b-2.x", f"{tmp_path}/runs/c_3"],
+        "source.path": [str(shakespeare), "in/b.txt", str(tmp_path / "in" / "b.txt")],
+    }
+    for i, value in enumerate(values[key]):
+        args = ["source=file", "tokenizer=char", "quiet=true", f"{key}={value}"]
+        args.append(f"out_dir=out{i}" if key == "source.path" else f"source.path={shakespeare}")
+        run = _fresh(args, tmp_path, "-X", "importtime")
+        assert run.returncode == 0, run.stderr
+        assert bool([m for m in _imported(run) if m.startswith("hydra")]) == (i == 0), value
+        assert len(_entries(compose_dir)) == 1
+        made = _manifest(tmp_path / (value if key == "out_dir" else f"out{i}"))
+        assert made["overrides"] == args
+        assert made["config"][key.split(".")[0]] == (
+            value if key == "out_dir" else {**made["config"]["source"], "path": value}
+        )
+
+
+@pytest.mark.parametrize(
+    "value", ["1", "0.5", "1e3", "-1", "true", "False", "NULL", "nan", "-inf", "'quoted'",
+              "a b", "x,y", "[a]", "${name}", "a=b", "", "-x", "~x", "\\x", "é", "a:b"],
+)  # fmt: skip
+def test_values_hydra_reads_otherwise_are_composed_each_time(value):
+    assert not compose_cache.free_value(value)
+
+
+def test_free_values_are_the_strings_hydra_reads(tmp_path):
+    """Hydra's own override parser reads every value free_value accepts as that very string
+    (none is a number, a bool, null, a list or an interpolation)."""
+    import random
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    rng = random.Random(0)
+    alphabet = "aeEfinlrtuNT0123456789_./-+:~ "
+    candidates = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 6)))
+                  for _ in range(20_000)]  # fmt: skip
+    candidates += ["inf", "nan", "1_000", "1e-3", ".5", "5.", "0x1", "true", "null", "e5"]
+    accepted = 0
+    for value in candidates:
+        if compose_cache.free_value(value):
+            accepted += 1
+            (parsed,) = parser.parse_overrides([f"out_dir={value}"])
+            assert parsed.value() == value and type(parsed.value()) is str, value
+    assert accepted > 1000
 
 
 COMMANDS = [
@@ -244,12 +306,16 @@ def test_a_broken_or_tampered_entry(tmp_path, shakespeare, compose_dir, settled)
     assert run_cli(*args, cwd=tmp_path).returncode == 0
     (entry,) = _entries(compose_dir)
     good = entry.read_text()
-    for broken in (good[: len(good) // 2], "[]", json.dumps({**json.loads(good), "stamp": 1})):
+    kept = json.loads(good)
+    assert kept["free"] == {"source.path": str(shakespeare), "out_dir": str(tmp_path / "out")}
+    free = ({"name": "x"}, {"out_dir": "${oc.env:HOME}"}, {"out_dir": "elsewhere"}, [])
+    for broken in (good[: len(good) // 2], "[]", json.dumps({**kept, "stamp": 1}),
+                   *(json.dumps({**kept, "free": f}) for f in free)):  # fmt: skip
         entry.write_text(broken)
         result = run_cli(*args, cwd=tmp_path)
         assert result.returncode == 0, result.stderr
         assert "up to date" in result.stdout
-        assert json.loads(entry.read_text())["argv"] == args  # composed and kept again
+        assert entry.read_text() == good  # composed and kept again
     entry.write_text(good)
     tampered = json.loads(good)
     tampered["config"]["tokenizer"]["_target_"] = "os.system"
