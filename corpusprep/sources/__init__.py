@@ -167,5 +167,5 @@ def check_text_file(path: Path, how_to_fix: str) -> int:
         raise UserError(f"{path}: permission denied; make it readable or copy it elsewhere")
     size = path.stat().st_size
     if size == 0:
-        raise UserError(f"{path}: the file is empty; there is nothing to tokenize")
+        raise UserError(f"{path}: the file is empty; there is nothing to tokenize; {how_to_fix}")
     return size

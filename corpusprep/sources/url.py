@@ -205,12 +205,15 @@ class UrlSource(Source):
         timeout = self.timeout if left is None else min(self.timeout, left)  # no wait past the end
         try:
             # identity: the bytes on disk are the file's bytes, and Content-Length counts them
-            with requests.get(
-                self.url,
-                stream=True,
-                timeout=(timeout, timeout),
-                headers={**self.headers, "Accept-Encoding": "identity"},
-            ) as r:
+            with (
+                _OwnHostHeaders(self.url, self.headers) as session,
+                session.get(
+                    self.url,
+                    stream=True,
+                    timeout=(timeout, timeout),
+                    headers={**self.headers, "Accept-Encoding": "identity"},
+                ) as r,
+            ):
                 if r.status_code >= 500 or r.status_code == 429:
                     raise _Transient(f"HTTP {r.status_code} {r.reason}")
                 if r.status_code != 200:
@@ -218,8 +221,9 @@ class UrlSource(Source):
                         f"could not download {redact(self.url)}: HTTP {r.status_code} {r.reason}; "
                         "check source.url"
                     )
-                total = int(r.headers.get("Content-Length") or 0) or None
-                if cap is not None and total is not None and total > cap:
+                total = self._length(r.headers.get("Content-Length"), dest)
+                decode = self._decoded(r.headers.get("Content-Encoding"), dest)
+                if cap is not None and total is not None and total > cap and not decode:
                     raise self._too_big(f"{total:,} bytes")
                 digest, size = hashlib.sha256(), 0
                 # read1: whatever has arrived, so the deadline is checked however slowly the
@@ -237,7 +241,7 @@ class UrlSource(Source):
                         leave=False,
                     ) as bar,
                 ):
-                    while chunk := read(CHUNK):
+                    while chunk := read(CHUNK, decode_content=decode):
                         f.write(chunk)
                         digest.update(chunk)
                         size += len(chunk)
@@ -246,8 +250,14 @@ class UrlSource(Source):
                             raise self._too_big("more than that")
                         if end is not None and time.monotonic() > end:
                             raise _Late(f"{size:,} of {total or '?'} bytes in")
-                if total is not None and size != total:
-                    raise _Transient(f"the connection closed after {size} of {total} bytes")
+                sent = r.raw.tell() if decode else size  # Content-Length counts what is sent
+                if total is not None and sent != total:
+                    raise _Transient(f"the connection closed after {sent} of {total} bytes")
+                if size == 0:
+                    raise UserError(
+                        f"could not download {redact(self.url)}: the server sent an empty file; "
+                        "nothing was cached; check source.url"
+                    )
             found = digest.hexdigest()
             if self.sha256 and found != self.sha256:
                 raise UserError(
@@ -255,6 +265,12 @@ class UrlSource(Source):
                     "check source.url and source.sha256 (nothing was cached)"
                 )
             os.replace(part, dest)
+        except requests.exceptions.InvalidHeader as e:  # urllib3's check of Content-Length
+            raise UserError(
+                f"could not download {redact(self.url)}: the server's answer is invalid "
+                f"({redact(str(e).splitlines()[0] if str(e) else 'InvalidHeader')}); nothing "
+                f"was cached; put the file at {dest} or use source=file source.path=FILE"
+            ) from None
         except requests.RequestException as e:
             if "NameResolution" in repr(e) or "Name or service not known" in str(e):
                 # offline or a typo in the host: retrying will not help
@@ -273,12 +289,67 @@ class UrlSource(Source):
         finally:
             _remove(part)
 
+    def _length(self, header: Optional[str], dest: Path) -> Optional[int]:
+        """The body's length in bytes as Content-Length gives it (the same number repeated,
+        as a proxy joins two headers, is that number); None if the server did not say. A
+        value that is not a length leaves the body's end unknown (RFC 9110): an error."""
+        if header is None:
+            return None
+        values = {v.strip() for v in header.split(",")}
+        if len(values) != 1 or not (value := values.pop()).isdigit() or not value.isascii():
+            raise UserError(
+                f"could not download {redact(self.url)}: the server sent an invalid "
+                f"Content-Length {header.strip()!r}, so the end of the file is unknown; nothing "
+                f"was cached; put the file at {dest} or use source=file source.path=FILE"
+            )
+        return int(value)
+
+    def _decoded(self, header: Optional[str], dest: Path) -> bool:
+        """Whether the body comes compressed for the transfer (Content-Encoding), although
+        the request asked for the file as it is: the file is what it decompresses to. Not
+        for a .gz file that a server labels gzip because of its name (the file is the .gz)."""
+        encoding = (header or "identity").strip().lower()
+        if encoding == "identity":
+            return False
+        if encoding in ("gzip", "x-gzip") and dest.name.lower().endswith((".gz", ".tgz")):
+            return False
+        if encoding not in ("gzip", "x-gzip", "deflate"):
+            raise UserError(
+                f"could not download {redact(self.url)}: the server sent it compressed "
+                f"(Content-Encoding: {header}), which corpusprep cannot undo; nothing was "
+                f"cached; put the file at {dest} or use source=file source.path=FILE"
+            )
+        return True
+
     def _too_big(self, size: str) -> UserError:
         return UserError(
             f"could not download {redact(self.url)}: {size}, more than source.max_bytes="
             f"{self.options.max_bytes}; nothing was cached; raise source.max_bytes (or set it "
             "to null) if the file is genuine"
         )
+
+
+def _origin(url: str) -> tuple[str, str, Optional[int]]:
+    parts = urlsplit(url)
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme, (parts.hostname or "").lower(), port
+
+
+def _OwnHostHeaders(url: str, given: dict[str, str]) -> Any:
+    """A requests session that sends the headers the user gave to the URL's own scheme, host
+    and port only: a redirect elsewhere gets none of them (requests drops Authorization
+    alone, and a token may be under any name: X-Api-Key, Private-Token). Dropped once, they
+    stay dropped for the rest of the redirects."""
+    import requests
+
+    class Session(requests.Session):
+        def rebuild_auth(self, prepared: Any, response: Any) -> None:
+            super().rebuild_auth(prepared, response)
+            if _origin(prepared.url) != _origin(url):
+                for name in given:
+                    prepared.headers.pop(name, None)
+
+    return Session()
 
 
 def _reason(e: Exception) -> str:

@@ -1,0 +1,214 @@
+"""source=url against servers that break the rules: odd Content-Length values, an empty
+body, a Content-Encoding the run did not ask for, and redirects to another host (which must
+not receive the headers the user gave). Servers on 127.0.0.1 and 127.0.0.2 only."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import zlib
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
+import pytest
+from helpers import LocalHTTPServer, assert_one_line_error, run_cli
+
+from corpusprep.errors import UserError
+from corpusprep.sources.url import UrlSource
+
+TEXT = b"First Citizen:\nBefore we proceed any further, hear me speak.\n" * 400
+
+
+class Server(LocalHTTPServer):
+    """Answers each path as ANSWERS says, and keeps the headers of every request."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.seen: list[tuple[str, dict[str, str]]] = []
+        self.redirects: dict[str, str] = {}
+        super().__init__(_handler_for, host)
+
+    def url(self, path: str) -> str:
+        return f"{self.root}{path}"
+
+
+def _answer(path: str) -> tuple[dict[str, str], bytes]:
+    """(headers, body) for a path; Content-Length is len(body) unless a header says other."""
+    length = str(len(TEXT))
+    answers = {
+        "/input.txt": ({}, TEXT),
+        "/same-twice.txt": ({"Content-Length": f"{length}, {length}"}, TEXT),
+        "/spaced.txt": ({"Content-Length": f" {length} "}, TEXT),
+        "/two-lengths.txt": ({"Content-Length": f"{length}, 7"}, TEXT),
+        "/garbage-length.txt": ({"Content-Length": "abc"}, TEXT),
+        "/hex-length.txt": ({"Content-Length": hex(len(TEXT))}, TEXT),
+        "/empty.txt": ({}, b""),
+        "/gzip.txt": ({"Content-Encoding": "gzip"}, gzip.compress(TEXT)),
+        "/deflate.txt": ({"Content-Encoding": "deflate"}, zlib.compress(TEXT)),
+        "/br.txt": ({"Content-Encoding": "br"}, b"\x1b\x03\x00\xf8\xa5\x00"),
+        # Apache's AddEncoding for .gz: the file is the .gz file, not its text
+        "/input.txt.gz": ({"Content-Encoding": "gzip"}, gzip.compress(TEXT, mtime=0)),
+    }
+    return answers[path]
+
+
+def _handler_for(server: Server) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format, *args):
+            pass
+
+        def do_GET(self) -> None:
+            server.hit(self.path)
+            server.seen.append((self.path, dict(self.headers.items())))
+            if self.path in server.redirects:
+                self.send_response(302)
+                self.send_header("Location", server.redirects[self.path])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            try:
+                headers, body = _answer(self.path)
+            except KeyError:
+                headers, body = {}, b"not found"
+                self.send_response(404)
+            else:
+                self.send_response(200)
+            headers = {"Content-Length": str(len(body)), "Connection": "close", **headers}
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+            self.close_connection = True
+
+    return Handler
+
+
+@pytest.fixture
+def server():
+    srv = Server()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def other_host():
+    srv = Server("127.0.0.2")
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,127.0.0.2,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,127.0.0.2,localhost")
+
+
+def _source(url: str, cache_dir: Path, **kw) -> UrlSource:
+    return UrlSource(url, cache_dir=str(cache_dir), timeout=10, retries=0, **kw)
+
+
+def _cached(cache_dir: Path) -> list[str]:
+    return sorted(p.name for p in cache_dir.iterdir()) if cache_dir.exists() else []
+
+
+@pytest.mark.parametrize("path", ["/same-twice.txt", "/spaced.txt"])
+def test_a_content_length_http_allows_is_read(path, server, cache_dir):
+    """The same value repeated ('N, N', as a proxy may join two headers) is that value."""
+    src = _source(server.url(path), cache_dir)
+    assert src.local_path(progress=False).read_bytes() == TEXT
+
+
+@pytest.mark.parametrize("path", ["/two-lengths.txt", "/garbage-length.txt", "/hex-length.txt"])
+def test_an_invalid_content_length_is_one_line_and_caches_nothing(path, server, cache_dir):
+    """RFC 9110: a length that cannot be read leaves the body's end unknown; no guess."""
+    src = _source(server.url(path), cache_dir)
+    with pytest.raises(UserError) as e:
+        src.local_path(progress=False)
+    message = str(e.value)
+    assert server.url(path) in message and "Content-Length" in message
+    assert "nothing was cached" in message and f"put the file at {src.cache_path()}" in message
+    assert _cached(cache_dir) == []
+
+
+def test_an_empty_body_is_not_cached(server, cache_dir):
+    src = _source(server.url("/empty.txt"), cache_dir)
+    with pytest.raises(UserError) as e:
+        src.local_path(progress=False)
+    assert "empty" in str(e.value) and "nothing was cached" in str(e.value)
+    assert _cached(cache_dir) == []
+
+
+def test_an_empty_file_already_cached_says_how_to_download_again(server, cache_dir):
+    src = _source(server.url("/input.txt"), cache_dir)
+    cache_dir.mkdir(exist_ok=True)
+    src.cache_path().write_bytes(b"")
+    with pytest.raises(UserError) as e:
+        src.local_path(progress=False)
+    assert "empty" in str(e.value) and f"delete it to download {src.url} again" in str(e.value)
+
+
+@pytest.mark.parametrize("path", ["/gzip.txt", "/deflate.txt"])
+def test_a_compressed_transfer_is_cached_as_the_file_itself(path, server, cache_dir):
+    """A server that compresses although asked not to: the cache holds the file's own bytes,
+    whose sha256 is the one a user pins."""
+    src = _source(server.url(path), cache_dir, sha256=hashlib.sha256(TEXT).hexdigest())
+    assert src.local_path(progress=False).read_bytes() == TEXT
+
+
+def test_a_gz_file_a_server_labels_as_gzip_stays_the_gz_file(server, cache_dir):
+    body = _answer("/input.txt.gz")[1]
+    src = _source(server.url("/input.txt.gz"), cache_dir, sha256=hashlib.sha256(body).hexdigest())
+    assert src.local_path(progress=False).read_bytes() == body
+
+
+def test_an_encoding_corpusprep_cannot_undo_is_one_line(server, cache_dir):
+    src = _source(server.url("/br.txt"), cache_dir)
+    with pytest.raises(UserError) as e:
+        src.local_path(progress=False)
+    assert "Content-Encoding: br" in str(e.value) and "nothing was cached" in str(e.value)
+    assert _cached(cache_dir) == []
+
+
+HEADERS = {"X-Api-Key": "SECRET-API-KEY", "Private-Token": "SECRET-TOKEN",
+           "Authorization": "Bearer SECRET", "X-Trace": "not-a-secret"}  # fmt: skip
+
+
+def test_headers_go_to_the_urls_own_host_only(server, other_host, cache_dir):
+    """A redirect to another host (or port, or scheme) gets none of the headers the user
+    gave: a key named in no list of secrets is as safe as Authorization. The same host's
+    redirect keeps them."""
+    server.redirects["/moved.txt"] = other_host.url("/input.txt")
+    server.redirects["/here.txt"] = server.url("/input.txt")
+    for path in ("/moved.txt", "/here.txt"):
+        src = _source(server.url(path), cache_dir / path.strip("/"), headers=HEADERS)
+        assert src.local_path(progress=False).read_bytes() == TEXT
+    (first,) = [h for p, h in server.seen if p == "/moved.txt"]
+    assert {k: first.get(k) for k in HEADERS} == HEADERS
+    ((_, elsewhere),) = other_host.seen
+    assert not set(elsewhere) & set(HEADERS), elsewhere
+    (same,) = [h for p, h in server.seen if p == "/input.txt"]
+    assert {k: same.get(k) for k in HEADERS} == HEADERS
+
+
+def test_headers_are_not_sent_back_after_a_detour(server, other_host, cache_dir):
+    """Away and back to the URL's host: the headers stay dropped (the detour chose the
+    way back)."""
+    server.redirects["/away.txt"] = other_host.url("/back.txt")
+    other_host.redirects["/back.txt"] = server.url("/input.txt")
+    src = _source(server.url("/away.txt"), cache_dir, headers=HEADERS)
+    assert src.local_path(progress=False).read_bytes() == TEXT
+    (back,) = [h for p, h in server.seen if p == "/input.txt"]
+    assert not set(back) & set(HEADERS)
+
+
+def test_cli_an_invalid_content_length(server, cache_dir, tmp_path):
+    result = run_cli("source=url", f"source.url={server.url('/garbage-length.txt')}",
+                     f"out_dir={tmp_path}/out", "source.retries=0", "quiet=true", cwd=tmp_path,
+                     env={"CORPUSPREP_CACHE_DIR": str(cache_dir)})  # fmt: skip
+    assert_one_line_error(result, server.url("/garbage-length.txt"), "Content-Length 'abc'")
+    assert _cached(cache_dir) == []
