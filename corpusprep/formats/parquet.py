@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any, Optional
 
 from corpusprep.errors import UserError
-from corpusprep.formats import Format, InputFile, Part, Segment
+from corpusprep.formats import SKIPPED, Format, InputFile, Part, Segment
 
 BATCH_ROWS = 1024
 
@@ -26,7 +26,11 @@ def _open(file: InputFile) -> Any:
     try:
         return pq.ParquetFile(file.path)
     except Exception as e:  # pyarrow.ArrowInvalid and friends
-        raise UserError(f"{file.name}: not a readable Parquet file ({e})") from None
+        raise UserError(f"{file.name}: not a readable Parquet file ({_one_line(e)})") from None
+
+
+def _one_line(e: Exception) -> str:
+    return " ".join(str(e).split())  # pyarrow's messages may end in a newline
 
 
 class ParquetFormat(Format):
@@ -56,7 +60,7 @@ class ParquetFormat(Format):
                 "set source.text_field to the column that holds the text"
             )
         row = sum(pf.metadata.row_group(i).num_rows for i in range(segment.start))
-        limit = file.max_uncut_bytes
+        limit, decoded = file.max_uncut_bytes, 0
         column = _leaf(pf, file.text_field)
         try:
             for group in range(segment.start, segment.end):
@@ -66,15 +70,20 @@ class ParquetFormat(Format):
                     where = f"row {row}" if rows == 1 else f"rows {row}-{row + rows - 1}"
                     raise _too_long(file, where, limit, "one text at least is")
                 # as many rows as hold about `limit` bytes, at most BATCH_ROWS: a group of
-                # long texts is read a few at a time
-                batch = max(1, min(BATCH_ROWS, limit * rows // max(size, 1)))
-                for values in pf.iter_batches(batch, row_groups=[group], columns=[file.text_field]):
-                    for value in values.column(0).to_pylist():
-                        if not isinstance(value, str):
-                            raise UserError(
-                                f"{file.name}: row {row}: {file.text_field!r} is "
-                                f"{type(value).__name__}, not a string"
-                            )
+                # long texts is read a few at a time. The footer's size counts a text many
+                # rows share (a dictionary's, shared prefixes) once: no such text is longer
+                # than the page that holds it, which bounds a batch too.
+                shared = _shared_text_bound(file.path, meta, column)
+                shared = limit if shared is None else shared  # unknown: a row at a time
+                batch = min(BATCH_ROWS, limit * rows // max(size, 1), limit // max(shared, 1))
+                for values in pf.iter_batches(max(batch, 1), row_groups=[group],
+                                              columns=[file.text_field]):  # fmt: skip
+                    texts, decoded = _texts(values.column(0), file, row, decoded)
+                    for value in texts:
+                        if value is LEFT_OUT:
+                            row += 1
+                            yield SKIPPED
+                            continue
                         if len(value) * 4 > limit and len(value.encode()) > limit:
                             raise _too_long(file, f"row {row}", limit)
                         row += 1
@@ -82,7 +91,202 @@ class ParquetFormat(Format):
         except UserError:
             raise
         except Exception as e:
-            raise UserError(f"{file.name}: cannot read row {row} ({e})") from None
+            raise UserError(f"{file.name}: cannot read row {row} ({_one_line(e)})") from None
+
+
+def _texts(column: Any, file: InputFile, row: int, decoded: int) -> tuple[list, int]:
+    """A batch's texts (LEFT_OUT for one that is not UTF-8, with source.skip_invalid), and
+    the bytes of text read from the file so far, which source.max_bytes caps."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if pa.types.is_dictionary(column.type):  # a column written from a DictionaryArray
+        column = column.cast(column.type.value_type)
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        first = next((v for v in column.to_pylist() if not isinstance(v, str)), None)
+        raise UserError(
+            f"{file.name}: row {row}: {file.text_field!r} is {type(first).__name__}, not a "
+            "string; set source.text_field to the column that holds the text"
+        )
+    if file.max_bytes is not None:
+        decoded += int(pc.sum(pc.binary_length(column)).as_py() or 0)
+    if file.max_bytes is not None and decoded > file.max_bytes:
+        raise UserError(
+            f"{file.name}: its text is more than source.max_bytes={file.max_bytes} bytes; "
+            "raise source.max_bytes (or set it to null) if the file is genuine"
+        )
+    try:
+        texts = column.to_pylist()
+    except UnicodeDecodeError:  # which row: each decoded on its own
+        raw = column.cast(pa.large_binary() if pa.types.is_large_string(column.type)
+                          else pa.binary()).to_pylist()  # fmt: skip
+        texts = [_text(v, file, row + i) for i, v in enumerate(raw)]
+    if column.null_count:
+        i = texts.index(None)
+        raise UserError(
+            f"{file.name}: row {row + i}: {file.text_field!r} is empty (null), not a string"
+        )
+    return texts, decoded
+
+
+LEFT_OUT = object()  # a row that is not UTF-8, left out (source.skip_invalid)
+
+
+def _text(value: Optional[bytes], file: InputFile, row: int) -> Any:
+    if value is None:
+        return None
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if file.skip_invalid:
+            return LEFT_OUT
+        raise UserError(
+            f"{file.name}: row {row}: {file.text_field!r} is not valid UTF-8 (byte {e.start}); "
+            "fix the file, or set source.skip_invalid=true to leave such rows out"
+        ) from None
+
+
+def _shared_text_bound(path: str, group: Any, column: Optional[int]) -> Optional[int]:
+    """How long a text that stands for many rows may be in the text's column chunk of a row
+    group: the largest page that can hold one (a dictionary page, whose entries rows point
+    to, or a page of shared prefixes, DELTA_BYTE_ARRAY) as its header says, decompressed; 0
+    if no page can, and the footer's size counts every row's text. None if the headers
+    cannot be read. The file's own page headers, which pyarrow reads too, not its footer."""
+    if column is None or column >= group.num_columns:
+        return None
+    chunk = group.column(column)
+    offsets = [o for o in (chunk.dictionary_page_offset, chunk.data_page_offset) if o]
+    if not offsets:
+        return None
+    position = min(offsets)
+    end, bound = position + chunk.total_compressed_size, 0
+    try:
+        with open(path, "rb") as f:
+            for _ in range(MAX_PAGES):
+                if position >= end:
+                    return bound
+                header, length = _page_header(f, position, end)
+                plain, packed = header.get(2, -1), header.get(3, -1)
+                if (
+                    not isinstance(plain, int)
+                    or not isinstance(packed, int)
+                    or min(plain, packed) < 0
+                ):
+                    return None
+                if _may_share(header):
+                    bound = max(bound, plain)
+                position += length + packed
+    except (OSError, ValueError, IndexError, RecursionError):
+        pass
+    return None
+
+
+# Parquet's page types and encodings (parquet.thrift)
+DATA_PAGE, INDEX_PAGE, DICTIONARY_PAGE, DATA_PAGE_V2 = 0, 1, 2, 3
+PLAIN, PLAIN_DICTIONARY, DELTA_LENGTH_BYTE_ARRAY, RLE_DICTIONARY = 0, 2, 6, 8
+EACH_ROW_STORED = (PLAIN, PLAIN_DICTIONARY, DELTA_LENGTH_BYTE_ARRAY, RLE_DICTIONARY)
+
+
+def _may_share(header: dict) -> bool:
+    """Whether a page may hold a text many rows share: a dictionary page, or a data page of
+    an encoding that does not store each row's text (a dictionary's data page stores an
+    index; the text is in the dictionary page)."""
+    kind = header.get(1)
+    if kind == INDEX_PAGE:
+        return False
+    if kind == DICTIONARY_PAGE:
+        return True
+    details = header.get(5 if kind == DATA_PAGE else 8)
+    encoding = details.get(2 if kind == DATA_PAGE else 4) if isinstance(details, dict) else None
+    return kind not in (DATA_PAGE, DATA_PAGE_V2) or encoding not in EACH_ROW_STORED
+
+
+MAX_PAGES = 1 << 20  # of one column chunk: more, and its pages are not walked
+
+
+def _page_header(f: Any, position: int, end: int) -> tuple[dict[int, int], int]:
+    """A page header's whole-number fields and its length in bytes (Thrift's compact
+    protocol); read in a window that grows while a header (with its statistics) is longer."""
+    window = 4096
+    while True:
+        f.seek(position)
+        data = f.read(min(window, end - position))
+        try:
+            reader = _Compact(data)
+            return reader.fields(), reader.position
+        except IndexError:
+            if len(data) < window or window >= 1 << 26:
+                raise
+            window *= 4
+
+
+class _Compact:
+    """Just enough of Thrift's compact protocol to read a struct's integers and skip the
+    rest."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.position = data, 0
+
+    def byte(self) -> int:
+        self.position += 1
+        return self.data[self.position - 1]
+
+    def varint(self) -> int:
+        value = shift = 0
+        while shift < 70:
+            b = self.byte()
+            value |= (b & 0x7F) << shift
+            if b < 0x80:
+                return value
+            shift += 7
+        raise ValueError("varint too long")
+
+    def zigzag(self) -> int:
+        n = self.varint()
+        return (n >> 1) ^ -(n & 1)
+
+    def fields(self) -> dict[int, Any]:
+        found, field = {}, 0
+        while (head := self.byte()) != 0:
+            kind = head & 0x0F
+            field = field + (head >> 4) if head >> 4 else self.zigzag()
+            if kind in (4, 5, 6):  # i16, i32, i64
+                found[field] = self.zigzag()
+            elif kind == 12:
+                found[field] = self.fields()
+            else:
+                self.skip(kind)
+        return found
+
+    def skip(self, kind: int, element: bool = False) -> None:
+        if kind in (1, 2):  # a bool: in the field's type, a byte of its own in a list
+            self.position += 1 if element else 0
+        elif kind == 3:
+            self.position += 1
+        elif kind in (4, 5, 6):
+            self.varint()
+        elif kind == 7:
+            self.position += 8
+        elif kind == 8:
+            length = self.varint()  # (first: += would add to the position before it)
+            self.position += length
+        elif kind in (9, 10):  # list, set
+            head = self.byte()
+            count = head >> 4 if head >> 4 != 15 else self.varint()
+            for _ in range(count):
+                self.skip(head & 0x0F, element=True)
+        elif kind == 11:  # map
+            count = self.varint()
+            types = self.byte() if count else 0
+            for _ in range(count):
+                self.skip(types >> 4, element=True)
+                self.skip(types & 0x0F, element=True)
+        elif kind == 12:
+            self.fields()
+        else:
+            raise ValueError(f"thrift type {kind}")
+        if self.position > len(self.data):
+            raise IndexError("past the window")
 
 
 def _leaf(pf: Any, field: str) -> Optional[int]:

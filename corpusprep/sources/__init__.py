@@ -134,6 +134,8 @@ def input_files(paths: list[Path], options: ReadOptions) -> list[InputFile]:
             fmt = options.format
             if fmt == "auto":
                 fmt = format_from_name(member or path.name)
+                if fmt != "parquet" and compression == "none" and is_parquet(path):
+                    fmt = "parquet"  # by its bytes: a Parquet file under another name
             files.append(
                 InputFile(
                     path=str(path.absolute()),  # workers may run elsewhere (another cwd, node)
@@ -150,6 +152,18 @@ def input_files(paths: list[Path], options: ReadOptions) -> list[InputFile]:
                 )
             )
     return files
+
+
+def is_parquet(path: Path) -> bool:
+    """Whether a file is Parquet by its bytes: PAR1 at its start and at its end."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"PAR1" or os.fstat(f.fileno()).st_size < 12:
+                return False
+            f.seek(-4, os.SEEK_END)
+            return f.read(4) == b"PAR1"
+    except OSError:
+        return False
 
 
 def check_text_file(path: Path, how_to_fix: str) -> int:

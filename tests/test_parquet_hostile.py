@@ -1,0 +1,134 @@
+"""Parquet files from a stranger: a few hundred bytes that decode to hundreds of MB (one
+long text repeated, stored once in a dictionary or as shared prefixes), invalid UTF-8 in a
+string column, a damaged footer, a Parquet file under another name. Memory stays bounded,
+source.max_bytes holds, and every mistake is one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from helpers import REPO, assert_one_line_error, run_cli
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+LONG = ("lorem ipsum dolor sit amet " * 80_000)[:2_000_000] + "\n"  # 2 MB
+COPIES = 128  # 256 MB of text in a file of a few hundred bytes
+
+# reads every document of a Parquet file as corpusprep's workers do; prints the peak RSS
+# (VmHWM: this program's own; ru_maxrss keeps the forking parent's across exec)
+READ_ALL = """
+import re, sys
+from corpusprep.formats import InputFile, Segment
+from corpusprep.formats.parquet import FORMAT
+path, limit = sys.argv[1], int(sys.argv[2])
+file = InputFile(path=path, format="parquet", compression="none", size=0,
+                 max_uncut_bytes=limit)
+chars = 0
+for planned in FORMAT.plan(file, 1 << 26, None):
+    for part in FORMAT.parts(Segment(file, *planned)):
+        chars += sum(len(p) for p in part.pieces)
+status = open("/proc/self/status").read()
+print(chars, int(re.search(r"VmHWM:\\s*(\\d+) kB", status).group(1)) * 1024)
+"""
+
+
+def _bomb(path, **how) -> None:
+    pq.write_table(pa.table({"text": [LONG] * COPIES}), path, compression="zstd", **how)
+    assert path.stat().st_size < 10_000
+
+
+def _read_all(path, limit: int) -> tuple[int, int]:
+    done = subprocess.run([sys.executable, "-c", READ_ALL, str(path), str(limit)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    chars, peak = map(int, done.stdout.split())
+    return chars, peak
+
+
+BOMBS = {
+    "dictionary": {},  # pyarrow's default: the text stored once, 128 indices
+    "shared prefixes": {"use_dictionary": False, "column_encoding": {"text": "DELTA_BYTE_ARRAY"}},
+}
+
+
+@pytest.mark.parametrize("how", BOMBS, ids=list(BOMBS))
+def test_a_small_file_that_decodes_to_much_text_is_read_in_bounded_memory(how, tmp_path):
+    """The footer counts such a text once, not once per row: batches are sized by the
+    largest page instead (no value is longer), so a few rows are held at a time."""
+    path = tmp_path / "bomb.parquet"
+    _bomb(path, **BOMBS[how])
+    chars, peak = _read_all(path, 4 << 20)
+    assert chars == COPIES * len(LONG)  # every document, whole
+    assert peak < 250e6, f"{peak / 1e6:.0f} MB"  # 256 MB of text: before, about 800 MB
+
+
+def test_max_bytes_caps_the_text_a_parquet_file_decodes_to(tmp_path):
+    path = tmp_path / "bomb.parquet"
+    _bomb(path)
+    result = run_cli("source=file", f"source.path={path}", "source.max_bytes=10000000",
+                     "tokenizer=char", f"out_dir={tmp_path}/out", "quiet=true",
+                     cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(result, "bomb.parquet", "source.max_bytes=10000000")
+    assert not (tmp_path / "out" / "train.bin").exists()
+
+
+def _with_invalid_utf8(path, row: int, rows: int = 3000) -> None:
+    values = [b"good document %d" % i for i in range(rows)]
+    values[row] = b"bad \xff text"
+    pq.write_table(pa.table({"text": pa.array(values, pa.binary()).view(pa.string())}), path)
+
+
+def test_invalid_utf8_names_its_row_and_says_how_to_skip_it(tmp_path):
+    path = tmp_path / "bad.parquet"
+    _with_invalid_utf8(path, row=1500)
+    result = run_cli("source=file", f"source.path={path}", "tokenizer=char",
+                     f"out_dir={tmp_path}/out", "quiet=true", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(result, "bad.parquet: row 1500", "source.skip_invalid=true")
+
+
+def test_skip_invalid_leaves_the_row_out_and_counts_it(tmp_path):
+    path = tmp_path / "bad.parquet"
+    _with_invalid_utf8(path, row=5)
+    good = tmp_path / "good.jsonl"
+    good.write_text("".join(json.dumps({"text": f"good document {i}"}) + "\n"
+                            for i in range(3000) if i != 5))  # fmt: skip
+    for name, src in (("p", path), ("j", good)):
+        result = run_cli("source=file", f"source.path={src}", "source.skip_invalid=true",
+                         "tokenizer=char",
+                         f"out_dir={tmp_path}/{name}", "quiet=true", cwd=tmp_path)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+    manifest = json.loads((tmp_path / "p" / "manifest.json").read_text())
+    assert manifest["documents"]["skipped_invalid"] == 1
+    for out in ("train.bin", "val.bin"):
+        assert (tmp_path / "p" / out).read_bytes() == (tmp_path / "j" / out).read_bytes()
+
+
+def test_a_damaged_footer_is_one_line(tmp_path):
+    path = tmp_path / "f.parquet"
+    pq.write_table(pa.table({"text": [f"document {i}" for i in range(60_000)]}), path,
+                   row_group_size=700)  # fmt: skip
+    data = bytearray(path.read_bytes())
+    for i in range(1, 60):
+        data[-8 - i * 37] ^= 0x55
+    path.write_bytes(bytes(data))
+    result = run_cli("source=file", f"source.path={path}", f"out_dir={tmp_path}/out",
+                     "quiet=true", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(result, "f.parquet", "not a readable Parquet file")
+
+
+@pytest.mark.parametrize("name", ["docs.jsonl", "docs.txt", "docs"])
+def test_a_parquet_file_under_another_name_is_read_as_parquet(name, tmp_path):
+    """source.format=auto knows Parquet by its bytes (PAR1 at both ends), not only by name."""
+    table = pa.table({"text": ["a document", "another one"] * 50})
+    pq.write_table(table, tmp_path / name)
+    pq.write_table(table, tmp_path / "docs.parquet")
+    for src, out in ((name, "named"), ("docs.parquet", "parquet")):
+        result = run_cli("source=file", f"source.path={src}", "tokenizer=char",
+                         f"out_dir={out}", "quiet=true", cwd=tmp_path)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+    for out in ("train.bin", "val.bin", "meta.pkl"):
+        assert (tmp_path / "named" / out).read_bytes() == (tmp_path / "parquet" / out).read_bytes()
