@@ -212,3 +212,29 @@ def test_cli_an_invalid_content_length(server, cache_dir, tmp_path):
                      env={"CORPUSPREP_CACHE_DIR": str(cache_dir)})  # fmt: skip
     assert_one_line_error(result, server.url("/garbage-length.txt"), "Content-Length 'abc'")
     assert _cached(cache_dir) == []
+
+
+def test_part_files_of_killed_downloads_are_removed(server, cache_dir, tmp_path):
+    """A download killed by SIGKILL leaves its part file: the next download of the same
+    file removes those unwritten for an hour, and nothing else."""
+    import os
+    import time
+
+    src = _source(server.url("/input.txt"), cache_dir)
+    dest = src.cache_path()
+    cache_dir.mkdir(exist_ok=True)
+    stale, fresh, linked = (dest.with_name(f".{dest.name}.{n * 16}.part") for n in "abc")
+    other = dest.with_name(f".other.txt.{'d' * 16}.part")
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    for path in (stale, fresh, other):
+        path.write_bytes(b"half a download")
+    linked.symlink_to(victim)
+    hour_ago = time.time() - 3700
+    for path in (stale, other):
+        os.utime(path, (hour_ago, hour_ago))
+    os.utime(linked, (hour_ago, hour_ago), follow_symlinks=False)
+    assert src.local_path(progress=False).read_bytes() == TEXT
+    assert not stale.exists()  # killed an hour ago: gone
+    assert fresh.exists() and other.exists() and linked.is_symlink()  # live, or not its own
+    assert victim.read_text() == "keep me"

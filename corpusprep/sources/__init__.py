@@ -4,9 +4,13 @@ file of the same name in conf/source/. A source never tokenizes; formats read th
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import re
 import secrets
+import stat
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +56,29 @@ def new_part(dest: Path) -> tuple[Path, BinaryIO]:
         except FileExistsError:  # planted, or a 1 in 2**64 clash: another name
             continue
     raise FileExistsError(errno.EEXIST, "no free name for a partial download", str(dest))
+
+
+STALE_PART_SECONDS = 3600  # a part file unwritten this long: its download was killed
+
+
+def remove_stale_parts(dest: Path) -> None:
+    """The part files of `dest` that killed downloads left (SIGKILL, a power cut: nothing
+    removed them): this user's own regular files, unwritten for an hour, which no live
+    download could be (its timeout would have ended it long before). Best effort."""
+    pattern = re.compile(rf"\.{re.escape(dest.name)}\.[0-9a-f]{{16}}\.part")
+    now = time.time()
+    try:
+        entries = list(os.scandir(dest.parent))
+    except OSError:
+        return
+    for entry in entries:
+        if not pattern.fullmatch(entry.name):
+            continue
+        with contextlib.suppress(OSError):
+            st = entry.stat(follow_symlinks=False)
+            if (stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid()
+                    and now - st.st_mtime > STALE_PART_SECONDS):  # fmt: skip
+                os.unlink(entry.path)
 
 
 def check_mark(key: str, value: Any, *, one_line: bool) -> None:

@@ -26,7 +26,13 @@ from corpusprep._paths import default_cache_dir
 from corpusprep.errors import UserError, checked_number
 from corpusprep.formats import InputFile
 from corpusprep.redact import redact
-from corpusprep.sources import Source, check_text_file, input_files, new_part
+from corpusprep.sources import (
+    Source,
+    check_text_file,
+    input_files,
+    new_part,
+    remove_stale_parts,
+)
 from corpusprep.writer import file_sha256
 
 CHUNK = 1 << 20
@@ -169,6 +175,7 @@ class UrlSource(Source):
                 f"cannot create the download cache {dest.parent}: {e.strerror}; "
                 "set source.cache_dir or CORPUSPREP_CACHE_DIR to a writable folder"
             ) from None
+        remove_stale_parts(dest)
         error = None
         end = None if self.deadline is None else time.monotonic() + self.deadline
         try:
