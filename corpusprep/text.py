@@ -13,6 +13,7 @@ decodes on its own and shards can be read in parallel.
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Optional
@@ -142,31 +143,58 @@ def guard_cuts(
         return
     rule = re.compile(cut_at) if cut_at else None
     last = None  # where the text could last be cut
+    carry = b""  # the previous piece's last bytes: a cut's rule looks a byte around it
     for offset, raw in pieces:
         if last is None:
             last = offset  # a segment starts where the text may be cut
         if rule is not None:
-            # the last cut is usually near the end; else any cut in the piece will do (the
-            # count since it is then a little too high, never too low)
-            tail = max(len(raw) - 4096, 0)
-            m = rule.search(raw, tail) or (rule.search(raw, 0, tail) if tail else None)
-            if m:
-                last = offset + m.end()
+            window, base = carry + raw, offset - len(carry)
+            for cut in _cuts(rule, window, limit):
+                if base + cut - last > limit:  # a stretch longer than the limit ends here
+                    raise _uncut(name, last, base + cut, limit, rule)
+                last = max(last, base + cut)
+            carry = window[-CARRY:]
         end = offset + len(raw)
         if end - last > limit:
-            how = (
-                "has no place where this tokenizer may cut it (for BPE: a newline between a "
-                "non-space character and a letter or digit)"
-                if rule is not None
-                else "is one text, and this tokenizer never cuts a text (it encodes it whole)"
-            )
-            raise UserError(
-                f"{name}: the text from byte {last:,} to byte {end:,} {how}, more than "
-                f"source.max_uncut_bytes={limit} to hold at once; raise source.max_uncut_bytes, "
-                "or for a text without newlines use a tokenizer that can cut anywhere "
-                "(tokenizer=char or tokenizer=byte)"
-            )
+            raise _uncut(name, last, end, limit, rule)
         yield offset, raw
+
+
+CARRY = 8  # bytes of a piece searched again with the next (a cut there needs the next byte)
+
+
+def _cuts(rule: re.Pattern, window: bytes, limit: int) -> Iterator[int]:
+    """Where the window may be cut, as much as judging the stretches between cuts needs:
+    every place if the window is longer than the limit (a stretch inside it might be too);
+    else the first and the last (usually within its last 4 KiB: searched there first)."""
+    if len(window) > limit:
+        yield from (m.end() for m in rule.finditer(window))
+        return
+    first = rule.search(window)
+    if first is None:
+        return
+    yield first.end()
+    tail = max(len(window) - 4096, first.end())
+    final = rule.search(window, tail)
+    if final is None:  # none near the end: the last of those after the first
+        final = next(iter(deque(rule.finditer(window, first.end(), tail), maxlen=1)), None)
+    if final is not None:
+        yield final.end()
+
+
+def _uncut(name: str, start: int, end: int, limit: int, rule: Optional[re.Pattern]) -> UserError:
+    how = (
+        "has no place where this tokenizer may cut it (for BPE: a newline between a "
+        "non-space character and a letter or digit)"
+        if rule is not None
+        else "is one text, and this tokenizer never cuts a text (it encodes it whole)"
+    )
+    return UserError(
+        f"{name}: the text from byte {start:,} to byte {end:,} {how}, more than "
+        f"source.max_uncut_bytes={limit} to hold at once; raise source.max_uncut_bytes, "
+        "or for a text without newlines use a tokenizer that can cut anywhere "
+        "(tokenizer=char or tokenizer=byte)"
+    )
 
 
 def read_text(

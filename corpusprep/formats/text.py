@@ -41,6 +41,8 @@ class TextFormat(Format):
             boundary = separator_line(file.doc_separator)
         if not file.seekable or boundary is None or file.doc_end:  # doc_end: read in order
             return [file.whole()]
+        if file.skip_invalid and not file.doc_separator:  # left out whole or used whole:
+            return [file.whole()]  # decided on all of its bytes, whatever shard_bytes says
         return [(a, b, b - a) for a, b in plan_shards(file.path, file.size, shard_bytes, boundary)]
 
     def raw(self, segment: Segment) -> Iterator[tuple[int, bytes]]:
@@ -87,11 +89,8 @@ class TextFormat(Format):
             except InvalidText:
                 yield SKIPPED  # left out, and counted
                 return
-            if held is None:
-                yield Part(self.text(segment))
-            else:
-                text = "".join(held)
-                yield Part([text], whole=text)
+            # keyed as every text file is, by its sha256 (not `whole`: by its text's digest)
+            yield Part(self.text(segment) if held is None else ["".join(held)])
             return
         last = not file.seekable or segment.end == file.size
         yield Part(self.text(segment), starts=segment.start == 0, ends=last)

@@ -1,0 +1,131 @@
+"""Outputs and errors that must not depend on how the input is cut into shards (an attack on
+exactness found these): a text file left out as invalid (source.skip_invalid) whatever its
+size, a text file's side under split_by=hash, and source.max_uncut_bytes, which judges the
+longest stretch between two places the tokenizer may cut, not where 64 KiB reads fall."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+from helpers import run_cli
+
+from corpusprep.errors import UserError
+from corpusprep.text import guard_cuts
+from corpusprep.tokenizers.tiktoken import CUT_AT
+
+SHARD_BYTES = ["1024", "4096", "1000003"]
+
+
+def _run(tmp_path, out: str, *args: str):
+    result = run_cli(*args, "executor.workers=2", f"out_dir={tmp_path / out}", "quiet=true",
+                     cwd=tmp_path)  # fmt: skip
+    return result
+
+
+def _outputs(folder) -> dict[str, bytes]:
+    names = ("train.bin", "val.bin", "meta.pkl")  # meta.pkl: char level only, as nanoGPT's
+    return {n: (folder / n).read_bytes() for n in names if (folder / n).exists()}
+
+
+def _texts(folder, rng: random.Random, bad: set[int] = frozenset()) -> None:
+    folder.mkdir()
+    for i in range(12):
+        size = 9000 if i % 3 == 0 else 300
+        text = "".join(rng.choice("abc de\n") for _ in range(size)).encode() + b"\nend\n"
+        if i in bad:
+            text = text[: size // 2] + b"\xff" + text[size // 2 :]
+        (folder / f"doc{i:02d}.txt").write_bytes(text)
+
+
+@pytest.mark.parametrize("tokenizer", ["tiktoken", "char"])
+def test_an_invalid_text_file_is_left_out_whatever_the_shard_size(tokenizer, tmp_path):
+    """Before: left out when the file was one shard, the run stopped when it was several."""
+    _texts(tmp_path / "in", random.Random(5), bad={3, 7})
+    made = {}
+    for shard_bytes in SHARD_BYTES:
+        result = _run(tmp_path, shard_bytes, "source=files", f"source.glob={tmp_path}/in/*.txt",
+                      f"tokenizer={tokenizer}", "source.skip_invalid=true",
+                      f"shard_bytes={shard_bytes}")  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        made[shard_bytes] = _outputs(tmp_path / shard_bytes)
+    assert all(m == made["1000003"] for m in made.values())
+
+
+@pytest.mark.parametrize("skip_invalid", ["true", "false"])
+def test_a_text_files_side_under_the_hash_split_is_the_same_whatever_the_shard_size(
+    skip_invalid, tmp_path
+):
+    """A text file is keyed by its sha256 (docs/splits.md), also when source.skip_invalid
+    checks it whole first: before, a file that fit one shard was keyed by its text's
+    blake2b instead, and moved to the other side when a larger corpus cut it."""
+    _texts(tmp_path / "in", random.Random(7))
+    made = {}
+    for shard_bytes in SHARD_BYTES:
+        result = _run(tmp_path, shard_bytes, "source=files", f"source.glob={tmp_path}/in/*.txt",
+                      "tokenizer=tiktoken", "split_by=hash", "split=0.5",
+                      f"source.skip_invalid={skip_invalid}",
+                      f"shard_bytes={shard_bytes}")  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        made[shard_bytes] = _outputs(tmp_path / shard_bytes)
+    assert all(m == made["1000003"] for m in made.values())
+    if skip_invalid == "true":  # the same sides as a run that checks nothing
+        other = _run(tmp_path, "unchecked", "source=files", f"source.glob={tmp_path}/in/*.txt",
+                     "tokenizer=tiktoken", "split_by=hash", "split=0.5")  # fmt: skip
+        assert other.returncode == 0, other.stderr
+        assert _outputs(tmp_path / "unchecked") == made["1000003"]
+
+
+def _longest_uncut(data: bytes) -> int:
+    """The reference: the longest stretch between the text's ends and the places CUT_AT
+    allows, found on the whole text at once."""
+    cuts = [m.end() for m in re.finditer(CUT_AT, data)]
+    edges = [0, *cuts, len(data)]
+    return max(b - a for a, b in zip(edges, edges[1:]))
+
+
+def _pieces(data: bytes, size: int):
+    return [(i, data[i : i + size]) for i in range(0, len(data), size)]
+
+
+def _passes(data: bytes, size: int, limit: int) -> bool:
+    try:
+        for _ in guard_cuts(_pieces(data, size), CUT_AT, limit, "t.txt"):
+            pass
+    except UserError:
+        return False
+    return True
+
+
+def test_max_uncut_bytes_judges_the_text_not_where_its_reads_fall():
+    """Random texts with few places to cut, read in pieces of any size: the guard fails
+    exactly when the longest stretch without a cut is over the limit."""
+    rng = random.Random(0)
+    for _ in range(300):
+        data = bytearray()
+        while len(data) < rng.randint(1000, 300_000):
+            data += b"word " * rng.randint(1, 8000)
+            data += rng.choice([b"a\nb", b" \nb", b"a\n ", b"\n", b"x"])  # a cut, or not
+        data = bytes(data)
+        longest = _longest_uncut(data)
+        limit = max(longest + rng.choice([-3000, -1, 0, 1, 5000]), 1)
+        for size in (1, 2, 3, 4096, 65536, 70001, len(data)):
+            assert _passes(data, size, limit) == (longest <= limit), (size, limit, longest)
+
+
+def test_max_uncut_bytes_through_the_cli_whatever_the_shard_size(tmp_path):
+    """The attack's text: cuts at about bytes 100, 30,000 and 131,122; its longest stretch,
+    101,122 bytes, is under the limit of 110,000 (before: refused with shard_bytes of a
+    million, 'from byte 101 to byte 131,072', and taken with 20,000)."""
+    filler = ("word " * 30_000)[:]
+    data = filler[:99] + "a\nb" + filler[:29_897] + "a\nb" + filler[:101_119] + "a\nb"
+    data += filler[:20_000] + "\nend\n"
+    (tmp_path / "in.txt").write_text(data)
+    assert _longest_uncut(data.encode()) < 110_000
+    for shard_bytes in ("1000000", "20000"):
+        result = _run(tmp_path, shard_bytes, "source=file", "source.path=in.txt",
+                      "tokenizer=tiktoken", "source.max_uncut_bytes=110000",
+                      f"shard_bytes={shard_bytes}")  # fmt: skip
+        assert result.returncode == 0, result.stderr
+    assert _outputs(tmp_path / "1000000") == _outputs(tmp_path / "20000")
