@@ -149,10 +149,13 @@ def guard_cuts(
             last = offset  # a segment starts where the text may be cut
         if rule is not None:
             window, base = carry + raw, offset - len(carry)
-            for cut in _cuts(rule, window, limit):
-                if base + cut - last > limit:  # a stretch longer than the limit ends here
-                    raise _uncut(name, last, base + cut, limit, rule)
-                last = max(last, base + cut)
+            if base + len(window) - last > limit:  # a stretch may pass the limit here:
+                for cut in (m.end() for m in rule.finditer(window)):  # each one judged
+                    if base + cut - last > limit:
+                        raise _uncut(name, last, base + cut, limit, rule)
+                    last = max(last, base + cut)
+            elif (final := _last_cut(rule, window)) is not None:  # else the last one will do
+                last = max(last, base + final)
             carry = window[-CARRY:]
         end = offset + len(raw)
         if end - last > limit:
@@ -163,23 +166,18 @@ def guard_cuts(
 CARRY = 8  # bytes of a piece searched again with the next (a cut there needs the next byte)
 
 
-def _cuts(rule: re.Pattern, window: bytes, limit: int) -> Iterator[int]:
-    """Where the window may be cut, as much as judging the stretches between cuts needs:
-    every place if the window is longer than the limit (a stretch inside it might be too);
-    else the first and the last (usually within its last 4 KiB: searched there first)."""
-    if len(window) > limit:
-        yield from (m.end() for m in rule.finditer(window))
-        return
-    first = rule.search(window)
-    if first is None:
-        return
-    yield first.end()
-    tail = max(len(window) - 4096, first.end())
-    final = rule.search(window, tail)
-    if final is None:  # none near the end: the last of those after the first
-        final = next(iter(deque(rule.finditer(window, first.end(), tail), maxlen=1)), None)
-    if final is not None:
-        yield final.end()
+def _last_cut(rule: re.Pattern, window: bytes) -> Optional[int]:
+    """Where the window may last be cut: searched from the end back, in stretches that
+    double (the last cut is usually near the end). Each search reads CARRY bytes past its
+    stretch, so a cut at its edge is seen whole."""
+    high, size = len(window), 4096
+    while high > 0:
+        low = max(high - size, 0)
+        found = deque(rule.finditer(window, low, min(high + CARRY, len(window))), maxlen=1)
+        if found:
+            return found[0].end()
+        high, size = low, size * 2
+    return None
 
 
 def _uncut(name: str, start: int, end: int, limit: int, rule: Optional[re.Pattern]) -> UserError:
