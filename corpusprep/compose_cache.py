@@ -90,9 +90,11 @@ def free_value(value: str) -> bool:
 def _template(argv: list[str]) -> tuple[list[str], dict[str, str]]:
     """argv with each free key's value left out, and those values."""
     template, free = [], {}
+    named = [arg.lstrip("+~").partition("=")[0] for arg in argv]
     for arg in argv:
         key, _, value = arg.partition("=")
-        if key in FREE_KEYS and key not in free and free_value(value):
+        # given once (twice: Hydra takes the last, ++key too; a value kept for each)
+        if key in FREE_KEYS and named.count(key) == 1 and free_value(value):
             free[key] = value
             arg = f"{key}=\0"  # no argument holds a NUL: never a command line's own
         template.append(arg)

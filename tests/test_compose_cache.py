@@ -103,6 +103,16 @@ def test_one_entry_serves_every_out_dir_and_path(key, tmp_path, shakespeare, com
 
 
 @pytest.mark.parametrize(
+    "argv",
+    [["out_dir=o2", "out_dir=o1"], ["out_dir=o2", "++out_dir=o1"], ["~out_dir", "out_dir=o1"],
+     ["source.path=b.txt", "source.path=a.txt"], ["+out_dir=o1"], ["++source.path=a.txt"]],
+)  # fmt: skip
+def test_a_key_given_twice_or_with_a_prefix_is_kept_as_given(argv):
+    """Hydra takes the last of two values (or refuses them): such a key is not free."""
+    assert compose_cache._template(["source=file", *argv]) == (["source=file", *argv], {})
+
+
+@pytest.mark.parametrize(
     "value", ["1", "0.5", "1e3", "-1", "true", "False", "NULL", "nan", "-inf", "'quoted'",
               "a b", "x,y", "[a]", "${name}", "a=b", "", "-x", "~x", "\\x", "é", "a:b"],
 )  # fmt: skip
