@@ -17,6 +17,9 @@ from corpusprep.errors import UserError
 from corpusprep.sources.url import UrlSource
 
 TEXT = b"First Citizen:\nBefore we proceed any further, hear me speak.\n" * 400
+CUT_GZIP = gzip.compress(TEXT)[: len(gzip.compress(TEXT)) // 2]
+_raw = zlib.compressobj(wbits=-15)
+RAW_DEFLATE = _raw.compress(TEXT) + _raw.flush()  # no zlib header: as some servers send it
 
 
 class Server(LocalHTTPServer):
@@ -41,6 +44,17 @@ def _answer(path: str) -> tuple[dict[str, str], bytes]:
         "/two-lengths.txt": ({"Content-Length": f"{length}, 7"}, TEXT),
         "/garbage-length.txt": ({"Content-Length": "abc"}, TEXT),
         "/hex-length.txt": ({"Content-Length": hex(len(TEXT))}, TEXT),
+        "/long-length.txt": ({"Content-Length": "9" * 5000}, TEXT),
+        # gzip cut halfway: no Content-Length (the connection's end is the body's end), or
+        # one that counts the cut body
+        "/cut-gzip.txt": ({"Content-Encoding": "gzip", "Content-Length": None}, CUT_GZIP),
+        "/cut-gzip-counted.txt": ({"Content-Encoding": "gzip"}, CUT_GZIP),
+        "/two-members.txt": (
+            {"Content-Encoding": "gzip"},
+            gzip.compress(TEXT[:999]) + gzip.compress(TEXT[999:]),
+        ),
+        "/raw-deflate.txt": ({"Content-Encoding": "deflate"}, RAW_DEFLATE),
+        "/input.txt.zst": ({"Content-Encoding": "zstd"}, b"(\xb5/\xfd not really zstd"),
         "/empty.txt": ({}, b""),
         "/gzip.txt": ({"Content-Encoding": "gzip"}, gzip.compress(TEXT)),
         "/deflate.txt": ({"Content-Encoding": "deflate"}, zlib.compress(TEXT)),
@@ -74,7 +88,8 @@ def _handler_for(server: Server) -> type[BaseHTTPRequestHandler]:
                 self.send_response(200)
             headers = {"Content-Length": str(len(body)), "Connection": "close", **headers}
             for name, value in headers.items():
-                self.send_header(name, value)
+                if value is not None:
+                    self.send_header(name, value)
             self.end_headers()
             self.wfile.write(body)
             self.close_connection = True
@@ -123,7 +138,9 @@ def test_a_content_length_http_allows_is_read(path, server, cache_dir):
     assert src.local_path(progress=False).read_bytes() == TEXT
 
 
-@pytest.mark.parametrize("path", ["/two-lengths.txt", "/garbage-length.txt", "/hex-length.txt"])
+@pytest.mark.parametrize(
+    "path", ["/two-lengths.txt", "/garbage-length.txt", "/hex-length.txt", "/long-length.txt"]
+)
 def test_an_invalid_content_length_is_one_line_and_caches_nothing(path, server, cache_dir):
     """RFC 9110: a length that cannot be read leaves the body's end unknown; no guess."""
     src = _source(server.url(path), cache_dir)
@@ -152,7 +169,8 @@ def test_an_empty_file_already_cached_says_how_to_download_again(server, cache_d
     assert "empty" in str(e.value) and f"delete it to download {src.url} again" in str(e.value)
 
 
-@pytest.mark.parametrize("path", ["/gzip.txt", "/deflate.txt"])
+@pytest.mark.parametrize("path", ["/gzip.txt", "/deflate.txt", "/two-members.txt",
+                                  "/raw-deflate.txt"])  # fmt: skip
 def test_a_compressed_transfer_is_cached_as_the_file_itself(path, server, cache_dir):
     """A server that compresses although asked not to: the cache holds the file's own bytes,
     whose sha256 is the one a user pins."""
@@ -160,9 +178,22 @@ def test_a_compressed_transfer_is_cached_as_the_file_itself(path, server, cache_
     assert src.local_path(progress=False).read_bytes() == TEXT
 
 
-def test_a_gz_file_a_server_labels_as_gzip_stays_the_gz_file(server, cache_dir):
-    body = _answer("/input.txt.gz")[1]
-    src = _source(server.url("/input.txt.gz"), cache_dir, sha256=hashlib.sha256(body).hexdigest())
+@pytest.mark.parametrize("path", ["/cut-gzip.txt", "/cut-gzip-counted.txt"])
+def test_a_compressed_transfer_cut_short_is_not_cached(path, server, cache_dir):
+    """The compressed stream's own end (gzip's trailer) tells a whole transfer from a cut
+    one, where no Content-Length can: retried, then one line, nothing cached."""
+    src = UrlSource(server.url(path), cache_dir=str(cache_dir), timeout=10, retries=1)
+    with pytest.raises(UserError) as e:
+        src.local_path(progress=False)
+    assert "ended before" in str(e.value) and "after 2 attempts" in str(e.value)
+    assert server.count(path) == 2
+    assert _cached(cache_dir) == []
+
+
+@pytest.mark.parametrize("path", ["/input.txt.gz", "/input.txt.zst"])
+def test_a_compressed_file_a_server_labels_by_its_name_stays_that_file(path, server, cache_dir):
+    body = _answer(path)[1]
+    src = _source(server.url(path), cache_dir, sha256=hashlib.sha256(body).hexdigest())
     assert src.local_path(progress=False).read_bytes() == body
 
 

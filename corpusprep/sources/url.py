@@ -18,6 +18,8 @@ import hashlib
 import os
 import re
 import time
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 from urllib.parse import unquote, urlsplit
@@ -213,7 +215,7 @@ class UrlSource(Source):
         try:
             # identity: the bytes on disk are the file's bytes, and Content-Length counts them
             with (
-                _OwnHostHeaders(self.url, self.headers) as session,
+                _session_for(self.url, self.headers) as session,
                 session.get(
                     self.url,
                     stream=True,
@@ -229,10 +231,10 @@ class UrlSource(Source):
                         "check source.url"
                     )
                 total = self._length(r.headers.get("Content-Length"), dest)
-                decode = self._decoded(r.headers.get("Content-Encoding"), dest)
-                if cap is not None and total is not None and total > cap and not decode:
+                inflate = self._inflater(r.headers.get("Content-Encoding"), dest)
+                if cap is not None and total is not None and total > cap and not inflate:
                     raise self._too_big(f"{total:,} bytes")
-                digest, size = hashlib.sha256(), 0
+                digest, size, sent = hashlib.sha256(), 0, 0
                 # read1: whatever has arrived, so the deadline is checked however slowly the
                 # bytes come (iter_content waits for a whole chunk; urllib3 < 2 has no read1)
                 read = getattr(r.raw, "read1", None) or r.raw.read
@@ -248,18 +250,21 @@ class UrlSource(Source):
                         leave=False,
                     ) as bar,
                 ):
-                    while chunk := read(CHUNK, decode_content=decode):
-                        f.write(chunk)
-                        digest.update(chunk)
-                        size += len(chunk)
-                        bar.update(len(chunk))
-                        if cap is not None and size > cap:
-                            raise self._too_big("more than that")
+                    while received := read(CHUNK, decode_content=False):
+                        sent += len(received)  # what Content-Length counts
+                        for chunk in inflate.feed(received) if inflate else (received,):
+                            f.write(chunk)
+                            digest.update(chunk)
+                            size += len(chunk)
+                            if cap is not None and size > cap:
+                                raise self._too_big(f"{size:,} bytes so far")
+                        bar.update(len(received))
                         if end is not None and time.monotonic() > end:
-                            raise _Late(f"{size:,} of {total or '?'} bytes in")
-                sent = r.raw.tell() if decode else size  # Content-Length counts what is sent
+                            raise _Late(f"{sent:,} of {total or '?'} bytes in")
                 if total is not None and sent != total:
                     raise _Transient(f"the connection closed after {sent} of {total} bytes")
+                if inflate is not None and not inflate.ended():
+                    raise _Transient("the transfer ended before its compressed stream did")
                 if size == 0:
                     raise UserError(
                         f"could not download {redact(self.url)}: the server sent an empty file; "
@@ -303,7 +308,8 @@ class UrlSource(Source):
         if header is None:
             return None
         values = {v.strip() for v in header.split(",")}
-        if len(values) != 1 or not (value := values.pop()).isdigit() or not value.isascii():
+        value = values.pop() if len(values) == 1 else ""
+        if not (value.isascii() and value.isdigit() and len(value) <= 20):  # 20: 10**20 bytes
             raise UserError(
                 f"could not download {redact(self.url)}: the server sent an invalid "
                 f"Content-Length {header.strip()!r}, so the end of the file is unknown; nothing "
@@ -311,22 +317,20 @@ class UrlSource(Source):
             )
         return int(value)
 
-    def _decoded(self, header: Optional[str], dest: Path) -> bool:
-        """Whether the body comes compressed for the transfer (Content-Encoding), although
-        the request asked for the file as it is: the file is what it decompresses to. Not
+    def _inflater(self, header: Optional[str], dest: Path) -> Optional[_Inflate]:
+        """What undoes the body's Content-Encoding (the request asked for the file as it
+        is; the file is what the body decompresses to); None if nothing is to be undone, as
         for a .gz file that a server labels gzip because of its name (the file is the .gz)."""
         encoding = (header or "identity").strip().lower()
-        if encoding == "identity":
-            return False
-        if encoding in ("gzip", "x-gzip") and dest.name.lower().endswith((".gz", ".tgz")):
-            return False
+        if encoding == "identity" or dest.name.lower().endswith(OWN_SUFFIXES.get(encoding, ())):
+            return None
         if encoding not in ("gzip", "x-gzip", "deflate"):
             raise UserError(
                 f"could not download {redact(self.url)}: the server sent it compressed "
                 f"(Content-Encoding: {header}), which corpusprep cannot undo; nothing was "
                 f"cached; put the file at {dest} or use source=file source.path=FILE"
             )
-        return True
+        return _Inflate(gzip=encoding != "deflate")
 
     def _too_big(self, size: str) -> UserError:
         return UserError(
@@ -336,13 +340,51 @@ class UrlSource(Source):
         )
 
 
+# a file whose name says it is compressed so, labelled so by a server that goes by the name
+OWN_SUFFIXES = {"gzip": (".gz", ".tgz"), "x-gzip": (".gz", ".tgz"), "zstd": (".zst",),
+                "br": (".br",), "bzip2": (".bz2",), "xz": (".xz",)}  # fmt: skip
+
+
+class _Inflate:
+    """A gzip or deflate transfer undone as its bytes come, at most CHUNK bytes out at once
+    (a small body may stand for a huge file). A stream that stops before its own end
+    (gzip's trailer, deflate's last block) is a cut transfer, however the connection ended."""
+
+    def __init__(self, gzip: bool) -> None:
+        # deflate is zlib-wrapped (RFC 9110), though some servers send it raw: tried next
+        self.wbits, self.started = (31 if gzip else 15), False
+        self.stream = zlib.decompressobj(self.wbits)
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        while data:
+            if self.stream.eof:  # gzip: another member follows; deflate: nothing may
+                if self.wbits != 31:
+                    raise _Transient("the compressed stream has bytes after its end")
+                self.stream = zlib.decompressobj(self.wbits)
+            try:
+                out = self.stream.decompress(data, CHUNK)
+            except zlib.error:
+                if self.started or self.wbits != 15:
+                    raise _Transient("the compressed stream is corrupt") from None
+                self.wbits = -15  # raw deflate, from the first byte
+                self.stream = zlib.decompressobj(self.wbits)
+                continue
+            self.started = True
+            data = self.stream.unconsumed_tail or self.stream.unused_data
+            if out:
+                yield out
+
+    def ended(self) -> bool:
+        return self.started and self.stream.eof
+
+
 def _origin(url: str) -> tuple[str, str, Optional[int]]:
     parts = urlsplit(url)
     port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
     return parts.scheme, (parts.hostname or "").lower(), port
 
 
-def _OwnHostHeaders(url: str, given: dict[str, str]) -> Any:
+def _session_for(url: str, given: dict[str, str]) -> Any:
     """A requests session that sends the headers the user gave to the URL's own scheme, host
     and port only: a redirect elsewhere gets none of them (requests drops Authorization
     alone, and a token may be under any name: X-Api-Key, Private-Token). Dropped once, they
