@@ -36,8 +36,10 @@ print(chars, int(re.search(r"VmHWM:\\s*(\\d+) kB", status).group(1)) * 1024)
 """
 
 
-def _bomb(path, **how) -> None:
-    pq.write_table(pa.table({"text": [LONG] * COPIES}), path, compression="zstd", **how)
+def _bomb(path, dictionary_type: bool = False, **how) -> None:
+    texts = pa.array([LONG] * COPIES)
+    texts = texts.dictionary_encode() if dictionary_type else texts
+    pq.write_table(pa.table({"text": texts}), path, compression="zstd", **how)
     assert path.stat().st_size < 10_000
 
 
@@ -52,6 +54,7 @@ def _read_all(path, limit: int) -> tuple[int, int]:
 BOMBS = {
     "dictionary": {},  # pyarrow's default: the text stored once, 128 indices
     "shared prefixes": {"use_dictionary": False, "column_encoding": {"text": "DELTA_BYTE_ARRAY"}},
+    "dictionary-typed": {"dictionary_type": True},  # the arrow type kept in the file
 }
 
 
@@ -64,6 +67,37 @@ def test_a_small_file_that_decodes_to_much_text_is_read_in_bounded_memory(how, t
     chars, peak = _read_all(path, 4 << 20)
     assert chars == COPIES * len(LONG)  # every document, whole
     assert peak < 250e6, f"{peak / 1e6:.0f} MB"  # 256 MB of text: before, about 800 MB
+
+
+def test_long_texts_the_footers_average_hides_are_read_a_few_at_a_time(tmp_path):
+    """Texts of 1 MiB before 15,000 of one letter, a page each: the footer's average says
+    short texts, and a batch of 1024 rows held all of them. (A page pyarrow holds whole,
+    however many texts it has: a writer that puts them all in one page costs that page.)"""
+    path = tmp_path / "hidden.parquet"
+    texts = pa.array([LONG[: 1 << 20]] * 300 + ["t"] * 15_400)  # noqa: RUF005
+    pq.write_table(pa.table({"text": texts}), path, compression="zstd", use_dictionary=False,
+                   write_batch_size=1, data_page_size=1 << 20)  # fmt: skip
+    chars, peak = _read_all(path, 64 << 20)
+    assert chars == 300 * (1 << 20) + 15_400
+    assert peak < 700e6, f"{peak / 1e6:.0f} MB"  # before: 1.26 GB; pyarrow holds 7x a batch
+
+
+def test_a_dictionary_typed_column_gives_pyarrows_texts(tmp_path):
+    """Its dictionary holds every text of the row group: rows are read as indices into it
+    and expanded a few at a time, as pyarrow's own reading gives them."""
+    path = tmp_path / "typed.parquet"
+    texts = [f"document {i}: " + "some words " * (i % 50) for i in range(30_000)]
+    texts[7] = texts[9]
+    pq.write_table(pa.table({"text": pa.array(texts).dictionary_encode()}), path,
+                   row_group_size=10_000)  # fmt: skip
+    from corpusprep.formats import InputFile, Segment
+    from corpusprep.formats.parquet import FORMAT
+
+    file = InputFile(path=str(path), format="parquet", compression="none", size=0,
+                     max_uncut_bytes=4096)  # fmt: skip
+    read = [part.whole for planned in FORMAT.plan(file, 1 << 20, None)
+            for part in FORMAT.parts(Segment(file, *planned))]  # fmt: skip
+    assert read == pq.read_table(path).column("text").to_pylist() == texts
 
 
 def test_max_bytes_caps_the_text_a_parquet_file_decodes_to(tmp_path):

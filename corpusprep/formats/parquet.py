@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from corpusprep.errors import UserError
@@ -69,16 +70,8 @@ class ParquetFormat(Format):
                 if rows and size > limit * rows:  # one text at least is longer: not read
                     where = f"row {row}" if rows == 1 else f"rows {row}-{row + rows - 1}"
                     raise _too_long(file, where, limit, "one text at least is")
-                # as many rows as hold about `limit` bytes, at most BATCH_ROWS: a group of
-                # long texts is read a few at a time. The footer's size counts a text many
-                # rows share (a dictionary's, shared prefixes) once: no such text is longer
-                # than the page that holds it, which bounds a batch too.
-                shared = _shared_text_bound(file.path, meta, column)
-                shared = limit if shared is None else shared  # unknown: a row at a time
-                batch = min(BATCH_ROWS, limit * rows // max(size, 1), limit // max(shared, 1))
-                for values in pf.iter_batches(max(batch, 1), row_groups=[group],
-                                              columns=[file.text_field]):  # fmt: skip
-                    texts, decoded = _texts(values.column(0), file, row, decoded)
+                for values in _batches(pf, file, group, column):
+                    texts, decoded = _texts(values, file, row, decoded)
                     for value in texts:
                         if value is LEFT_OUT:
                             row += 1
@@ -92,6 +85,49 @@ class ParquetFormat(Format):
             raise
         except Exception as e:
             raise UserError(f"{file.name}: cannot read row {row} ({_one_line(e)})") from None
+
+
+def _batches(pf: Any, file: InputFile, group: int, column: Optional[int]) -> Iterator[Any]:
+    """A row group's texts, in arrays of as many rows as hold about source.max_uncut_bytes,
+    at most BATCH_ROWS. The footer gives the text's size in the row group; each text is no
+    longer than the page that holds it (a dictionary's entry than the dictionary page), and
+    a text many rows share is counted once there, so the largest page bounds a batch too."""
+    meta, limit = pf.metadata.row_group(group), file.max_uncut_bytes
+    pages = _pages(file.path, meta, column)
+    if pages is not None and pages.dictionary_only:  # every row an index: read as indices
+        yield from _dictionary_batches(file, group, limit)
+        return
+    size = max(_text_bytes(meta, column), 1)
+    batch = min(BATCH_ROWS, limit * meta.num_rows // size)
+    batch = 1 if pages is None else pages.rows_within(limit, batch)  # unknown: one at a time
+    for values in pf.iter_batches(batch, row_groups=[group], columns=[file.text_field]):
+        yield values.column(0)
+
+
+def _dictionary_batches(file: InputFile, group: int, limit: int) -> Iterator[Any]:
+    """A row group whose text is all dictionary entries, read as indices into the
+    dictionary (pyarrow passes its pages through, whatever the dictionary's size), and
+    expanded as many rows at a time as hold `limit` bytes by the entries' own lengths."""
+    import numpy as np
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    pf, lengths, seen = pq.ParquetFile(file.path, read_dictionary=[file.text_field]), None, None
+    for values in pf.iter_batches(BATCH_ROWS, row_groups=[group], columns=[file.text_field]):
+        column = values.column(0)
+        dictionary = column.dictionary
+        held = (dictionary.buffers()[1].address, len(dictionary))  # the batches share it
+        if held != seen:  # its entries' lengths: once per dictionary, not per batch
+            seen = held
+            lengths = pc.fill_null(pc.binary_length(dictionary), 0).to_numpy()
+        indices = column.indices
+        sizes = np.cumsum(lengths[pc.fill_null(indices, 0).to_numpy()])
+        start = 0
+        while start < len(column):
+            before = sizes[start - 1] if start else 0
+            end = max(int(np.searchsorted(sizes, before + limit, "right")), start + 1)
+            yield pc.take(dictionary, indices.slice(start, end - start))
+            start = end
 
 
 def _texts(column: Any, file: InputFile, row: int, decoded: int) -> tuple[list, int]:
@@ -146,12 +182,46 @@ def _text(value: Optional[bytes], file: InputFile, row: int) -> Any:
         ) from None
 
 
-def _shared_text_bound(path: str, group: Any, column: Optional[int]) -> Optional[int]:
-    """How long a text that stands for many rows may be in the text's column chunk of a row
-    group: the largest page that can hold one (a dictionary page, whose entries rows point
-    to, or a page of shared prefixes, DELTA_BYTE_ARRAY) as its header says, decompressed; 0
-    if no page can, and the footer's size counts every row's text. None if the headers
-    cannot be read. The file's own page headers, which pyarrow reads too, not its footer."""
+@dataclass
+class _Pages:
+    """A column chunk's pages as their headers say: for each data page, its rows and how
+    many bytes its rows can hold at most, each and together (decompressed)."""
+
+    rows: list[int]
+    each: list[int]  # the longest a row's text can be: its page's size, or the dictionary's
+    together: list[int]  # the most all its rows' texts can be
+    dictionary_only: bool  # a dictionary page, and every data page indices into it
+
+    def rows_within(self, budget: int, most: int) -> int:
+        """The most rows (up to `most`, at least 1) that any run of that many rows in the
+        chunk can hold in `budget` bytes."""
+        low, high = 1, max(most, 1)
+        while low < high:  # the largest that fits: what fits for k fits for fewer
+            k = (low + high + 1) // 2
+            low, high = (k, high) if self._most_in_run(k) <= budget else (low, k - 1)
+        return low
+
+    def _most_in_run(self, k: int) -> int:
+        """At least the most bytes a run of k rows can hold: over each page it overlaps,
+        its rows there (at most k) times the longest a row can be, or all its rows' texts
+        if less. A run from page i overlaps pages i to the one where k rows from i's start
+        end, and one more (it may start inside page i)."""
+        import numpy as np
+
+        rows, each, together = (np.asarray(a, dtype=np.int64)
+                                for a in (self.rows, self.each, self.together))  # fmt: skip
+        held = np.minimum(np.minimum(rows, k) * each, together)
+        held_before = np.concatenate([[0], np.cumsum(held)])
+        rows_before = np.concatenate([[0], np.cumsum(rows)])
+        last = np.searchsorted(rows_before, rows_before[:-1] + k, "left")  # pages i..last-1
+        last = np.minimum(last + 1, len(rows))
+        return int((held_before[last] - held_before[:-1]).max(initial=0))
+
+
+def _pages(path: str, group: Any, column: Optional[int]) -> Optional[_Pages]:
+    """What the page headers of the text's column chunk in a row group say (the file's own
+    headers, which pyarrow reads too, not its footer, which a writer may fill as it likes);
+    None if they cannot be read."""
     if column is None or column >= group.num_columns:
         return None
     chunk = group.column(column)
@@ -159,46 +229,67 @@ def _shared_text_bound(path: str, group: Any, column: Optional[int]) -> Optional
     if not offsets:
         return None
     position = min(offsets)
-    end, bound = position + chunk.total_compressed_size, 0
+    end, dictionary, found = position + chunk.total_compressed_size, 0, []
     try:
         with open(path, "rb") as f:
             for _ in range(MAX_PAGES):
                 if position >= end:
-                    return bound
+                    return _summed(found, dictionary)
                 header, length = _page_header(f, position, end)
                 plain, packed = header.get(2, -1), header.get(3, -1)
-                if (
-                    not isinstance(plain, int)
-                    or not isinstance(packed, int)
-                    or min(plain, packed) < 0
-                ):
+                if not all(isinstance(n, int) and n >= 0 for n in (plain, packed)):
                     return None
-                if _may_share(header):
-                    bound = max(bound, plain)
+                kind = _kind(header)
+                if kind == DICTIONARY_PAGE:
+                    dictionary = max(dictionary, plain)
+                elif kind != INDEX_PAGE:
+                    rows = _rows(header)
+                    if rows is None:
+                        return None
+                    found.append((kind, rows, plain))
                 position += length + packed
     except (OSError, ValueError, IndexError, RecursionError):
         pass
     return None
 
 
+def _summed(found: list[tuple[Any, int, int]], dictionary: int) -> _Pages:
+    rows, each, together = [], [], []
+    for kind, n, size in found:
+        # a row's text stored in its page (PLAIN, DELTA_LENGTH_BYTE_ARRAY): the page holds
+        # them all; indices: each an entry of the dictionary page; another encoding (shared
+        # prefixes): each no longer than its page, but rows may share one
+        row_most = dictionary if kind == "indices" else size
+        rows.append(max(n, 1))
+        each.append(row_most)
+        together.append(size if kind in (PLAIN, DELTA_LENGTH_BYTE_ARRAY) else n * row_most)
+    kinds = {kind for kind, _, _ in found}
+    return _Pages(rows, each, together, bool(dictionary) and kinds <= {"indices"})
+
+
+def _rows(header: dict) -> Optional[int]:
+    """A data page's rows: its values (a flat column: one a row, nulls too), or V2's rows."""
+    details = header.get(5) if header.get(1) == DATA_PAGE else header.get(8)
+    if not isinstance(details, dict):
+        return None
+    rows = details.get(1) if header.get(1) == DATA_PAGE else details.get(3)
+    return rows if isinstance(rows, int) and rows >= 0 else None
+
+
 # Parquet's page types and encodings (parquet.thrift)
 DATA_PAGE, INDEX_PAGE, DICTIONARY_PAGE, DATA_PAGE_V2 = 0, 1, 2, 3
 PLAIN, PLAIN_DICTIONARY, DELTA_LENGTH_BYTE_ARRAY, RLE_DICTIONARY = 0, 2, 6, 8
-EACH_ROW_STORED = (PLAIN, PLAIN_DICTIONARY, DELTA_LENGTH_BYTE_ARRAY, RLE_DICTIONARY)
 
 
-def _may_share(header: dict) -> bool:
-    """Whether a page may hold a text many rows share: a dictionary page, or a data page of
-    an encoding that does not store each row's text (a dictionary's data page stores an
-    index; the text is in the dictionary page)."""
+def _kind(header: dict) -> Any:
+    """A page's type, or a data page's encoding ("indices" for indices into the dictionary
+    page; None if it has none)."""
     kind = header.get(1)
-    if kind == INDEX_PAGE:
-        return False
-    if kind == DICTIONARY_PAGE:
-        return True
+    if kind not in (DATA_PAGE, DATA_PAGE_V2):
+        return kind
     details = header.get(5 if kind == DATA_PAGE else 8)
     encoding = details.get(2 if kind == DATA_PAGE else 4) if isinstance(details, dict) else None
-    return kind not in (DATA_PAGE, DATA_PAGE_V2) or encoding not in EACH_ROW_STORED
+    return "indices" if encoding in (PLAIN_DICTIONARY, RLE_DICTIONARY) else encoding
 
 
 MAX_PAGES = 1 << 20  # of one column chunk: more, and its pages are not walked
