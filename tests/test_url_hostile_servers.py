@@ -54,6 +54,8 @@ def _answer(path: str) -> tuple[dict[str, str], bytes]:
             gzip.compress(TEXT[:999]) + gzip.compress(TEXT[999:]),
         ),
         "/raw-deflate.txt": ({"Content-Encoding": "deflate"}, RAW_DEFLATE),
+        "/gzip-identity.txt": ({"Content-Encoding": "gzip, identity"}, gzip.compress(TEXT)),
+        "/empty-gzip.txt": ({"Content-Encoding": "gzip"}, b""),
         "/input.txt.zst": ({"Content-Encoding": "zstd"}, b"(\xb5/\xfd not really zstd"),
         "/empty.txt": ({}, b""),
         "/gzip.txt": ({"Content-Encoding": "gzip"}, gzip.compress(TEXT)),
@@ -152,11 +154,12 @@ def test_an_invalid_content_length_is_one_line_and_caches_nothing(path, server, 
     assert _cached(cache_dir) == []
 
 
-def test_an_empty_body_is_not_cached(server, cache_dir):
-    src = _source(server.url("/empty.txt"), cache_dir)
+@pytest.mark.parametrize("path", ["/empty.txt", "/empty-gzip.txt"])
+def test_an_empty_body_is_not_cached(path, server, cache_dir):
+    src = _source(server.url(path), cache_dir)
     with pytest.raises(UserError) as e:
         src.local_path(progress=False)
-    assert "empty" in str(e.value) and "nothing was cached" in str(e.value)
+    assert "empty file" in str(e.value) and "nothing was cached" in str(e.value)
     assert _cached(cache_dir) == []
 
 
@@ -170,12 +173,43 @@ def test_an_empty_file_already_cached_says_how_to_download_again(server, cache_d
 
 
 @pytest.mark.parametrize("path", ["/gzip.txt", "/deflate.txt", "/two-members.txt",
-                                  "/raw-deflate.txt"])  # fmt: skip
+                                  "/raw-deflate.txt", "/gzip-identity.txt"])  # fmt: skip
 def test_a_compressed_transfer_is_cached_as_the_file_itself(path, server, cache_dir):
     """A server that compresses although asked not to: the cache holds the file's own bytes,
     whose sha256 is the one a user pins."""
     src = _source(server.url(path), cache_dir, sha256=hashlib.sha256(TEXT).hexdigest())
     assert src.local_path(progress=False).read_bytes() == TEXT
+
+
+def _deflated(data: bytes, wbits: int) -> bytes:
+    stream = zlib.compressobj(wbits=wbits)
+    return stream.compress(data) + stream.flush()
+
+
+@pytest.mark.parametrize("wbits", [15, -15, 31], ids=["zlib", "raw", "gzip"])
+def test_the_inflater_reads_every_whole_stream_and_no_cut_one(wbits):
+    """Whole streams near the output's CHUNK, fed in pieces of any size (a first piece of
+    one byte too): all read, and read whole; every cut stream is seen as cut."""
+    import random
+
+    from corpusprep.sources.url import CHUNK, _Inflate
+
+    rng = random.Random(3)
+    for size in (0, 1, 100, CHUNK - 1, CHUNK, CHUNK + 2, 3 * CHUNK + 7):
+        text = bytes(rng.getrandbits(8) for _ in range(64)) * (size // 64) + b"x" * (size % 64)
+        body = _deflated(text, wbits)
+        pieces_of_997 = [body[i : i + 997] for i in range(0, len(body), 997)]
+        for pieces in ([body], [body[:1], body[1:]], pieces_of_997):
+            inflate = _Inflate(gzip=wbits == 31)
+            out = b"".join(b"".join(inflate.feed(p)) for p in pieces)
+            assert out == text and inflate.ended(), (size, wbits, len(pieces))
+        for cut in sorted({1, len(body) // 2, len(body) - 1}):
+            inflate = _Inflate(gzip=wbits == 31)
+            try:
+                b"".join(inflate.feed(body[:cut]))
+            except Exception:  # a corrupt start (the cut left too little to tell): also refused
+                continue
+            assert not inflate.ended(), (size, wbits, cut)
 
 
 @pytest.mark.parametrize("path", ["/cut-gzip.txt", "/cut-gzip-counted.txt"])

@@ -73,7 +73,7 @@ class ParquetFormat(Format):
                 for values in _batches(pf, file, group, column):
                     texts, decoded = _texts(values, file, row, decoded)
                     for value in texts:
-                        if value is LEFT_OUT:
+                        if value is SKIPPED:  # not UTF-8, and source.skip_invalid
                             row += 1
                             yield SKIPPED
                             continue
@@ -131,7 +131,7 @@ def _dictionary_batches(file: InputFile, group: int, limit: int) -> Iterator[Any
 
 
 def _texts(column: Any, file: InputFile, row: int, decoded: int) -> tuple[list, int]:
-    """A batch's texts (LEFT_OUT for one that is not UTF-8, with source.skip_invalid), and
+    """A batch's texts (SKIPPED for one that is not UTF-8, with source.skip_invalid), and
     the bytes of text read from the file so far, which source.max_bytes caps."""
     import pyarrow as pa  # (not pyarrow.compute unless needed: 0.1-0.3 s to import)
 
@@ -166,9 +166,6 @@ def _texts(column: Any, file: InputFile, row: int, decoded: int) -> tuple[list, 
     return texts, decoded
 
 
-LEFT_OUT = object()  # a row that is not UTF-8, left out (source.skip_invalid)
-
-
 def _text(value: Optional[bytes], file: InputFile, row: int) -> Any:
     if value is None:
         return None
@@ -176,7 +173,7 @@ def _text(value: Optional[bytes], file: InputFile, row: int) -> Any:
         return value.decode("utf-8")
     except UnicodeDecodeError as e:
         if file.skip_invalid:
-            return LEFT_OUT
+            return SKIPPED
         raise UserError(
             f"{file.name}: row {row}: {file.text_field!r} is not valid UTF-8 (byte {e.start}); "
             "fix the file, or set source.skip_invalid=true to leave such rows out"

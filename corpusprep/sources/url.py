@@ -263,7 +263,7 @@ class UrlSource(Source):
                             raise _Late(f"{sent:,} of {total or '?'} bytes in")
                 if total is not None and sent != total:
                     raise _Transient(f"the connection closed after {sent} of {total} bytes")
-                if inflate is not None and not inflate.ended():
+                if inflate is not None and sent and not inflate.ended():
                     raise _Transient("the transfer ended before its compressed stream did")
                 if size == 0:
                     raise UserError(
@@ -321,7 +321,9 @@ class UrlSource(Source):
         """What undoes the body's Content-Encoding (the request asked for the file as it
         is; the file is what the body decompresses to); None if nothing is to be undone, as
         for a .gz file that a server labels gzip because of its name (the file is the .gz)."""
-        encoding = (header or "identity").strip().lower()
+        # "gzip, identity": identity changes nothing
+        codings = [c.strip() for c in (header or "").lower().split(",")]
+        encoding = ",".join(c for c in codings if c not in ("", "identity")) or "identity"
         if encoding == "identity" or dest.name.lower().endswith(OWN_SUFFIXES.get(encoding, ())):
             return None
         if encoding not in ("gzip", "x-gzip", "deflate"):
@@ -351,31 +353,40 @@ class _Inflate:
     (gzip's trailer, deflate's last block) is a cut transfer, however the connection ended."""
 
     def __init__(self, gzip: bool) -> None:
-        # deflate is zlib-wrapped (RFC 9110), though some servers send it raw: tried next
-        self.wbits, self.started = (31 if gzip else 15), False
-        self.stream = zlib.decompressobj(self.wbits)
+        self.gzip, self.head = gzip, b""
+        self.stream: Any = zlib.decompressobj(31) if gzip else None  # deflate: see _start
+
+    def _start(self, data: bytes) -> bytes:
+        """Deflate is zlib-wrapped (RFC 9110), though some servers send it raw: its first
+        two bytes tell (a zlib header is a multiple of 31, method 8); b"" until they came."""
+        self.head += data
+        if len(self.head) < 2:
+            return b""
+        zlib_header = self.head[0] & 0x0F == 8 and int.from_bytes(self.head[:2], "big") % 31 == 0
+        self.stream = zlib.decompressobj(15 if zlib_header else -15)
+        data, self.head = self.head, b""
+        return data
 
     def feed(self, data: bytes) -> Iterator[bytes]:
-        while data:
-            if self.stream.eof:  # gzip: another member follows; deflate: nothing may
-                if self.wbits != 31:
+        if self.stream is None and not (data := self._start(data)):
+            return
+        while True:
+            if self.stream.eof and data:  # gzip: another member follows; deflate: nothing may
+                if not self.gzip:
                     raise _Transient("the compressed stream has bytes after its end")
-                self.stream = zlib.decompressobj(self.wbits)
+                self.stream = zlib.decompressobj(31)
             try:
                 out = self.stream.decompress(data, CHUNK)
             except zlib.error:
-                if self.started or self.wbits != 15:
-                    raise _Transient("the compressed stream is corrupt") from None
-                self.wbits = -15  # raw deflate, from the first byte
-                self.stream = zlib.decompressobj(self.wbits)
-                continue
-            self.started = True
-            data = self.stream.unconsumed_tail or self.stream.unused_data
+                raise _Transient("the compressed stream is corrupt") from None
             if out:
                 yield out
+            data = self.stream.unconsumed_tail or self.stream.unused_data
+            if not data and (len(out) < CHUNK or self.stream.eof):  # nothing held back
+                return
 
     def ended(self) -> bool:
-        return self.started and self.stream.eof
+        return self.stream is not None and self.stream.eof
 
 
 def _origin(url: str) -> tuple[str, str, Optional[int]]:
