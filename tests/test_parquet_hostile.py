@@ -166,3 +166,43 @@ def test_a_parquet_file_under_another_name_is_read_as_parquet(name, tmp_path):
         assert result.returncode == 0, result.stderr
     for out in ("train.bin", "val.bin", "meta.pkl"):
         assert (tmp_path / "named" / out).read_bytes() == (tmp_path / "parquet" / out).read_bytes()
+
+
+def test_texts_within_the_limit_are_never_refused(tmp_path):
+    """The footer's size counts lengths, levels and a dictionary repeated in every row
+    group: only what the pages surely hold refuses a row group unread."""
+    from corpusprep.formats import InputFile, Segment
+    from corpusprep.formats.parquet import FORMAT
+
+    cases = {
+        "exact.parquet": (["x" * 1000], {}, 1000),
+        "typed.parquet": (
+            [f"{i:03d}" + "y" * 497 for i in range(100)],
+            {"row_group_size": 10},
+            4000,
+        ),
+    }
+    for name, (texts, how, limit) in cases.items():
+        column = pa.array(texts)
+        column = column.dictionary_encode() if name == "typed.parquet" else column
+        pq.write_table(pa.table({"text": column}), tmp_path / name, **how)
+        file = InputFile(path=str(tmp_path / name), format="parquet", compression="none",
+                         size=0, max_uncut_bytes=limit)  # fmt: skip
+        read = [part.whole for planned in FORMAT.plan(file, 1 << 20, None)
+                for part in FORMAT.parts(Segment(file, *planned))]  # fmt: skip
+        assert read == texts, name
+
+
+def test_many_small_row_groups_of_dictionary_entries(tmp_path):
+    """pyarrow's defaults with row groups of 20 rows: every chunk dictionary entries; the
+    file is opened once for them, not once a row group (2,000 footers parsed: 60x slower)."""
+    from corpusprep.formats import InputFile, Segment
+    from corpusprep.formats.parquet import FORMAT
+
+    texts = [f"doc {i % 97}" for i in range(4000)]
+    path = tmp_path / "small-groups.parquet"
+    pq.write_table(pa.table({"text": texts}), path, row_group_size=20)
+    file = InputFile(path=str(path), format="parquet", compression="none", size=0)
+    read = [part.whole for planned in FORMAT.plan(file, 1 << 20, None)
+            for part in FORMAT.parts(Segment(file, *planned))]  # fmt: skip
+    assert read == texts

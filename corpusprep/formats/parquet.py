@@ -15,7 +15,11 @@ from corpusprep.formats import SKIPPED, Format, InputFile, Part, Segment
 BATCH_ROWS = 1024
 
 
-def _open(file: InputFile) -> Any:
+# pyarrow reads a row group's column whole first by default (pre_buffer): in pieces instead
+READ_IN_PIECES = {"pre_buffer": False, "buffer_size": 1 << 20}
+
+
+def _open(file: InputFile, **options: Any) -> Any:
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -25,7 +29,7 @@ def _open(file: InputFile) -> Any:
     if not file.seekable:
         raise UserError(f"{file.name}: a compressed Parquet file; decompress it first")
     try:
-        return pq.ParquetFile(file.path)
+        return pq.ParquetFile(file.path, **READ_IN_PIECES, **options)
     except Exception as e:  # pyarrow.ArrowInvalid and friends
         raise UserError(f"{file.name}: not a readable Parquet file ({_one_line(e)})") from None
 
@@ -63,14 +67,23 @@ class ParquetFormat(Format):
         row = sum(pf.metadata.row_group(i).num_rows for i in range(segment.start))
         limit, decoded = file.max_uncut_bytes, 0
         column = _leaf(pf, file.text_field)
+        by_index = None  # the file read as indices into its dictionaries, if needed
         try:
             for group in range(segment.start, segment.end):
                 meta = pf.metadata.row_group(group)
-                rows, size = meta.num_rows, _text_bytes(meta, column)
-                if rows and size > limit * rows:  # one text at least is longer: not read
+                pages = _pages(file.path, meta, column)
+                rows = meta.num_rows
+                if rows and pages is not None and pages.text_at_least > limit * rows:
                     where = f"row {row}" if rows == 1 else f"rows {row}-{row + rows - 1}"
-                    raise _too_long(file, where, limit, "one text at least is")
-                for values in _batches(pf, file, group, column):
+                    raise _too_long(file, where, limit, "one text at least is")  # not read
+                if pages is not None and pages.dictionary_only:  # every row an index
+                    if by_index is None:
+                        by_index = _open(file, read_dictionary=[file.text_field],
+                                         metadata=pf.metadata)  # fmt: skip
+                    batches = _dictionary_batches(by_index, file, group)
+                else:
+                    batches = _batches(pf, file, group, pages)
+                for values in batches:
                     texts, decoded = _texts(values, file, row, decoded)
                     for value in texts:
                         if value is SKIPPED:  # not UTF-8, and source.skip_invalid
@@ -87,32 +100,25 @@ class ParquetFormat(Format):
             raise UserError(f"{file.name}: cannot read row {row} ({_one_line(e)})") from None
 
 
-def _batches(pf: Any, file: InputFile, group: int, column: Optional[int]) -> Iterator[Any]:
-    """A row group's texts, in arrays of as many rows as hold about source.max_uncut_bytes,
-    at most BATCH_ROWS. The footer gives the text's size in the row group; each text is no
-    longer than the page that holds it (a dictionary's entry than the dictionary page), and
-    a text many rows share is counted once there, so the largest page bounds a batch too."""
-    meta, limit = pf.metadata.row_group(group), file.max_uncut_bytes
-    pages = _pages(file.path, meta, column)
-    if pages is not None and pages.dictionary_only:  # every row an index: read as indices
-        yield from _dictionary_batches(file, group, limit)
-        return
-    size = max(_text_bytes(meta, column), 1)
-    batch = min(BATCH_ROWS, limit * meta.num_rows // size)
-    batch = 1 if pages is None else pages.rows_within(limit, batch)  # unknown: one at a time
+def _batches(pf: Any, file: InputFile, group: int, pages: Optional[_Pages]) -> Iterator[Any]:
+    """A row group's texts in arrays of at most BATCH_ROWS rows, as many as the pages'
+    headers show cannot hold more than source.max_uncut_bytes (or two of the largest
+    pages, which pyarrow holds anyway); a row at a time if the headers cannot be read."""
+    limit = file.max_uncut_bytes
+    batch = 1 if pages is None else pages.rows_within(max(limit, 2 * pages.largest), BATCH_ROWS)
     for values in pf.iter_batches(batch, row_groups=[group], columns=[file.text_field]):
         yield values.column(0)
 
 
-def _dictionary_batches(file: InputFile, group: int, limit: int) -> Iterator[Any]:
+def _dictionary_batches(pf: Any, file: InputFile, group: int) -> Iterator[Any]:
     """A row group whose text is all dictionary entries, read as indices into the
-    dictionary (pyarrow passes its pages through, whatever the dictionary's size), and
-    expanded as many rows at a time as hold `limit` bytes by the entries' own lengths."""
+    dictionary (pf: read_dictionary; pyarrow passes its pages through, whatever the
+    dictionary's size), and expanded as many rows at a time as hold source.max_uncut_bytes
+    by the entries' own lengths."""
     import numpy as np
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
-    pf, lengths, seen = pq.ParquetFile(file.path, read_dictionary=[file.text_field]), None, None
+    lengths, seen, limit = None, None, file.max_uncut_bytes
     for values in pf.iter_batches(BATCH_ROWS, row_groups=[group], columns=[file.text_field]):
         column = values.column(0)
         dictionary = column.dictionary
@@ -186,9 +192,11 @@ class _Pages:
     many bytes its rows can hold at most, each and together (decompressed)."""
 
     rows: list[int]
-    each: list[int]  # the longest a row's text can be: its page's size, or the dictionary's
+    each: list[int]  # the longest a row's text can be: its page's, or a dictionary entry's
     together: list[int]  # the most all its rows' texts can be
     dictionary_only: bool  # a dictionary page, and every data page indices into it
+    largest: int  # the largest page, decompressed
+    text_at_least: int  # the text the pages that store each row's text surely hold
 
     def rows_within(self, budget: int, most: int) -> int:
         """The most rows (up to `most`, at least 1) that any run of that many rows in the
@@ -227,12 +235,13 @@ def _pages(path: str, group: Any, column: Optional[int]) -> Optional[_Pages]:
     if not offsets:
         return None
     position = min(offsets)
-    end, dictionary, found = position + chunk.total_compressed_size, 0, []
+    end, found = position + chunk.total_compressed_size, []
+    dictionary, entry, least = 0, 0, 1 << 62  # its size, longest and shortest entries
     try:
         with open(path, "rb") as f:
             for _ in range(MAX_PAGES):
                 if position >= end:
-                    return _summed(found, dictionary)
+                    return _summed(found, dictionary, entry, least if dictionary else 0)
                 header, length = _page_header(f, position, end)
                 plain, packed = header.get(2, -1), header.get(3, -1)
                 if not all(isinstance(n, int) and n >= 0 for n in (plain, packed)):
@@ -240,6 +249,11 @@ def _pages(path: str, group: Any, column: Optional[int]) -> Optional[_Pages]:
                 kind = _kind(header)
                 if kind == DICTIONARY_PAGE:
                     dictionary = max(dictionary, plain)
+                    f.seek(position + length)
+                    page = f.read(packed)
+                    found_lengths = _entry_lengths(page, plain, header, chunk.compression)
+                    shortest, longest = found_lengths or (0, plain)
+                    entry, least = max(entry, longest), min(least, shortest)
                 elif kind != INDEX_PAGE:
                     rows = _rows(header)
                     if rows is None:
@@ -251,18 +265,53 @@ def _pages(path: str, group: Any, column: Optional[int]) -> Optional[_Pages]:
     return None
 
 
-def _summed(found: list[tuple[Any, int, int]], dictionary: int) -> _Pages:
-    rows, each, together = [], [], []
+def _summed(found: list[tuple[Any, int, int]], dictionary: int, entry: int,
+            least: int) -> _Pages:  # fmt: skip
+    """The pages found (kind, rows, size); the dictionary page's size, its longest entry's
+    (its size if unknown) and its shortest entry's (0 if unknown)."""
+    rows, each, together, text = [], [], [], 0
     for kind, n, size in found:
+        if kind in (PLAIN, DELTA_LENGTH_BYTE_ARRAY):  # less a length and a level each
+            text += max(size - 5 * n - n // 4 - 16, 0)
+        elif kind == "indices":  # each row an entry, at least the shortest
+            text += n * least
         # a row's text stored in its page (PLAIN, DELTA_LENGTH_BYTE_ARRAY): the page holds
         # them all; indices: each an entry of the dictionary page; another encoding (shared
         # prefixes): each no longer than its page, but rows may share one
-        row_most = dictionary if kind == "indices" else size
+        row_most = entry if kind == "indices" else size
         rows.append(max(n, 1))
         each.append(row_most)
         together.append(size if kind in (PLAIN, DELTA_LENGTH_BYTE_ARRAY) else n * row_most)
     kinds = {kind for kind, _, _ in found}
-    return _Pages(rows, each, together, bool(dictionary) and kinds <= {"indices"})
+    largest = max([dictionary, *(size for _, _, size in found)])
+    return _Pages(rows, each, together, bool(dictionary) and kinds <= {"indices"}, largest, text)
+
+
+CODECS = {"UNCOMPRESSED": None, "SNAPPY": "snappy", "GZIP": "gzip", "BROTLI": "brotli",
+          "ZSTD": "zstd", "LZ4_RAW": "lz4_raw"}  # (Parquet's LZ4 is Hadoop's framing)  # fmt: skip
+
+
+def _entry_lengths(
+    page: bytes, size: int, header: dict, compression: str
+) -> Optional[tuple[int, int]]:
+    """The shortest and the longest entry of a dictionary page (PLAIN: each a 4-byte
+    length and its bytes), decompressed as pyarrow would; None if it cannot be read here."""
+    import pyarrow as pa
+
+    details = header.get(7)
+    count = details.get(1) if isinstance(details, dict) else None
+    if not isinstance(count, int) or count < 0 or compression not in CODECS:
+        return None
+    try:
+        codec = CODECS[compression]
+        data = bytes(pa.Codec(codec).decompress(page, size)) if codec else page
+        lengths, position = [], 0
+        for _ in range(count):
+            lengths.append(int.from_bytes(data[position : position + 4], "little"))
+            position += 4 + lengths[-1]
+        return (min(lengths), max(lengths)) if lengths and position <= len(data) else None
+    except (pa.ArrowException, ValueError, OSError):
+        return None
 
 
 def _rows(header: dict) -> Optional[int]:
