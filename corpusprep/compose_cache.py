@@ -93,7 +93,8 @@ def _template(argv: list[str]) -> tuple[list[str], dict[str, str]]:
     named = [arg.lstrip("+~").partition("=")[0] for arg in argv]
     for arg in argv:
         key, _, value = arg.partition("=")
-        # given once (twice: Hydra takes the last, ++key too; a value kept for each)
+        # free only if given once, as key=value: of two values Hydra takes the last, and
+        # +key, ++key and ~key mean more than setting it
         if key in FREE_KEYS and named.count(key) == 1 and free_value(value):
             free[key] = value
             arg = f"{key}=\0"  # no argument holds a NUL: never a command line's own

@@ -55,6 +55,7 @@ def _answer(path: str) -> tuple[dict[str, str], bytes]:
         ),
         "/raw-deflate.txt": ({"Content-Encoding": "deflate"}, RAW_DEFLATE),
         "/gzip-identity.txt": ({"Content-Encoding": "gzip, identity"}, gzip.compress(TEXT)),
+        "/zero-padded.txt": ({"Content-Encoding": "gzip"}, gzip.compress(TEXT) + b"\0" * 16),
         "/empty-gzip.txt": ({"Content-Encoding": "gzip"}, b""),
         "/input.txt.zst": ({"Content-Encoding": "zstd"}, b"(\xb5/\xfd not really zstd"),
         "/empty.txt": ({}, b""),
@@ -173,7 +174,8 @@ def test_an_empty_file_already_cached_says_how_to_download_again(server, cache_d
 
 
 @pytest.mark.parametrize("path", ["/gzip.txt", "/deflate.txt", "/two-members.txt",
-                                  "/raw-deflate.txt", "/gzip-identity.txt"])  # fmt: skip
+                                  "/raw-deflate.txt", "/gzip-identity.txt",
+                                  "/zero-padded.txt"])  # fmt: skip
 def test_a_compressed_transfer_is_cached_as_the_file_itself(path, server, cache_dir):
     """A server that compresses although asked not to: the cache holds the file's own bytes,
     whose sha256 is the one a user pins."""
@@ -258,6 +260,16 @@ def test_headers_go_to_the_urls_own_host_only(server, other_host, cache_dir):
     assert not set(elsewhere) & set(HEADERS), elsewhere
     (same,) = [h for p, h in server.seen if p == "/input.txt"]
     assert {k: same.get(k) for k in HEADERS} == HEADERS
+
+
+@pytest.mark.parametrize("location", ["http://127.0.0.1:99999/x.txt", "http://127.0.0.1:abc/x"])
+def test_a_redirect_to_a_url_with_a_bad_port_is_one_line(location, server, cache_dir):
+    server.redirects["/bad-port.txt"] = location
+    src = _source(server.url("/bad-port.txt"), cache_dir, headers=HEADERS)
+    with pytest.raises(UserError) as e:
+        src.local_path(progress=False)
+    assert server.url("/bad-port.txt") in str(e.value)
+    assert _cached(cache_dir) == []
 
 
 def test_headers_are_not_sent_back_after_a_detour(server, other_host, cache_dir):

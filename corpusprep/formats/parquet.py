@@ -34,6 +34,12 @@ def _open(file: InputFile, **options: Any) -> Any:
         raise UserError(f"{file.name}: not a readable Parquet file ({_one_line(e)})") from None
 
 
+def _close(pf: Any) -> None:
+    """A ParquetFile's file closed now, not when it is collected (pyarrow < 7: no close)."""
+    if pf is not None and hasattr(pf, "close"):
+        pf.close()
+
+
 def _one_line(e: Exception) -> str:
     return " ".join(str(e).split())  # pyarrow's messages may end in a newline
 
@@ -46,6 +52,7 @@ class ParquetFormat(Format):
         pf = _open(file)
         meta = pf.metadata
         column = _leaf(pf, file.text_field)
+        _close(pf)
         shards, start, size = [], 0, 0
         for i in range(meta.num_row_groups):
             # packed by the text it holds: the text column's uncompressed size
@@ -57,8 +64,14 @@ class ParquetFormat(Format):
         return shards or [(0, 0, file.size)]
 
     def parts(self, segment: Segment) -> Iterator[Part]:
+        pf = _open(segment.file)
+        try:
+            yield from self._parts(segment, pf)
+        finally:
+            _close(pf)
+
+    def _parts(self, segment: Segment, pf: Any) -> Iterator[Part]:
         file = segment.file
-        pf = _open(file)
         if file.text_field not in pf.schema_arrow.names:
             raise UserError(
                 f"{file.name}: no column {file.text_field!r} (found {pf.schema_arrow.names}); "
@@ -98,6 +111,8 @@ class ParquetFormat(Format):
             raise
         except Exception as e:
             raise UserError(f"{file.name}: cannot read row {row} ({_one_line(e)})") from None
+        finally:
+            _close(by_index)
 
 
 def _batches(pf: Any, file: InputFile, group: int, pages: Optional[_Pages]) -> Iterator[Any]:
@@ -210,8 +225,8 @@ class _Pages:
     def _most_in_run(self, k: int) -> int:
         """At least the most bytes a run of k rows can hold: over each page it overlaps,
         its rows there (at most k) times the longest a row can be, or all its rows' texts
-        if less. A run from page i overlaps pages i to the one where k rows from i's start
-        end, and one more (it may start inside page i)."""
+        if less. A run that starts in page i overlaps at most pages i to the one that holds
+        the k-th row from i's last row."""
         import numpy as np
 
         rows, each, together = (np.asarray(a, dtype=np.int64)
@@ -219,8 +234,9 @@ class _Pages:
         held = np.minimum(np.minimum(rows, k) * each, together)
         held_before = np.concatenate([[0], np.cumsum(held)])
         rows_before = np.concatenate([[0], np.cumsum(rows)])
-        last = np.searchsorted(rows_before, rows_before[:-1] + k, "left")  # pages i..last-1
-        last = np.minimum(last + 1, len(rows))
+        # a run from page i's last row ends at row rows_before[i + 1] + k - 2, the latest
+        last = np.searchsorted(rows_before, rows_before[1:] + k - 2, "right")  # pages i..last-1
+        last = np.minimum(last, len(rows))
         return int((held_before[last] - held_before[:-1]).max(initial=0))
 
 
@@ -305,6 +321,8 @@ def _entry_lengths(
     try:
         codec = CODECS[compression]
         data = bytes(pa.Codec(codec).decompress(page, size)) if codec else page
+        if count > len(data) // 4:  # the writer's word: each entry takes 4 bytes at least
+            return None
         lengths, position = [], 0
         for _ in range(count):
             lengths.append(int.from_bytes(data[position : position + 4], "little"))

@@ -61,10 +61,11 @@ def new_part(dest: Path) -> tuple[Path, BinaryIO]:
 STALE_PART_SECONDS = 3600  # a part file unwritten this long: its download was killed
 
 
-def remove_stale_parts(dest: Path) -> None:
+def remove_stale_parts(dest: Path, timeout: float = 0) -> None:
     """The part files of `dest` that killed downloads left (SIGKILL, a power cut: nothing
-    removed them): this user's own regular files, unwritten for an hour, which no live
-    download could be (its timeout would have ended it long before). Best effort."""
+    removed them): this user's own regular files, unwritten for an hour and twice the
+    download's timeout, which no live download could be (its timeout would have ended it).
+    Best effort."""
     pattern = re.compile(rf"\.{re.escape(dest.name)}\.[0-9a-f]{{16}}\.part")
     now = time.time()
     try:
@@ -77,7 +78,7 @@ def remove_stale_parts(dest: Path) -> None:
         with contextlib.suppress(OSError):
             st = entry.stat(follow_symlinks=False)
             if (stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid()
-                    and now - st.st_mtime > STALE_PART_SECONDS):  # fmt: skip
+                    and now - st.st_mtime > max(STALE_PART_SECONDS, 2 * timeout)):  # fmt: skip
                 os.unlink(entry.path)
 
 

@@ -177,7 +177,7 @@ class UrlSource(Source):
                 f"cannot create the download cache {dest.parent}: {e.strerror}; "
                 "set source.cache_dir or CORPUSPREP_CACHE_DIR to a writable folder"
             ) from None
-        remove_stale_parts(dest)
+        remove_stale_parts(dest, self.timeout)
         error = None
         end = None if self.deadline is None else time.monotonic() + self.deadline
         try:
@@ -283,6 +283,11 @@ class UrlSource(Source):
                 f"({redact(str(e).splitlines()[0] if str(e) else 'InvalidHeader')}); nothing "
                 f"was cached; put the file at {dest} or use source=file source.path=FILE"
             ) from None
+        except requests.exceptions.InvalidURL as e:  # (a redirect's: source.url is checked)
+            raise UserError(
+                f"could not download {redact(self.url)}: {redact(str(e))}; nothing was cached; "
+                "check source.url"
+            ) from None
         except requests.RequestException as e:
             if "NameResolution" in repr(e) or "Name or service not known" in str(e):
                 # offline or a typo in the host: retrying will not help
@@ -374,6 +379,9 @@ class _Inflate:
             if self.stream.eof and data:  # gzip: another member follows; deflate: nothing may
                 if not self.gzip:
                     raise _Transient("the compressed stream has bytes after its end")
+                data = data.lstrip(b"\0")  # zeros that pad a gzip file, as gzip reads it
+                if not data:
+                    return
                 self.stream = zlib.decompressobj(31)
             try:
                 out = self.stream.decompress(data, CHUNK)
@@ -391,7 +399,10 @@ class _Inflate:
 
 def _origin(url: str) -> tuple[str, str, Optional[int]]:
     parts = urlsplit(url)
-    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:  # a port that is no number, or out of range: no one's origin
+        return parts.scheme, "", -1
     return parts.scheme, (parts.hostname or "").lower(), port
 
 
@@ -404,7 +415,10 @@ def _session_for(url: str, given: dict[str, str]) -> Any:
 
     class Session(requests.Session):
         def rebuild_auth(self, prepared: Any, response: Any) -> None:
-            super().rebuild_auth(prepared, response)
+            try:
+                super().rebuild_auth(prepared, response)
+            except ValueError as e:  # requests' own reading of a bad port: not a crash
+                raise requests.exceptions.InvalidURL(f"a redirect to {prepared.url}: {e}") from None
             if _origin(prepared.url) != _origin(url):
                 for name in given:
                     prepared.headers.pop(name, None)
