@@ -229,7 +229,7 @@ def test_a_batch_bound_is_never_below_what_a_run_of_rows_can_hold():
     that start late in a long page of short rows and cross pages of one long row)."""
     import random
 
-    from corpusprep.formats.parquet import _Pages
+    from corpusprep.formats.parquet_pages import Pages
 
     rng = random.Random(1)
     for _ in range(2000):
@@ -237,7 +237,7 @@ def test_a_batch_bound_is_never_below_what_a_run_of_rows_can_hold():
         rows = [rng.choice([1, 2, 3, 20, 1000]) for _ in range(count)]
         each = [rng.randint(1, 100) for _ in range(count)]
         together = [min(n * e, rng.randint(1, 300)) for n, e in zip(rows, each)]
-        pages = _Pages(rows, each, together, False, 0, 0)
+        pages = Pages(rows, each, together, False, 0, 0)
         for k in (1, 2, 3, 5, 8, 30):
             assert pages._most_in_run(k) >= _most_by_brute_force(pages, k), (rows, k)
 
@@ -246,7 +246,7 @@ def test_a_dictionary_page_that_lies_about_its_entries_costs_no_more_than_its_by
     """Its header's count of entries is the writer's word: the page's bytes end the walk."""
     import time
 
-    from corpusprep.formats.parquet import _entry_lengths
+    from corpusprep.formats.parquet_pages import _entry_lengths
 
     page = (3).to_bytes(4, "little") + b"abc" + (1).to_bytes(4, "little") + b"d"
     start = time.perf_counter()

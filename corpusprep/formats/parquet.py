@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, Optional
 
 from corpusprep.errors import UserError
 from corpusprep.formats import SKIPPED, Format, InputFile, Part, Segment
+from corpusprep.formats.parquet_pages import Pages, read_pages
 
 BATCH_ROWS = 1024
 
@@ -84,7 +84,7 @@ class ParquetFormat(Format):
         try:
             for group in range(segment.start, segment.end):
                 meta = pf.metadata.row_group(group)
-                pages = _pages(file.path, meta, column)
+                pages = read_pages(file.path, meta, column)
                 rows = meta.num_rows
                 if rows and pages is not None and pages.text_at_least > limit * rows:
                     where = f"row {row}" if rows == 1 else f"rows {row}-{row + rows - 1}"
@@ -115,7 +115,7 @@ class ParquetFormat(Format):
             _close(by_index)
 
 
-def _batches(pf: Any, file: InputFile, group: int, pages: Optional[_Pages]) -> Iterator[Any]:
+def _batches(pf: Any, file: InputFile, group: int, pages: Optional[Pages]) -> Iterator[Any]:
     """A row group's texts in arrays of at most BATCH_ROWS rows, as many as the pages'
     headers show cannot hold more than source.max_uncut_bytes (or two of the largest
     pages, which pyarrow holds anyway); a row at a time if the headers cannot be read."""
@@ -199,250 +199,6 @@ def _text(value: Optional[bytes], file: InputFile, row: int) -> Any:
             f"{file.name}: row {row}: {file.text_field!r} is not valid UTF-8 (byte {e.start}); "
             "fix the file, or set source.skip_invalid=true to leave such rows out"
         ) from None
-
-
-@dataclass
-class _Pages:
-    """A column chunk's pages as their headers say: for each data page, its rows and how
-    many bytes its rows can hold at most, each and together (decompressed)."""
-
-    rows: list[int]
-    each: list[int]  # the longest a row's text can be: its page's, or a dictionary entry's
-    together: list[int]  # the most all its rows' texts can be
-    dictionary_only: bool  # a dictionary page, and every data page indices into it
-    largest: int  # the largest page, decompressed
-    text_at_least: int  # the text the pages that store each row's text surely hold
-
-    def rows_within(self, budget: int, most: int) -> int:
-        """The most rows (up to `most`, at least 1) that any run of that many rows in the
-        chunk can hold in `budget` bytes."""
-        low, high = 1, max(most, 1)
-        while low < high:  # the largest that fits: what fits for k fits for fewer
-            k = (low + high + 1) // 2
-            low, high = (k, high) if self._most_in_run(k) <= budget else (low, k - 1)
-        return low
-
-    def _most_in_run(self, k: int) -> int:
-        """At least the most bytes a run of k rows can hold: over each page it overlaps,
-        its rows there (at most k) times the longest a row can be, or all its rows' texts
-        if less. A run that starts in page i overlaps at most pages i to the one that holds
-        the k-th row from i's last row."""
-        import numpy as np
-
-        rows, each, together = (np.asarray(a, dtype=np.int64)
-                                for a in (self.rows, self.each, self.together))  # fmt: skip
-        held = np.minimum(np.minimum(rows, k) * each, together)
-        held_before = np.concatenate([[0], np.cumsum(held)])
-        rows_before = np.concatenate([[0], np.cumsum(rows)])
-        # a run from page i's last row ends at row rows_before[i + 1] + k - 2, the latest
-        last = np.searchsorted(rows_before, rows_before[1:] + k - 2, "right")  # pages i..last-1
-        last = np.minimum(last, len(rows))
-        return int((held_before[last] - held_before[:-1]).max(initial=0))
-
-
-def _pages(path: str, group: Any, column: Optional[int]) -> Optional[_Pages]:
-    """What the page headers of the text's column chunk in a row group say (the file's own
-    headers, which pyarrow reads too, not its footer, which a writer may fill as it likes);
-    None if they cannot be read."""
-    if column is None or column >= group.num_columns:
-        return None
-    chunk = group.column(column)
-    offsets = [o for o in (chunk.dictionary_page_offset, chunk.data_page_offset) if o]
-    if not offsets:
-        return None
-    position = min(offsets)
-    end, found = position + chunk.total_compressed_size, []
-    dictionary, entry, least = 0, 0, 1 << 62  # its size, longest and shortest entries
-    try:
-        with open(path, "rb") as f:
-            for _ in range(MAX_PAGES):
-                if position >= end:
-                    return _summed(found, dictionary, entry, least if dictionary else 0)
-                header, length = _page_header(f, position, end)
-                plain, packed = header.get(2, -1), header.get(3, -1)
-                if not all(isinstance(n, int) and n >= 0 for n in (plain, packed)):
-                    return None
-                kind = _kind(header)
-                if kind == DICTIONARY_PAGE:
-                    dictionary = max(dictionary, plain)
-                    f.seek(position + length)
-                    page = f.read(packed)
-                    found_lengths = _entry_lengths(page, plain, header, chunk.compression)
-                    shortest, longest = found_lengths or (0, plain)
-                    entry, least = max(entry, longest), min(least, shortest)
-                elif kind != INDEX_PAGE:
-                    rows = _rows(header)
-                    if rows is None:
-                        return None
-                    found.append((kind, rows, plain))
-                position += length + packed
-    except (OSError, ValueError, IndexError, RecursionError):
-        pass
-    return None
-
-
-def _summed(found: list[tuple[Any, int, int]], dictionary: int, entry: int,
-            least: int) -> _Pages:  # fmt: skip
-    """The pages found (kind, rows, size); the dictionary page's size, its longest entry's
-    (its size if unknown) and its shortest entry's (0 if unknown)."""
-    rows, each, together, text = [], [], [], 0
-    for kind, n, size in found:
-        if kind in (PLAIN, DELTA_LENGTH_BYTE_ARRAY):  # less a length and a level each
-            text += max(size - 5 * n - n // 4 - 16, 0)
-        elif kind == "indices":  # each row an entry, at least the shortest
-            text += n * least
-        # a row's text stored in its page (PLAIN, DELTA_LENGTH_BYTE_ARRAY): the page holds
-        # them all; indices: each an entry of the dictionary page; another encoding (shared
-        # prefixes): each no longer than its page, but rows may share one
-        row_most = entry if kind == "indices" else size
-        rows.append(max(n, 1))
-        each.append(row_most)
-        together.append(size if kind in (PLAIN, DELTA_LENGTH_BYTE_ARRAY) else n * row_most)
-    kinds = {kind for kind, _, _ in found}
-    largest = max([dictionary, *(size for _, _, size in found)])
-    return _Pages(rows, each, together, bool(dictionary) and kinds <= {"indices"}, largest, text)
-
-
-CODECS = {"UNCOMPRESSED": None, "SNAPPY": "snappy", "GZIP": "gzip", "BROTLI": "brotli",
-          "ZSTD": "zstd", "LZ4_RAW": "lz4_raw"}  # (Parquet's LZ4 is Hadoop's framing)  # fmt: skip
-
-
-def _entry_lengths(
-    page: bytes, size: int, header: dict, compression: str
-) -> Optional[tuple[int, int]]:
-    """The shortest and the longest entry of a dictionary page (PLAIN: each a 4-byte
-    length and its bytes), decompressed as pyarrow would; None if it cannot be read here."""
-    import pyarrow as pa
-
-    details = header.get(7)
-    count = details.get(1) if isinstance(details, dict) else None
-    if not isinstance(count, int) or count < 0 or compression not in CODECS:
-        return None
-    try:
-        codec = CODECS[compression]
-        data = bytes(pa.Codec(codec).decompress(page, size)) if codec else page
-        if count > len(data) // 4:  # the writer's word: each entry takes 4 bytes at least
-            return None
-        lengths, position = [], 0
-        for _ in range(count):
-            lengths.append(int.from_bytes(data[position : position + 4], "little"))
-            position += 4 + lengths[-1]
-        return (min(lengths), max(lengths)) if lengths and position <= len(data) else None
-    except (pa.ArrowException, ValueError, OSError):
-        return None
-
-
-def _rows(header: dict) -> Optional[int]:
-    """A data page's rows: its values (a flat column: one a row, nulls too), or V2's rows."""
-    details = header.get(5) if header.get(1) == DATA_PAGE else header.get(8)
-    if not isinstance(details, dict):
-        return None
-    rows = details.get(1) if header.get(1) == DATA_PAGE else details.get(3)
-    return rows if isinstance(rows, int) and rows >= 0 else None
-
-
-# Parquet's page types and encodings (parquet.thrift)
-DATA_PAGE, INDEX_PAGE, DICTIONARY_PAGE, DATA_PAGE_V2 = 0, 1, 2, 3
-PLAIN, PLAIN_DICTIONARY, DELTA_LENGTH_BYTE_ARRAY, RLE_DICTIONARY = 0, 2, 6, 8
-
-
-def _kind(header: dict) -> Any:
-    """A page's type, or a data page's encoding ("indices" for indices into the dictionary
-    page; None if it has none)."""
-    kind = header.get(1)
-    if kind not in (DATA_PAGE, DATA_PAGE_V2):
-        return kind
-    details = header.get(5 if kind == DATA_PAGE else 8)
-    encoding = details.get(2 if kind == DATA_PAGE else 4) if isinstance(details, dict) else None
-    return "indices" if encoding in (PLAIN_DICTIONARY, RLE_DICTIONARY) else encoding
-
-
-MAX_PAGES = 1 << 20  # of one column chunk: more, and its pages are not walked
-
-
-def _page_header(f: Any, position: int, end: int) -> tuple[dict[int, int], int]:
-    """A page header's whole-number fields and its length in bytes (Thrift's compact
-    protocol); read in a window that grows while a header (with its statistics) is longer."""
-    window = 4096
-    while True:
-        f.seek(position)
-        data = f.read(min(window, end - position))
-        try:
-            reader = _Compact(data)
-            return reader.fields(), reader.position
-        except IndexError:
-            if len(data) < window or window >= 1 << 26:
-                raise
-            window *= 4
-
-
-class _Compact:
-    """Just enough of Thrift's compact protocol to read a struct's integers and skip the
-    rest."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data, self.position = data, 0
-
-    def byte(self) -> int:
-        self.position += 1
-        return self.data[self.position - 1]
-
-    def varint(self) -> int:
-        value = shift = 0
-        while shift < 70:
-            b = self.byte()
-            value |= (b & 0x7F) << shift
-            if b < 0x80:
-                return value
-            shift += 7
-        raise ValueError("varint too long")
-
-    def zigzag(self) -> int:
-        n = self.varint()
-        return (n >> 1) ^ -(n & 1)
-
-    def fields(self) -> dict[int, Any]:
-        found, field = {}, 0
-        while (head := self.byte()) != 0:
-            kind = head & 0x0F
-            field = field + (head >> 4) if head >> 4 else self.zigzag()
-            if kind in (4, 5, 6):  # i16, i32, i64
-                found[field] = self.zigzag()
-            elif kind == 12:
-                found[field] = self.fields()
-            else:
-                self.skip(kind)
-        return found
-
-    def skip(self, kind: int, element: bool = False) -> None:
-        if kind in (1, 2):  # a bool: in the field's type, a byte of its own in a list
-            self.position += 1 if element else 0
-        elif kind == 3:
-            self.position += 1
-        elif kind in (4, 5, 6):
-            self.varint()
-        elif kind == 7:
-            self.position += 8
-        elif kind == 8:
-            length = self.varint()  # (first: += would add to the position before it)
-            self.position += length
-        elif kind in (9, 10):  # list, set
-            head = self.byte()
-            count = head >> 4 if head >> 4 != 15 else self.varint()
-            for _ in range(count):
-                self.skip(head & 0x0F, element=True)
-        elif kind == 11:  # map
-            count = self.varint()
-            types = self.byte() if count else 0
-            for _ in range(count):
-                self.skip(types >> 4, element=True)
-                self.skip(types & 0x0F, element=True)
-        elif kind == 12:
-            self.fields()
-        else:
-            raise ValueError(f"thrift type {kind}")
-        if self.position > len(self.data):
-            raise IndexError("past the window")
 
 
 def _leaf(pf: Any, field: str) -> Optional[int]:
