@@ -118,12 +118,7 @@ def other_host():
         srv.stop()
 
 
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,127.0.0.2,localhost")
-    monkeypatch.setenv("no_proxy", "127.0.0.1,127.0.0.2,localhost")
+pytestmark = pytest.mark.usefixtures("loopback_env")  # no proxy between us and them
 
 
 def _source(url: str, cache_dir: Path, **kw) -> UrlSource:

@@ -168,11 +168,11 @@ def _texts(column: Any, file: InputFile, row: int, decoded: int) -> tuple[list, 
         import pyarrow.compute as pc
 
         decoded += int(pc.sum(pc.binary_length(column)).as_py() or 0)
-    if file.max_bytes is not None and decoded > file.max_bytes:
-        raise UserError(
-            f"{file.name}: its text is more than source.max_bytes={file.max_bytes} bytes; "
-            "raise source.max_bytes (or set it to null) if the file is genuine"
-        )
+        if decoded > file.max_bytes:
+            raise UserError(
+                f"{file.name}: its text is more than source.max_bytes={file.max_bytes} bytes; "
+                "raise source.max_bytes (or set it to null) if the file is genuine"
+            )
     try:
         texts = column.to_pylist()
     except UnicodeDecodeError:  # which row: each decoded on its own

@@ -278,11 +278,8 @@ class UrlSource(Source):
                 )
             os.replace(part, dest)
         except requests.exceptions.InvalidHeader as e:  # urllib3's check of Content-Length
-            raise UserError(
-                f"could not download {redact(self.url)}: the server's answer is invalid "
-                f"({redact(str(e).splitlines()[0] if str(e) else 'InvalidHeader')}); nothing "
-                f"was cached; put the file at {dest} or use source=file source.path=FILE"
-            ) from None
+            why = redact(str(e).splitlines()[0] if str(e) else "InvalidHeader")
+            raise self._refused(f"the server's answer is invalid ({why})", dest) from None
         except requests.exceptions.InvalidURL as e:  # (a redirect's: source.url is checked)
             raise UserError(
                 f"could not download {redact(self.url)}: {redact(str(e))}; nothing was cached; "
@@ -315,11 +312,8 @@ class UrlSource(Source):
         values = {v.strip() for v in header.split(",")}
         value = values.pop() if len(values) == 1 else ""
         if not (value.isascii() and value.isdigit() and len(value) <= 20):  # 20: 10**20 bytes
-            raise UserError(
-                f"could not download {redact(self.url)}: the server sent an invalid "
-                f"Content-Length {header.strip()!r}, so the end of the file is unknown; nothing "
-                f"was cached; put the file at {dest} or use source=file source.path=FILE"
-            )
+            raise self._refused(f"the server sent an invalid Content-Length {header.strip()!r}, "
+                                "so the end of the file is unknown", dest)  # fmt: skip
         return int(value)
 
     def _inflater(self, header: Optional[str], dest: Path) -> Optional[_Inflate]:
@@ -332,12 +326,16 @@ class UrlSource(Source):
         if encoding == "identity" or dest.name.lower().endswith(OWN_SUFFIXES.get(encoding, ())):
             return None
         if encoding not in ("gzip", "x-gzip", "deflate"):
-            raise UserError(
-                f"could not download {redact(self.url)}: the server sent it compressed "
-                f"(Content-Encoding: {header}), which corpusprep cannot undo; nothing was "
-                f"cached; put the file at {dest} or use source=file source.path=FILE"
-            )
+            raise self._refused(f"the server sent it compressed (Content-Encoding: {header}), "
+                                "which corpusprep cannot undo", dest)  # fmt: skip
         return _Inflate(gzip=encoding != "deflate")
+
+    def _refused(self, why: str, dest: Path) -> UserError:
+        """The one line for an answer no retry will mend."""
+        return UserError(
+            f"could not download {redact(self.url)}: {why}; nothing was cached; put the file "
+            f"at {dest} or use source=file source.path=FILE"
+        )
 
     def _too_big(self, size: str) -> UserError:
         return UserError(
