@@ -1,6 +1,7 @@
 """Outputs and errors that must not depend on how the input is cut into shards (an attack on
 exactness found these): a text file left out as invalid (source.skip_invalid) whatever its
-size, a text file's side under split_by=hash, and source.max_uncut_bytes, which judges the
+size, and one document of a text of several (source.doc_separator, source.doc_end), a text
+file's side under split_by=hash, and source.max_uncut_bytes, which judges the
 longest stretch between two places the tokenizer may cut, not where 64 KiB reads fall."""
 
 from __future__ import annotations
@@ -129,3 +130,57 @@ def test_max_uncut_bytes_through_the_cli_whatever_the_shard_size(tmp_path):
                       f"shard_bytes={shard_bytes}")  # fmt: skip
         assert result.returncode == 0, result.stderr
     assert _outputs(tmp_path / "1000000") == _outputs(tmp_path / "20000")
+
+
+SEPARATOR, END = "source.doc_separator='<|endoftext|>'", "source.doc_end='The end.'"
+
+
+def _stories(rng: random.Random, count: int, bad: set[int], cut: str = SEPARATOR):
+    """Documents, those in `bad` holding a byte that is not UTF-8, each followed by a
+    '<|endoftext|>' line (TinyStories' layout) or each ending in 'The end.' (the `cut`);
+    and the same text without the bad ones."""
+    docs = []
+    for i in range(count):
+        body = "".join(rng.choice("abc de\n\u00e9") for _ in range(rng.randint(50, 3000)))
+        doc = f"Story {i}.\n{body}\r\nThe end.".encode()
+        docs.append(doc[:20] + b"\xe9" + doc[20:] if i in bad else doc)
+    after = b"\n<|endoftext|>\n" if cut == SEPARATOR else b""
+    every = b"".join(d + after for d in docs)
+    kept = b"".join(d + after for i, d in enumerate(docs) if i not in bad)
+    return every, kept
+
+
+@pytest.mark.parametrize("cut", [SEPARATOR, END])
+def test_an_invalid_document_is_left_out_whatever_the_shard_size(cut, tmp_path):
+    """With source.doc_separator or source.doc_end, source.skip_invalid leaves out the one
+    document that is not UTF-8, as it does a JSON line (before: the whole run stopped): the
+    outputs are those of the text without it, whatever the shard size, and the summary
+    counts it."""
+    every, kept = _stories(random.Random(11), 40, {0, 13, 39}, cut)
+    (tmp_path / "every.txt").write_bytes(every)
+    (tmp_path / "kept.txt").write_bytes(kept)
+    common = ("source=file", cut, "tokenizer=tiktoken", "split_by=hash", "split=0.7")
+    reference = _run(tmp_path, "kept", *common, f"source.path={tmp_path / 'kept.txt'}")
+    assert reference.returncode == 0, reference.stderr
+    strict = _run(tmp_path, "strict", *common, f"source.path={tmp_path / 'every.txt'}")
+    assert strict.returncode != 0 and "not valid UTF-8" in strict.stderr
+    for shard_bytes in SHARD_BYTES:
+        result = run_cli(*common, f"source.path={tmp_path / 'every.txt'}", "executor.workers=2",
+                         "source.skip_invalid=true", f"shard_bytes={shard_bytes}",
+                         f"out_dir={tmp_path / shard_bytes}", cwd=tmp_path)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert "3 invalid skipped" in result.stdout, result.stdout
+        assert _outputs(tmp_path / shard_bytes) == _outputs(tmp_path / "kept")
+
+
+def test_a_character_only_in_an_invalid_document_is_not_in_the_vocabulary(tmp_path):
+    """tokenizer=char learns its vocabulary from the documents kept, not the ones left out."""
+    every, kept = _stories(random.Random(3), 30, {2, 5})
+    every = every.replace(b"Story 2.", "Story 2.\U0001f600".encode())  # only in a bad one
+    (tmp_path / "every.txt").write_bytes(every)
+    (tmp_path / "kept.txt").write_bytes(kept)
+    for name, extra in (("every", ["source.skip_invalid=true"]), ("kept", [])):
+        result = _run(tmp_path, name, "source=file", f"source.path={tmp_path / name}.txt",
+                      SEPARATOR, "tokenizer=char", *extra)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+    assert _outputs(tmp_path / "every") == _outputs(tmp_path / "kept")
