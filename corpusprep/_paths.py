@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Iterable
 from contextlib import suppress
 from functools import lru_cache
 from importlib.util import find_spec
@@ -67,6 +68,22 @@ def config_dirs(plugins: bool = True) -> list[Any]:
         with suppress(ModuleNotFoundError, TypeError):  # a broken plugin: Hydra skips it too
             dirs.append(files(package))
     return dirs
+
+
+def real_paths(paths: Iterable[str | os.PathLike]) -> list[str]:
+    """os.path.realpath of each path, each folder resolved once: realpath takes one lstat
+    per component, and a corpus of 200,000 files in 200 folders spent seconds on them.
+    A file that is not itself a link is its folder's real path joined with its name."""
+    cwd, folders, real = os.getcwd(), {}, []
+    for path in map(os.fspath, paths):
+        folder, name = os.path.split(os.path.join(cwd, path))  # an absolute path stays
+        if name in ("", ".", "..") or os.path.islink(path):
+            real.append(os.path.realpath(path))
+            continue
+        if folder not in folders:
+            folders[folder] = os.path.realpath(folder)
+        real.append(os.path.join(folders[folder], name))
+    return real
 
 
 # a file of a folder that may come from anyone (a download, a stranger's out_dir): opened

@@ -41,10 +41,12 @@ SUFFIXES = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz", ".zst": "zstd", ".zip": "
 NAMES = ("none", *dict.fromkeys(SUFFIXES.values()))
 
 
-def detect(path: Path) -> str:
-    """The compression of `path`: by its first bytes, else by its extension, else none."""
-    with open(path, "rb") as f:
-        head = f.read(8)
+def detect(path: Path, head: Optional[bytes] = None) -> str:
+    """The compression of `path`: by its first bytes (`head`, if read already: 8 of them),
+    else by its extension, else none."""
+    if head is None:
+        with open(path, "rb") as f:
+            head = f.read(8)
     for magic, name in MAGIC.items():
         if head.startswith(magic):
             return name

@@ -40,6 +40,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 import corpusprep
+from corpusprep._paths import real_paths
 from corpusprep.compression import STREAMS
 from corpusprep.config import Settings, build, read_settings
 from corpusprep.errors import UserError
@@ -1223,10 +1224,10 @@ def _manifest(run: Run) -> dict[str, Any]:
     train, val = run.merged.tokens["train"], run.merged.tokens["val"]
     chars = run.chars
     listed = [
-        {"path": str(Path(f.path).resolve()), **({"member": f.member} if f.member else {}),
+        {"path": real, **({"member": f.member} if f.member else {}),
          "format": f.format, "compression": f.compression, "bytes": run.before[f.path].st_size,
          "sha256": run.hashes[f.path].hex()}  # of the file on disk (a zip: the archive)
-        for f in files
+        for f, real in zip(files, real_paths(f.path for f in files))
     ]  # fmt: skip
     sha256 = input_sha256(files, run.hashes)
     train_keys, val_keys = _side_keys(run)

@@ -158,7 +158,15 @@ def redact(url: Any) -> str:
 def redact_text(text: Any) -> str:
     """Every URL in `text` redacted, and every value written under a secret's name
     (error messages, folder names, overrides, files Hydra wrote)."""
-    text, out, at = str(text), [], 0
+    text = str(text)
+    if "=" not in text and ":" not in text:  # no name=value, no URL: nothing to look for
+        return text  # (a manifest lists every input file's path: 200,000 of them, fast)
+    return redact_urls_and_pairs(text)
+
+
+def redact_urls_and_pairs(text: str) -> str:
+    """redact_text(), the whole search."""
+    out, at = [], 0
     for m in _URL.finditer(text):  # a URL's own query keys are redact()'s
         out += [_redact_pairs(text[at : m.start()]), redact(m.group(0))]
         at = m.end()

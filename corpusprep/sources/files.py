@@ -19,6 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Union
 
+from corpusprep._paths import real_paths
 from corpusprep.errors import UserError
 from corpusprep.formats import InputFile
 from corpusprep.sources import Source, input_files
@@ -58,9 +59,10 @@ class FilesSource(Source):
                 )
             found.update(os.path.abspath(m) for m in matches)
         # one path per file: its own path if listed, else the first in sorted order
+        real = dict(zip(found, real_paths(found)))
         first: dict[str, str] = {}
-        for path in sorted(found, key=lambda p: (os.path.realpath(p) != p, p)):
-            first.setdefault(os.path.realpath(path), path)
+        for path in sorted(found, key=lambda p: (real[p] != p, p)):
+            first.setdefault(real[path], path)
         dropped = skipped + len(found) - len(first)
         if dropped:
             print(f"corpusprep: note: source.glob: {dropped} path{'s' if dropped > 1 else ''} "
