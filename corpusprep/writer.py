@@ -800,14 +800,40 @@ class GrowingDigest:
 
 
 def file_sha256(path: Path, stop: Optional[threading.Event] = None) -> str:
-    """The file's sha256; a thread given `stop` gives up (OSError) once it is set."""
-    digest = hashlib.sha256()
+    """The file's sha256; a thread given `stop` gives up (OSError) once it is set. A file
+    hashed before in this process, unchanged since (same inode, size and times), is not
+    read again (source=hf checks each download's sha256, then the run keys its input)."""
     with os.fdopen(open_regular_fd(path), "rb") as f:  # a FIFO swapped in never blocks
-        while chunk := f.read(1 << 22):
-            if stop is not None and stop.is_set():
-                raise InterruptedError(f"{path}: hashing stopped")
-            digest.update(chunk)
+        before = _identity(os.fstat(f.fileno()))
+        if (known := _HASHED.get(before)) is not None:
+            return known
+        digest = _digest_of(f, hashlib.sha256(), stop, path)
+        if _identity(os.fstat(f.fileno())) == before:  # not written to while it was read
+            _HASHED[before] = digest
+    return digest
+
+
+def git_blob_sha1(path: Path) -> str:
+    """The id git gives the file's bytes (sha1 of "blob SIZE\\0" and them): a Hub file kept in
+    git, not LFS, is named by it."""
+    with os.fdopen(open_regular_fd(path), "rb") as f:
+        header = b"blob %d\0" % os.fstat(f.fileno()).st_size
+        return _digest_of(f, hashlib.sha1(header), None, path)
+
+
+def _digest_of(f: BinaryIO, digest: Any, stop: Optional[threading.Event], path: Path) -> str:
+    while chunk := f.read(1 << 22):
+        if stop is not None and stop.is_set():
+            raise InterruptedError(f"{path}: hashing stopped")
+        digest.update(chunk)
     return digest.hexdigest()
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+_HASHED: dict[tuple[int, ...], str] = {}  # file_sha256's digests, by the file's identity
 
 
 COPY_BYTES = 1 << 24  # 16 MiB per step of copy_range: memory stays flat

@@ -18,12 +18,14 @@ signed) huggingface_hub drops the token itself.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import posixpath
 import re
+import sys
 from collections import Counter
 from pathlib import Path, PurePosixPath
 from typing import Any, Optional
@@ -98,7 +100,21 @@ class HfSource(Source):
 
     def files(self, progress: bool = True) -> list[InputFile]:
         repo = self.resolve()
-        paths = [self._download(name, repo["sha"], progress) for name in repo["repo_files"]]
+        names, sha = repo["repo_files"], repo["sha"]
+        paths = [self._download(name, sha, progress) for name in names]
+        for path, (name, wrong) in _damaged(names, paths).items():  # once more, afresh
+            print(f"corpusprep: note: source=hf: {name}: not the file the Hub names "
+                  f"({wrong}); downloading it again", file=sys.stderr)  # fmt: skip
+            _forget(path)
+            again = self._download(name, sha, progress)
+            if (wrong := _not_as_named(again)) is not None:
+                _forget(again)
+                raise UserError(
+                    f"source=hf: {name} of {self.what} at {sha[:12]}: the bytes downloaded "
+                    f"are not those the Hub names ({wrong}); nothing was kept; run again "
+                    "later, or tell the dataset's owner"
+                )
+            paths = [again if p == path else p for p in paths]
         return input_files(paths, self.options)
 
     def describe(self) -> dict[str, Any]:
@@ -293,6 +309,47 @@ class HfSource(Source):
                 "endpoint $HF_ENDPOINT names)"
             )
         return ""
+
+
+HEX = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def _not_as_named(path: Path) -> Optional[str]:
+    """What is wrong with a file of the HF cache whose bytes are not those its name says
+    (huggingface_hub names a blob by the Hub's ETag: an LFS file's sha256, else git's blob
+    sha1, and checks only its size): a download cut short, other bytes served, a copy
+    damaged since. None if it is right, or not a blob named so (nothing to check it by)."""
+    from corpusprep.writer import file_sha256, git_blob_sha1
+
+    blob = Path(os.path.realpath(path))
+    if blob.parent.name != "blobs" or not HEX.fullmatch(blob.name):
+        return None
+    digest = file_sha256(blob) if len(blob.name) == 64 else git_blob_sha1(blob)
+    if digest == blob.name:
+        return None
+    kind = "sha256" if len(blob.name) == 64 else "git sha1"
+    return f"{kind} {digest[:12]}..., where the Hub names {blob.name[:12]}..."
+
+
+def _damaged(names: list[str], paths: list[Path]) -> dict[Path, tuple[str, str]]:
+    """{path: (name, what is wrong)} of each download that is not as named, checked side
+    by side (hashlib lets go of the GIL), each file once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from corpusprep.executors.local import available_cores
+
+    named = dict(zip(paths, names))
+    with ThreadPoolExecutor(max(1, min(len(named), available_cores()))) as pool:
+        found = dict(zip(named, pool.map(_not_as_named, named)))
+    return {p: (named[p], wrong) for p, wrong in found.items() if wrong is not None}
+
+
+def _forget(path: Path) -> None:
+    """Take a file out of the HF cache (its blob and the snapshot's link to it): the next
+    download fetches it afresh, and nothing damaged is left for a later run to read."""
+    for leftover in {Path(os.path.realpath(path)), Path(path)}:
+        with contextlib.suppress(FileNotFoundError):
+            leftover.unlink()
 
 
 def _unreachable(e: Exception) -> bool:
