@@ -638,8 +638,11 @@ def _read_holder(fd: int) -> str:
 
 def _identity(path: Path) -> tuple:
     """What changes when a file is written to or replaced."""
-    st = path.stat()
-    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+    return _stat_identity(path.stat())
+
+
+def _stat_identity(st: os.stat_result) -> tuple[int, ...]:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _fsync_file(path: Path) -> None:
@@ -799,17 +802,18 @@ class GrowingDigest:
             self._failed = True
 
 
-def file_sha256(path: Path, stop: Optional[threading.Event] = None) -> str:
-    """The file's sha256; a thread given `stop` gives up (OSError) once it is set. A file
-    hashed before in this process, unchanged since (same inode, size and times), is not
-    read again (source=hf checks each download's sha256, then the run keys its input)."""
+def file_sha256(path: Path, stop: Optional[threading.Event] = None, keep: bool = False) -> str:
+    """The file's sha256; a thread given `stop` gives up (OSError) once it is set. `keep`:
+    remembered for this process, by the file's identity (inode, size, times): source=hf
+    checks each download's sha256, and the run, which keys its input by it, does not read
+    the file again. (Only inputs: an output may be rewritten within a timestamp's tick.)"""
     with os.fdopen(open_regular_fd(path), "rb") as f:  # a FIFO swapped in never blocks
-        before = _identity(os.fstat(f.fileno()))
-        if (known := _HASHED.get(before)) is not None:
+        before = _stat_identity(os.fstat(f.fileno()))
+        if (known := _KEPT.get(before)) is not None:
             return known
         digest = _digest_of(f, hashlib.sha256(), stop, path)
-        if _identity(os.fstat(f.fileno())) == before:  # not written to while it was read
-            _HASHED[before] = digest
+        if keep and _stat_identity(os.fstat(f.fileno())) == before:  # unchanged while read
+            _KEPT[before] = digest
     return digest
 
 
@@ -829,11 +833,7 @@ def _digest_of(f: BinaryIO, digest: Any, stop: Optional[threading.Event], path: 
     return digest.hexdigest()
 
 
-def _identity(st: os.stat_result) -> tuple[int, ...]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-_HASHED: dict[tuple[int, ...], str] = {}  # file_sha256's digests, by the file's identity
+_KEPT: dict[tuple[int, ...], str] = {}  # file_sha256's kept digests, by the file's identity
 
 
 COPY_BYTES = 1 << 24  # 16 MiB per step of copy_range: memory stays flat

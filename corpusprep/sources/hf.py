@@ -27,6 +27,7 @@ import posixpath
 import re
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Optional
 from urllib.parse import urlsplit
@@ -115,7 +116,12 @@ class HfSource(Source):
                     "later, or tell the dataset's owner"
                 )
             paths = [again if p == path else p for p in paths]
-        return input_files(paths, self.options)
+        files = input_files(paths, self.options)
+        options = self.options
+        if options.format == "auto" and not (options.doc_separator or options.doc_end):
+            # datasets' text loader reads a .txt data file a row per line
+            files = [replace(f, format="lines") if f.format == "text" else f for f in files]
+        return files
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "hf", "dataset": self.dataset, "endpoint": self.endpoint,
@@ -324,7 +330,7 @@ def _not_as_named(path: Path) -> Optional[str]:
     blob = Path(os.path.realpath(path))
     if blob.parent.name != "blobs" or not HEX.fullmatch(blob.name):
         return None
-    digest = file_sha256(blob) if len(blob.name) == 64 else git_blob_sha1(blob)
+    digest = file_sha256(blob, keep=True) if len(blob.name) == 64 else git_blob_sha1(blob)
     if digest == blob.name:
         return None
     kind = "sha256" if len(blob.name) == 64 else "git sha1"
