@@ -3,6 +3,7 @@
     text     a text file is one document (nanoGPT's reading rules), or several separated
              by a line such as "<|endoftext|>" (source.doc_separator, TinyStories), or
              cut after each occurrence of a string (source.doc_end, llm.c's "\n\n")
+    lines    a text file with one document per line (Hugging Face datasets' .txt files)
     jsonl    one JSON object per line, the text at source.text_field (nested: "a.b")
     parquet  one row per document, the text in column source.text_field (needs pyarrow)
 
@@ -31,7 +32,7 @@ class InputFile:
     """One input file (or zip member), and how to read it."""
 
     path: str
-    format: str  # text | jsonl | parquet
+    format: str  # text | lines | jsonl | parquet
     compression: str = "none"  # none | gzip | bz2 | xz | zstd | zip
     size: int = 0  # bytes on disk
     member: Optional[str] = None  # a zip archive's member
@@ -233,8 +234,7 @@ def compressed_pieces(file: InputFile, shard_bytes: int) -> list[tuple[int, int,
                                                               size - cuts[-1])]  # fmt: skip
 
 
-FORMATS = {"text": "corpusprep.formats.text", "jsonl": "corpusprep.formats.jsonl",
-           "parquet": "corpusprep.formats.parquet"}  # fmt: skip
+FORMATS = {name: f"corpusprep.formats.{name}" for name in ("text", "lines", "jsonl", "parquet")}
 SUFFIX_FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl",
                   ".parquet": "parquet"}  # anything else is text  # fmt: skip
 

@@ -66,13 +66,13 @@ class TextFormat(Format):
     def parts(self, segment: Segment) -> Iterator[Part]:
         file = segment.file
         if file.doc_end or file.doc_separator:
-            read = _marking_invalid if file.skip_invalid else decode
+            read = marking_invalid if file.skip_invalid else decode
             ends = ((o + len(raw), read(raw, file.name, o)) for o, raw in self.raw(segment))
             limit = file.max_uncut_bytes
             docs = (_split_after(ends, file.doc_end, limit, file.name) if file.doc_end
                     else _split(ends, file.doc_separator, limit, file.name))  # fmt: skip
             for doc in docs:
-                if file.skip_invalid and _MARKED.search(doc):  # a byte not UTF-8: left out
+                if file.skip_invalid and MARKED.search(doc):  # a byte not UTF-8: left out
                     yield SKIPPED
                 else:
                     yield Part([doc], whole=doc)
@@ -138,10 +138,10 @@ class TextFormat(Format):
 # Bytes that are not UTF-8, each read as a lone surrogate (U+DC80..U+DCFF), which strict
 # UTF-8 never yields: a document is split from the others as if they were valid, then left
 # out if it holds one.
-_MARKED = re.compile("[\udc80-\udcff]")
+MARKED = re.compile("[\udc80-\udcff]")
 
 
-def _marking_invalid(raw: bytes, name: str, offset: int) -> str:
+def marking_invalid(raw: bytes, name: str, offset: int) -> str:
     """decode(), with each byte that is not UTF-8 marked instead of refused."""
     text = raw.decode("utf-8", "surrogateescape")
     if "\r" in text:

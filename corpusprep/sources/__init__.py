@@ -24,7 +24,7 @@ from corpusprep.formats import InputFile
 class ReadOptions:
     """How to read the files: the keys every source config has."""
 
-    format: str = "auto"  # auto (from the file name) | text | jsonl | parquet
+    format: str = "auto"  # auto (from the file name) | text | lines | jsonl | parquet
     text_field: str = "text"  # jsonl / parquet: where the text is
     doc_separator: Optional[str] = None  # text: a line that separates documents
     doc_end: Optional[str] = None  # text: a string that ends each document (kept with it)

@@ -1,0 +1,51 @@
+"""Lines: a text file with one document per line, read as Hugging Face `datasets` reads a
+.txt data file (its `text` loader): strict UTF-8, universal newlines, each line without its
+line end, an empty line an empty document; a file that ends with a line end has no empty
+last line. source=hf reads a dataset's .txt files so; source.format=lines reads any."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from corpusprep.errors import UserError
+from corpusprep.formats import SKIPPED, Format, InputFile, Part, Segment
+from corpusprep.formats.text import FORMAT as TEXT
+from corpusprep.formats.text import MARKED, marking_invalid
+from corpusprep.text import decode, plan_shards
+
+
+class LinesFormat(Format):
+    name = "lines"
+
+    def plan(self, file: InputFile, shard_bytes: int, boundary, pieces: bool = False) -> list:
+        """Cut after any line end (every line is a document of its own, whatever the
+        tokenizer); a compressed file is one shard, streamed."""
+        if not file.seekable:
+            return [file.whole()]
+        return [(a, b, b - a) for a, b in plan_shards(file.path, file.size, shard_bytes)]
+
+    def parts(self, segment: Segment) -> Iterator[Part]:
+        file = segment.file
+        read = marking_invalid if file.skip_invalid else decode
+        line = ""  # the line not yet ended
+        for offset, raw in TEXT.raw(segment):  # pieces that end where a character does
+            *ended, line = (line + read(raw, file.name, offset)).split("\n")
+            for text in ended:
+                yield _document(text, file.skip_invalid)
+            if len(line) > file.max_uncut_bytes:  # a line is held whole
+                raise UserError(
+                    f"{file.name}: a line longer than source.max_uncut_bytes="
+                    f"{file.max_uncut_bytes} bytes, up to byte {offset + len(raw):,}: each "
+                    "line is a document; raise source.max_uncut_bytes, or use source.format=text"
+                )
+        if line:
+            yield _document(line, file.skip_invalid)
+
+
+def _document(text: str, skip_invalid: bool) -> Part:
+    if skip_invalid and MARKED.search(text):  # a byte not UTF-8: left out, and counted
+        return SKIPPED
+    return Part([text], whole=text)
+
+
+FORMAT = LinesFormat()
