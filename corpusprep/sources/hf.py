@@ -26,10 +26,11 @@ import os
 import posixpath
 import re
 import sys
+import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 from urllib.parse import urlsplit
 
 from corpusprep.errors import UserError, checked_number
@@ -66,6 +67,7 @@ class HfSource(Source):
         endpoint: str = "https://huggingface.co",
         cache_dir: Optional[str] = None,
         timeout: float = 30,
+        retries: int = 3,
         **options: Any,
     ) -> None:
         super().__init__(**options)
@@ -92,6 +94,7 @@ class HfSource(Source):
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         self.timeout = checked_number(timeout, "source.timeout", whole=False, above=True,
                                       hint=" (seconds)")  # fmt: skip
+        self.retries = int(checked_number(retries, "source.retries"))
         self._resolved: Optional[dict[str, Any]] = None
 
     @property
@@ -154,9 +157,10 @@ class HfSource(Source):
         kept = self._kept() if SHA.fullmatch(self.revision) else None
         if kept:
             return kept
+        api = hub.HfApi(endpoint=self.endpoint, token=hub_token(self.endpoint))
         try:
-            info = hub.HfApi(endpoint=self.endpoint, token=hub_token(self.endpoint)).dataset_info(
-                self.dataset, revision=self.revision, timeout=self.timeout
+            info = self._retried(
+                lambda: api.dataset_info(self.dataset, revision=self.revision, timeout=self.timeout)
             )
         except Exception as e:
             if not _unreachable(e):
@@ -166,9 +170,8 @@ class HfSource(Source):
                 return kept
             raise UserError(
                 f"source=hf: cannot ask {redact(self.endpoint)} for the files of {self.what} "
-                f"at revision {self.revision!r} ({_why(e)}), and no earlier run kept them; run "
-                "once with network (the files then stay in the HF cache, the list in "
-                f"{self.cache_dir})"
+                f"at revision {self.revision!r} ({self._why(e)}), and no earlier run kept them; "
+                f"{_fix(e)} (the files then stay in the HF cache, the list in {self.cache_dir})"
             ) from None
         names = sorted(s.rfilename for s in info.siblings or [])
         for revision in {self.revision, info.sha}:
@@ -255,28 +258,49 @@ class HfSource(Source):
             log.setLevel(logging.ERROR)
         try:
             return Path(
-                hub.hf_hub_download(
-                    self.dataset,
-                    name,
-                    repo_type="dataset",
-                    revision=sha,
-                    endpoint=self.endpoint,
-                    token=hub_token(self.endpoint),
-                    etag_timeout=self.timeout,
+                self._retried(
+                    lambda: hub.hf_hub_download(
+                        self.dataset,
+                        name,
+                        repo_type="dataset",
+                        revision=sha,
+                        endpoint=self.endpoint,
+                        token=hub_token(self.endpoint),
+                        etag_timeout=self.timeout,
+                    )
                 )
             )
         except Exception as e:
             if isinstance(e, utils.LocalEntryNotFoundError) or _unreachable(e):
                 raise UserError(
                     f"source=hf: cannot download {name} of {self.what} at {sha[:12]} from "
-                    f"{redact(self.endpoint)} ({_why(e)}), and the HF cache does not have it; "
-                    "run once with network"
+                    f"{redact(self.endpoint)} ({self._why(e)}), and the HF cache does not have "
+                    f"it; {_fix(e)}"
                 ) from None
             raise self._refusal(e, name) from None
         finally:
             if quiet:
                 utils.enable_progress_bars()
                 log.setLevel(level)
+
+    def _retried(self, ask: Callable[[], Any]) -> Any:
+        """ask(), again after a wait where the Hub answered that it is busy or down (429,
+        5xx: its Retry-After, else 1, 2, 4... s), up to source.retries times. A connection
+        that fails is not retried: offline, the kept list and the HF cache answer at once."""
+        for attempt in range(self.retries + 1):
+            try:
+                return ask()
+            except Exception as e:
+                status, wait = _answered(e)
+                if status is None or attempt == self.retries:
+                    raise
+                time.sleep(min(wait if wait is not None else 2.0**attempt, MAX_RETRY_WAIT))
+
+    def _why(self, e: BaseException) -> str:
+        why = _why(e)
+        if _answered(e)[0] is not None and self.retries:
+            why += f", {self.retries + 1} attempts"
+        return why
 
     def _refusal(self, e: Exception, name: Optional[str] = None) -> UserError:
         """One line for what the Hub answered: no such dataset, revision or file, gated, ..."""
@@ -370,6 +394,36 @@ def _unreachable(e: Exception) -> bool:
         return status is not None and (status >= 500 or status == 429)
     names = " ".join(c.__name__ for c in type(e).__mro__)
     return bool(re.search(r"Connect|Timeout|Network|ProtocolError", names))
+
+
+MAX_RETRY_WAIT = 60.0  # seconds: a Retry-After of an hour is not waited for
+BUSY = {429, 500, 502, 503, 504}
+
+
+def _answered(e: BaseException) -> tuple[Optional[int], Optional[float]]:
+    """(status, Retry-After seconds) where the Hub answered that it is busy or down, also
+    behind huggingface_hub's 'not in the cache either' error; (None, None) otherwise."""
+    from huggingface_hub import utils
+
+    seen = 0
+    while e is not None and seen < 5:  # the cause, its cause...
+        if isinstance(e, utils.HfHubHTTPError):
+            response = getattr(e, "response", None)
+            status = getattr(response, "status_code", None)
+            if status not in BUSY:
+                return None, None
+            after = (getattr(response, "headers", None) or {}).get("Retry-After", "")
+            return status, float(after) if re.fullmatch(r"\d{1,6}", after.strip()) else None
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return None, None
+
+
+def _fix(e: BaseException) -> str:
+    """What to do when the Hub could not be asked: it answered busy or down (run again
+    later), or it was not reached (run with network)."""
+    if _answered(e)[0] is not None:
+        return "the Hub is busy or down: run again later"
+    return "run once with network"
 
 
 def _why(e: BaseException) -> str:

@@ -1,0 +1,49 @@
+"""source=hf when the Hub answers that it is busy or down (429, 503; an attack found
+these): asked again after its Retry-After, up to source.retries times, and if it never
+answers, one line that says to run again later (not 'run once with network': the network
+was there)."""
+
+from __future__ import annotations
+
+import pytest
+import test_hf_source as hf
+from helpers import assert_one_line_error
+from test_hf_source import hf_cli, jsonl, texts
+
+pytest.importorskip("huggingface_hub", reason="source=hf needs pip install '.[hub]'")
+_clean_env, hub = hf._clean_env, hf.hub  # the stand-in Hub and its CDN, the HF cache in tmp
+
+
+def _refusing(hub, monkeypatch, status: int, times: int) -> list[str]:
+    """The Hub answers `status` (Retry-After: 1) to its first `times` requests."""
+    handler = hub._httpd.RequestHandlerClass
+    answer, asked = handler._answer, []
+
+    def busy(self, head):
+        asked.append(self.path)
+        if len(asked) <= times:
+            return hf._send(self, status, {"error": "busy"}, head, headers={"Retry-After": "1"})
+        return answer(self, head)
+
+    monkeypatch.setattr(handler, "_answer", busy)
+    return asked
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_busy_answer_is_asked_again(status, hub, tmp_path, monkeypatch):
+    hub.push("t/busy", {"data/train.jsonl": jsonl(texts("x", 3))})
+    asked = _refusing(hub, monkeypatch, status, times=2)
+    result = hf_cli(tmp_path, hub, "t/busy", "out_dir=out")
+    assert result.returncode == 0, result.stderr
+    assert len(asked) > 2
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_hub_that_stays_busy_says_run_again_later(status, hub, tmp_path, monkeypatch):
+    hub.push("t/busy", {"data/train.jsonl": jsonl(texts("x", 3))})
+    asked = _refusing(hub, monkeypatch, status, times=10**6)
+    result = hf_cli(tmp_path, hub, "t/busy", "out_dir=out", "source.retries=1")
+    assert_one_line_error(result, f"HTTP {status}, 2 attempts", "run again later")
+    assert "with network" not in result.stderr
+    assert len(asked) == 2
+    assert not (tmp_path / "out").exists()
