@@ -5,6 +5,8 @@ was there)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import test_hf_source as hf
 from helpers import assert_one_line_error
@@ -46,4 +48,31 @@ def test_a_hub_that_stays_busy_says_run_again_later(status, hub, tmp_path, monke
     assert_one_line_error(result, f"HTTP {status}, 2 attempts", "run again later")
     assert "with network" not in result.stderr
     assert len(asked) == 2
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_download_that_stalls_is_given_up_at_the_deadline(hub, tmp_path, monkeypatch):
+    """A CDN that sends a byte every half second: each byte restarts huggingface_hub's
+    timeout, so only source.deadline ends the run (before: it went on for ever)."""
+    body = hf.parquet(texts("slow", 5))
+    hub.push("t/slow", {"data/train-00000-of-00001.parquet": body})
+    handler = hub.cdn._httpd.RequestHandlerClass
+
+    def trickle(self, head):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        for i in range(0 if head else len(body)):
+            try:
+                self.wfile.write(body[i : i + 1])
+                self.wfile.flush()
+            except OSError:  # the client went away
+                return
+            time.sleep(0.5)
+
+    monkeypatch.setattr(handler, "_answer", trickle)
+    started = time.monotonic()
+    result = hf_cli(tmp_path, hub, "t/slow", "out_dir=out", "source.deadline=3")
+    assert_one_line_error(result, "train-00000-of-00001.parquet", "source.deadline=3 s")
+    assert time.monotonic() - started < 30
     assert not (tmp_path / "out").exists()

@@ -26,6 +26,7 @@ import os
 import posixpath
 import re
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import replace
@@ -68,6 +69,7 @@ class HfSource(Source):
         cache_dir: Optional[str] = None,
         timeout: float = 30,
         retries: int = 3,
+        deadline: Optional[float] = 3600,
         **options: Any,
     ) -> None:
         super().__init__(**options)
@@ -95,6 +97,13 @@ class HfSource(Source):
         self.timeout = checked_number(timeout, "source.timeout", whole=False, above=True,
                                       hint=" (seconds)")  # fmt: skip
         self.retries = int(checked_number(retries, "source.retries"))
+        self.deadline = (
+            None
+            if deadline is None
+            else checked_number(
+                deadline, "source.deadline", whole=False, above=True, hint=" (seconds; or null)"
+            )
+        )
         self._resolved: Optional[dict[str, Any]] = None
 
     @property
@@ -258,7 +267,8 @@ class HfSource(Source):
             log.setLevel(logging.ERROR)
         try:
             return Path(
-                self._retried(
+                self._in_time(
+                    name,
                     lambda: hub.hf_hub_download(
                         self.dataset,
                         name,
@@ -267,9 +277,11 @@ class HfSource(Source):
                         endpoint=self.endpoint,
                         token=hub_token(self.endpoint),
                         etag_timeout=self.timeout,
-                    )
+                    ),
                 )
             )
+        except UserError:  # said already (the deadline)
+            raise
         except Exception as e:
             if isinstance(e, utils.LocalEntryNotFoundError) or _unreachable(e):
                 raise UserError(
@@ -282,6 +294,34 @@ class HfSource(Source):
             if quiet:
                 utils.enable_progress_bars()
                 log.setLevel(level)
+
+    def _in_time(self, name: str, ask: Callable[[], Any]) -> Any:
+        """_retried(ask), given up once source.deadline has passed: huggingface_hub's
+        timeout restarts with every byte, so a server sending one byte a second would
+        hold the run for ever. The download goes on in a daemon thread, which ends with
+        the process; its .incomplete file resumes next time."""
+        if self.deadline is None:
+            return self._retried(ask)
+        answer: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                answer["value"] = self._retried(ask)
+            except BaseException as e:  # raised in the caller's thread
+                answer["error"] = e
+
+        thread = threading.Thread(target=run, name=f"download {name}", daemon=True)
+        thread.start()
+        thread.join(self.deadline)
+        if thread.is_alive():
+            raise UserError(
+                f"source=hf: {name} of {self.what}: not downloaded within "
+                f"source.deadline={self.deadline:g} s (the server may be stalling); run again "
+                "later (the download resumes), or raise source.deadline (null: no limit)"
+            )
+        if "error" in answer:
+            raise answer["error"]
+        return answer["value"]
 
     def _retried(self, ask: Callable[[], Any]) -> Any:
         """ask(), again after a wait where the Hub answered that it is busy or down (429,
