@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import re
+from functools import lru_cache
 from typing import Any, TextIO
 
 # keys whose values are secrets (compared in lower case): exact names, and any key holding
@@ -58,6 +59,7 @@ NOT_SECRET_TOKEN = {"per", "bos", "eos", "eot", "pad", "unk", "sep", "cls", "mas
 NOT_SECRET_KEYS = {"full_key", "fullkey", "parent_key", "dict_key", "sort_key"}
 
 
+@lru_cache(maxsize=4096)  # a manifest asks of the same few keys for each of its input files
 def is_secret_name(name: str) -> bool:
     """Whether a config key or HTTP header of this name holds a secret."""
     if name.lower() in NOT_SECRET_KEYS:

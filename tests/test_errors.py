@@ -289,14 +289,14 @@ def test_hydra_grammar_errors_still_have_no_traceback(work):
 def test_an_unreadable_file_among_many_is_one_line(work, monkeypatch):
     """A file a glob lists but nobody may read (chmod 000; root reads it anyway, so the
     refusal is what the first read raises)."""
-    from corpusprep import compression
+    from corpusprep import sources
     from corpusprep.errors import UserError
     from corpusprep.sources import ReadOptions, input_files
 
     def refuse(path):
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(compression, "detect", refuse)
+    monkeypatch.setattr(sources, "_peek", refuse)
     with pytest.raises(UserError, match=r"good.txt: cannot read it \(Permission denied\)"):
         input_files([work / "good.txt"], ReadOptions())
 
