@@ -344,7 +344,12 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
                     continue
                 if part.whole is not None:  # one piece (pieces == [whole]): counted now
                     chars[0] += len(part.whole)
-                    if batch is not None and part.starts and part.ends and batch.add(doc, part):
+                    if (
+                        batch is not None
+                        and part.starts
+                        and part.ends
+                        and batch.add(doc, part, key)
+                    ):
                         continue
                 else:  # counted as its pieces are read
                     part = replace(part, pieces=_counted(part.pieces, chars))
@@ -503,15 +508,18 @@ class _Batch:
         self.append = eot if task.rules.eot == "append" else None
         self.keyed = task.rules.split_by in KEYED
         self.docs: list[int] = []
+        self.given: list[Optional[bytes]] = []  # a document's key, where not its text's
         self.texts: list[str] = []
         self.size = 0
 
-    def add(self, doc: int, part: Part) -> bool:
-        """Take a whole document, if short enough; False: it goes on its own."""
+    def add(self, doc: int, part: Part, file_key: Optional[bytes]) -> bool:
+        """Take a whole document, if short enough; False: it goes on its own. `file_key`:
+        its file's key, for a part keyed by its file."""
         text = part.whole
         if len(text) > BATCH_DOC_CHARS:
             return False
         self.docs.append(doc)
+        self.given.append(file_key if part.by_file else None)
         self.texts.append(text)
         self.size += len(text)
         if self.size >= BATCH_CHARS:
@@ -528,10 +536,11 @@ class _Batch:
         extra = sum(len(a) for a in unit + end)
         pending: dict[str, list[np.ndarray]] = {side: [] for side in self.writers}
         counted = dict.fromkeys(self.writers, 0)
-        for doc, text, ids in zip(self.docs, self.texts, tokenizer.encode_documents(self.texts)):
+        documents = zip(self.docs, self.given, self.texts, tokenizer.encode_documents(self.texts))
+        for doc, given, text, ids in documents:
             side = "train"
             if self.keyed:
-                key = self.task.rules.document_key(text)
+                key = given if given is not None else self.task.rules.document_key(text)
                 side = _document_side(self.task, doc, key)
                 self.keys[side].append(int.from_bytes(key[:8], "little"))
             self.starts[side].append(self.writers[side].tokens + counted[side])
@@ -540,7 +549,7 @@ class _Batch:
         for side, arrays in pending.items():
             if arrays:
                 self.writers[side].write_joined(arrays)
-        self.docs, self.texts, self.size = [], [], 0
+        self.docs, self.given, self.texts, self.size = [], [], [], 0
 
 
 def _held_first(parts: Iterator[Part], batch: Optional[_Batch]) -> Iterator[Part]:
@@ -583,7 +592,7 @@ def _sides(task: EncodeTask, part: Part, doc: int, key, position: list[int], key
             yield "train", text
         return
     if task.rules.split_by in KEYED:
-        if part.whole is not None:
+        if part.whole is not None and not part.by_file:
             key = task.rules.document_key(part.whole)
         side = _document_side(task, doc, key)
         if part.starts:
