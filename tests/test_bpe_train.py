@@ -317,6 +317,10 @@ def test_documents_get_an_end_of_text_id_and_the_same_files_from_pieces(tmp_path
     [
         ("tokenizer.vocab_size=200", "tokenizer.vocab_size=200: a byte-level BPE has 256"),
         ("tokenizer.pattern='(?<bad'", "tokenizer.pattern='(?<bad'"),
+        # a misspelt name is not taken as a regex (gpt4 would match almost nothing)
+        ("tokenizer.pattern=gpt4", "tokenizer.pattern=gpt4: not a known pattern name; use gpt2"),
+        # a regex that leaves text out would drop it from the output, silently
+        ("tokenizer.pattern='[a-z]+'", "tokenizer.pattern='[a-z]+': does not match every"),
         ("tokenizer.train_chars=0", "tokenizer.train_chars=0: give a positive number"),
         ("tokenizer.seed=1e40", "tokenizer.seed=1e+40: give an integer"),
         # a piece ends with its "\n", after a character: none fits in 1
@@ -329,6 +333,17 @@ def test_mistakes_get_one_line(tmp_path, override, fragment):
                    env={"CORPUSPREP_CACHE_DIR": str(tmp_path / "cache")})  # fmt: skip
     assert_one_line_error(done, fragment)
     assert not (tmp_path / "out" / "train.bin").exists()
+
+
+def test_a_regex_of_your_own_that_matches_everything_loses_nothing(tmp_path):
+    # the fix the refusal of '[a-z]+' suggests
+    done = run_cli("dataset=shakespeare_char", "tokenizer=bpe", "tokenizer.vocab_size=300",
+                   "tokenizer.pattern='[a-z]+|\\s+|.'", f"out_dir={tmp_path / 'out'}",
+                   cwd=tmp_path, env={"CORPUSPREP_CACHE_DIR": str(tmp_path / "cache")})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    done = subprocess.run([sys.executable, "-m", "corpusprep.inspect", str(tmp_path / "out"),
+                           "--verify"], capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    assert "verified: decoding train + val gives back" in done.stdout, done.stderr
 
 
 def test_without_rustbpe_the_error_says_what_to_install(tmp_path):

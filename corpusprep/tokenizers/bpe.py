@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import sys
 import time
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
@@ -73,6 +75,12 @@ class BpeTokenizer(TiktokenTokenizer):
             )
         self.requested_size = vocab_size
         self.pattern = str(pattern)
+        # a word like gpt4 is a misspelt name, not a regex (it would match almost nothing)
+        if self.pattern not in PATTERNS and re.fullmatch(r"[\w-]+", self.pattern, re.ASCII):
+            raise UserError(
+                f"tokenizer.pattern={self.pattern}: not a known pattern name; use "
+                f"{', '.join(PATTERNS)}, or a regex that matches every character"
+            )
         self.pat_str = PATTERNS.get(self.pattern, self.pattern)  # a name, or a regex itself
         self.train_chars = train_chars
         fast = self.pattern in RIPTOKEN_PATTERNS
@@ -115,13 +123,14 @@ class BpeTokenizer(TiktokenTokenizer):
         self.eot = eot
         merged = self.requested_size - eot  # 256 bytes + merges; the special token after
         units = sample.units if sample is not None else []
+        if self.pattern not in PATTERNS:  # the named patterns match every character
+            self._check_covers(units)
         started = time.perf_counter()
         trainer = rustbpe.Tokenizer()
         try:
             trainer.train_from_iterator(iter(units), merged, pattern=self.pat_str)
         except ValueError as e:  # the pattern does not compile
-            raise UserError(f"tokenizer.pattern={self.pattern!r}: {e}; give gpt2, cl100k, o200k "
-                            "or a valid regex") from None  # fmt: skip
+            raise self._bad_regex(e) from None
         ranks = trainer.get_mergeable_ranks()
         tokens = [token for token, _ in sorted(ranks, key=lambda pair: pair[1])]
         if len(set(tokens)) != len(tokens):  # two merges spelling the same bytes
@@ -143,6 +152,42 @@ class BpeTokenizer(TiktokenTokenizer):
                   f"sample has pairs for {len(tokens):,} tokens only, so the vocabulary has "
                   f"{self.vocab_size:,}; use a smaller vocab_size or a bigger corpus",
                   file=sys.stderr)  # fmt: skip
+
+    def _check_covers(self, units: list[str]) -> None:
+        """A regex of the user's own must match every character of the sample: the text
+        between its matches would be dropped, silently, by the trainer and by tiktoken's
+        encoder. Checked with tiktoken's regex engine over the 256 byte tokens: every
+        character matched gives one id per byte."""
+        import tiktoken
+
+        fix = (f"end the regex with an alternative that matches the rest (e.g. "
+               f"'{self.pattern}|\\s+|.'), or use {', '.join(PATTERNS)}")  # fmt: skip
+        try:
+            enc = tiktoken.Encoding("corpusprep-bpe-check", pat_str=self.pat_str,
+                                    mergeable_ranks={bytes([b]): b for b in range(256)},
+                                    special_tokens={})  # fmt: skip
+        except ValueError as e:
+            raise self._bad_regex(e) from None
+        for unit in units:
+            try:
+                ids = enc.encode_ordinary(unit)
+            except BaseException as e:  # tiktoken's core panics on an empty match
+                if type(e).__name__ != "PanicException":
+                    raise
+                raise UserError(
+                    f"tokenizer.pattern={self.pattern!r}: can match the empty "
+                    f"string, which tiktoken cannot encode with; {fix}"
+                ) from None
+            if len(ids) != len(unit.encode()):
+                dropped = Counter(unit) - Counter(enc.decode(ids))
+                shown = ", ".join(repr(c) for c, _ in dropped.most_common(5))
+                raise UserError(f"tokenizer.pattern={self.pattern!r}: does not match every "
+                                f"character, and the text between its matches would be "
+                                f"dropped (e.g. {shown}); {fix}")  # fmt: skip
+
+    def _bad_regex(self, e: ValueError) -> UserError:
+        return UserError(f"tokenizer.pattern={self.pattern!r}: {e}; give gpt2, cl100k, o200k "
+                         "or a valid regex")  # fmt: skip
 
     def _set(self, tokens: list[bytes]) -> None:
         self.ranks = tokens
