@@ -138,6 +138,11 @@ CASES = {
         ["source=file", "source.path=good.txt", "executor=ray", "executor.cpus_per_task=0"],
         ["executor.cpus_per_task=0", "more than 0"],
     ),
+    # nothing listens there: ray.init retried for ever, holding out_dir's lock
+    "ray address nothing answers": (
+        ["source=file", "source.path=good.txt", "executor=ray", "executor.address=127.0.0.9:1"],
+        ["executor.address=127.0.0.9:1: nothing answers", "ray start --head"],
+    ),
     # a word without "=": Hydra said "missing EQUAL" and advised quoting
     "a command that is not one": (
         ["inspect", "out"],

@@ -14,12 +14,15 @@ marker last, so that is harmless, and the merge follows the plan, not finishing 
 
 from __future__ import annotations
 
+import socket
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, Callable, Optional, Union
 
 from corpusprep.errors import UserError, checked_number
 from corpusprep.executors import Executor, R, T, checked_retries
+
+CONNECT_SECONDS = 5  # a head node answers a TCP connect well within this
 
 
 def _ray() -> Any:
@@ -51,6 +54,27 @@ class RayExecutor(Executor):
         self.retries = checked_retries(retries)
         self.node_retries = checked_retries(node_retries, "executor.node_retries")
         self._started = False
+
+    def __enter__(self) -> RayExecutor:
+        self._check_reachable()
+        return self
+
+    def _check_reachable(self) -> None:
+        """A head address where nothing listens: one line now. ray.init would retry it for
+        ever (still waiting after 11 minutes), holding out_dir's lock."""
+        address = str(self.address or "")
+        host, _, port = address.removeprefix("ray://").rpartition(":")
+        if not host or not port.isdigit():  # null, auto, local: Ray finds or starts its own
+            return
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_SECONDS).close()
+        except OSError as e:
+            why = "timed out" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+            raise UserError(
+                f"executor.address={address}: nothing answers at {host}:{port} ({why}); "
+                "start the cluster's head there (`ray start --head`), correct the address, "
+                "or leave executor.address unset for a private Ray instance"
+            ) from None
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "ray", "address": self.address, "cpus_per_task": self.cpus_per_task}
