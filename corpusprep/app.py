@@ -474,21 +474,38 @@ def _interrupt_code() -> int:
     return 128 + (_stopped_by or signal.SIGINT)
 
 
+# what a required ("???") key takes, for its message; any other: KEY=VALUE
+REQUIRED_EXAMPLES = {
+    "source.path": "FILE",
+    "source.glob": "PATTERN, quoted (e.g. 'source.glob=corpus/*.txt')",
+    "source.dataset": "OWNER/NAME (e.g. source.dataset=Skylion007/openwebtext)",
+    "tokenizer.path": "FILE (a tokenizer.json)",
+    "tokenizer.dir": "DIR (the out_dir of an earlier run)",
+}
+
+
 def _check_required(cfg: DictConfig) -> None:
-    """No corpus chosen at all gets a hint, not OmegaConf's missing-value message."""
+    """No corpus chosen at all gets a hint, and a required key left unset names itself with
+    an example, not OmegaConf's missing-value message (or "???" as a value)."""
     source = cfg.get("source")
 
-    def missing(key: str) -> bool:  # .keys(): `key in DictConfig` is False for "???" values
-        return source is not None and key in source.keys() and OmegaConf.is_missing(source, key)  # noqa: SIM118
+    def missing(node: Any, key: str) -> bool:
+        keys = node.keys() if isinstance(node, DictConfig) else ()  # `in`: False for "???"
+        return key in keys and OmegaConf.is_missing(node, key)
 
-    if missing("url"):
+    if missing(source, "url"):
         datasets = ", ".join(sorted(available_options()["dataset"]))
         raise UserError(
             f"nothing to prepare: choose a preset with dataset=NAME ({datasets}) or your own "
             "text with source=file source.path=FILE (or source.url=URL)"
         )
-    if missing("path"):
-        raise UserError("source.path is required: set source.path=FILE")
+    for group in ("source", "tokenizer", "format", "executor"):
+        node = cfg.get(group)
+        for key in node.keys() if isinstance(node, DictConfig) else ():
+            if missing(node, key):
+                name = f"{group}.{key}"
+                example = REQUIRED_EXAMPLES.get(name, "VALUE")
+                raise UserError(f"{name} is required: set {name}={example}")
 
 
 def summary(m: dict[str, Any], out_dir: str) -> str:

@@ -138,6 +138,17 @@ CASES = {
         ["source=file", "source.path=good.txt", "executor=ray", "executor.cpus_per_task=0"],
         ["executor.cpus_per_task=0", "more than 0"],
     ),
+    # a required ("???") key unset: its name and an example, not OmegaConf's message
+    "files without glob": (["source=files"], ["source.glob is required: set source.glob="]),
+    "hf without dataset": (["source=hf"], ["source.dataset is required: set source.dataset="]),
+    "hf tokenizer without path": (
+        ["source=file", "source.path=good.txt", "tokenizer=hf"],
+        ["tokenizer.path is required: set tokenizer.path=", "!???"],
+    ),
+    "reuse without dir": (
+        ["source=file", "source.path=good.txt", "tokenizer=reuse"],
+        ["tokenizer.dir is required: set tokenizer.dir=", "!???"],
+    ),
     # nothing listens there: ray.init retried for ever, holding out_dir's lock
     "ray address nothing answers": (
         ["source=file", "source.path=good.txt", "executor=ray", "executor.address=127.0.0.9:1"],
