@@ -513,9 +513,10 @@ def warn_small(tokens: dict[str, int], settings: Settings, name: str) -> None:
     counts = f"train {tokens['train']:,}, val {tokens['val']:,} tokens"
     if sum(tokens.values()) < 2 * few:
         fix = "a bigger corpus is needed to train on"
+    elif settings.val_size is not None:  # it alone sizes val (document, head, tail)
+        fix = f"change val_size (now {settings.val_size})"
     else:
-        fix = f"change split (now {settings.split})" + (
-            f" or val_size (now {settings.val_size})" if settings.val_size else "")  # fmt: skip
+        fix = f"change split (now {settings.split})"
     print(f"corpusprep: warning: {name}: {' and '.join(small)} under {FEW_BLOCKS} blocks of "
           f"{BLOCK_SIZE} tokens (nanoGPT's default block_size; {counts}); {fix}",
           file=sys.stderr)  # fmt: skip

@@ -275,6 +275,11 @@ def test_a_tiny_side_is_warned(tmp_path, seeded_cache):
         "corpusprep: warning: shakespeare_char: val under 4 blocks of 1024 tokens (nanoGPT's "
         "default block_size; train 1,115,393, val 1 tokens); change split (now 0.9999999)"
     )
+    # val_size alone sizes val with head/tail (and document): split would change nothing
+    r = run_cli("dataset=shakespeare_char", "split_by=head", "val_size=100", "out_dir=head",
+                "quiet=true", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0 and r.stderr.strip().endswith(
+        "val 100 tokens); change val_size (now 100)"), r.stderr  # fmt: skip
     (tmp_path / "small.txt").write_text("a tiny corpus\n" * 20)
     r = run_cli("source=file", "source.path=small.txt", "quiet=true", cwd=tmp_path)
     assert r.returncode == 0 and "a bigger corpus is needed" in r.stderr
