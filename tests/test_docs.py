@@ -395,3 +395,28 @@ def test_the_layout_page_names_every_module_and_config():
     options = [p for p in (REPO / "conf").glob("*/*.yaml")]
     missing += sorted(str(p.relative_to(REPO)) for p in options if p.stem not in words)
     assert not missing, f"docs/layout.md does not name: {missing}"
+
+
+def test_the_keys_page_names_every_sources_key():
+    """Each source's own keys (its constructor's, and the shared ReadOptions) are in
+    docs/keys.md: source.headers, taken with a '+' as the yaml has none, once was not."""
+    import dataclasses
+    import inspect
+
+    from corpusprep.sources import ReadOptions
+    from corpusprep.sources.file import FileSource
+    from corpusprep.sources.files import FilesSource
+    from corpusprep.sources.hf import HfSource
+    from corpusprep.sources.url import UrlSource
+
+    page = (REPO / "docs" / "keys.md").read_text()
+    shared = [f.name for f in dataclasses.fields(ReadOptions)]
+    missing = [name for name in shared if f"source.{name}" not in page]
+    assert not missing, f"docs/keys.md does not name the shared source keys {missing}"
+    for kind, cls in (("file", FileSource), ("files", FilesSource), ("hf", HfSource),
+                      ("url", UrlSource)):  # fmt: skip
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{kind}` | `source."))
+        params = inspect.signature(cls.__init__).parameters.values()
+        named = [p.name for p in params if p.name != "self" and p.kind != p.VAR_KEYWORD]
+        missing = [name for name in named if f"`source.{name}`" not in row]
+        assert not missing, f"docs/keys.md's source={kind} row does not name {missing}"
