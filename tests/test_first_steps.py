@@ -287,6 +287,18 @@ def test_a_tiny_side_is_warned(tmp_path, seeded_cache):
     assert r.stderr == ""  # 111,540 val tokens: nothing to say
 
 
+def test_a_shard_bytes_that_makes_thousands_of_shards_is_warned(tmp_path):
+    # each shard costs time of its own: shard_bytes=10 (10 MB meant) took 400x longer
+    (tmp_path / "lines.txt").write_text("a line\n" * 5000)  # a shard per line at most
+    r = run_cli("source=file", "source.path=lines.txt", "shard_bytes=1", "quiet=true",
+                cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "warning: shard_bytes=1 cuts the input into 5,000 shards" in r.stderr
+    r = run_cli("source=file", "source.path=lines.txt", "shard_bytes=64", "quiet=true",
+                "out_dir=fewer", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0 and "shard_bytes" not in r.stderr, r.stderr
+
+
 def test_the_summary_reads_well(tmp_path, seeded_cache):
     r = run_cli("dataset=shakespeare_char", "split=0.9999999", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
