@@ -322,6 +322,8 @@ def test_documents_get_an_end_of_text_id_and_the_same_files_from_pieces(tmp_path
         # a regex that leaves text out would drop it from the output, silently
         ("tokenizer.pattern='[a-z]+'", "tokenizer.pattern='[a-z]+': does not match every"),
         ("tokenizer.train_chars=0", "tokenizer.train_chars=0: give a positive number"),
+        # docs/tokenizers.md: bpe takes no splintr
+        ("tokenizer.backend=splintr", "tokenizer.backend=splintr: unknown backend; use auto"),
         ("tokenizer.seed=1e40", "tokenizer.seed=1e+40: give an integer"),
         # a piece ends with its "\n", after a character: none fits in 1
         ("tokenizer.train_chars=1", "the training sample is empty"),
