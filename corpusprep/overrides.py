@@ -353,7 +353,23 @@ def _check_plugin_key(o: Any, node: DictConfig, group: str, sub: str, nested: bo
             f"{others[0]} before {line}"
         )
     known = [f"{group}.{k}" for k in settable]
-    raise UserError(_unknown(key, f"{group}={choice} has no such key", _closest(key, known)))
+    advice = _closest(key, known)
+    near = _close_elsewhere(group, sub) if not advice.startswith("did you mean") else None
+    if near:  # source.pth=x with the default source=url: source=file's path was meant
+        taker, leaf = near
+        advice = (f"did you mean {group}.{leaf}? {group}={taker} takes it: add {group}={taker} "
+                  f"before {group}.{leaf}={line.partition('=')[2]}")  # fmt: skip
+    raise UserError(_unknown(key, f"{group}={choice} has no such key", advice))
+
+
+def _close_elsewhere(group: str, sub: str) -> Optional[tuple[str, str]]:
+    """The option of a group taking the key closest to a misspelt `sub`, and that key."""
+    takers: dict[str, str] = {}
+    for name in sorted(available_options()[group]):
+        for taken in sorted(_taken(_option_node(group, name)) or ()):
+            takers.setdefault(taken, name)
+    close = difflib.get_close_matches(sub, list(takers), n=1, cutoff=0.7)
+    return (takers[close[0]], close[0]) if close else None
 
 
 def _choices_taking(group: str, sub: str) -> list[str]:

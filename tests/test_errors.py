@@ -138,6 +138,11 @@ CASES = {
         ["source=file", "source.path=good.txt", "executor=ray", "executor.cpus_per_task=0"],
         ["executor.cpus_per_task=0", "more than 0"],
     ),
+    # two mistakes at once: the key misspelt, and its source not chosen
+    "misspelt key of another source": (
+        ["source.pth=good.txt"],
+        ["did you mean source.path?", "add source=file before source.path=good.txt"],
+    ),
     # a required ("???") key unset: its name and an example, not OmegaConf's message
     "files without glob": (["source=files"], ["source.glob is required: set source.glob="]),
     "hf without dataset": (["source=hf"], ["source.dataset is required: set source.dataset="]),
