@@ -5,6 +5,7 @@ corpusprep's whole-process throughput as a fraction of it.
 
     python bench/ceiling.py ENCODER WORKERS --text FILE
     python bench/ceiling.py ENCODER WORKERS --jsonl FILE.jsonl.zst ...
+    python bench/ceiling.py ENCODER WORKERS --files FOLDER     (each .txt file a document)
 
 ENCODER: tiktoken | riptoken | splintr (GPT-2 BPE) | char (corpusprep's char tokenizer, fitted on
 the text) | sentencepiece=MODEL (sentencepiece's own encode, with that .model file, on
@@ -114,11 +115,13 @@ def main(argv: list[str]) -> int:
     global _encode, _batches
     name, workers, kind, *paths = argv
     size = SENTENCEPIECE_PIECE if name.startswith("sentencepiece=") else PIECE
-    texts = (
-        _pieces_of_text(Path(paths[0]).read_text(encoding="utf-8"), size)
-        if kind == "--text"
-        else _pieces_of_documents(paths)
-    )
+    if kind == "--text":
+        texts = _pieces_of_text(Path(paths[0]).read_text(encoding="utf-8"), size)
+    elif kind == "--files":  # a folder: each .txt file a document, read as a text is
+        files = sorted(Path(paths[0]).rglob("*.txt"))
+        texts = _batched(f.read_text(encoding="utf-8") for f in files)
+    else:
+        texts = _pieces_of_documents(paths)
     _encode, _batches = _encoder(name, texts), texts
     _encode("warm up: the first call builds tables")
     nbytes = sum(len(t.encode("utf-8")) for batch in texts for t in batch)

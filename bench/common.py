@@ -490,7 +490,8 @@ def run_all(
                 print(f"\nOUTPUTS DIFFER (kept in {workdir}):", file=sys.stderr)
                 print("\n".join(f"  {p}" for p in problems), file=sys.stderr)
                 return None
-    print(f"\noutputs identical: {', '.join(compared)}")
+    if compared:  # else the script checks its outputs its own way
+        print(f"\noutputs identical: {', '.join(compared)}")
     print("(corpusprep's run 1 of a command composes its config with Hydra; runs 2 on read "
           "the config that run kept, as a repeated command does)\n")  # fmt: skip
     return runs
@@ -512,6 +513,8 @@ def clean_up(workdir: Path, temporary: bool, keep: bool, outs: dict[str, Path]) 
 def measure_ceiling(encoder: str, workers: int, inputs: Sequence[Path], documents: bool) -> float:
     """Seconds the encoder alone takes (one run of bench/ceiling.py); nan if it failed."""
     kind = "--jsonl" if documents else "--text"
+    if len(inputs) == 1 and Path(inputs[0]).is_dir():  # a folder of text files (bench_files)
+        kind = "--files"
     cmd = [sys.executable, str(REPO / "bench" / "ceiling.py"), encoder, str(workers), kind,
            *map(str, inputs)]  # fmt: skip
     env = {
@@ -529,8 +532,11 @@ def measure_sha256(paths: Sequence[Path]) -> float:
     """Seconds one core takes to sha256 these files with corpusprep's own function."""
     from corpusprep.writer import file_sha256
 
+    files = [
+        f for p in paths for f in (sorted(Path(p).rglob("*.txt")) if Path(p).is_dir() else [p])
+    ]
     start = time.perf_counter()
-    for path in paths:
+    for path in files:
         file_sha256(path)
     return time.perf_counter() - start
 

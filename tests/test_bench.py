@@ -177,9 +177,11 @@ SCRIPTS = {
         "corpusprep": "out-corpusprep-corpus",
     },  # fmt: skip
     "bench_train.py": {"sp": "sentencepiece"},
+    "bench_files.py": {"corpusprep": "out-corpusprep"},
 }
 NEEDS = {"bench_corpus.py": ["zstandard"], "bench_train.py": ["rustbpe", "sentencepiece"]}
-MORE = {"bench_train.py": ["--vocab", "512", "--sp-train-chars", "200000"]}
+MORE = {"bench_train.py": ["--vocab", "512", "--sp-train-chars", "200000"],
+        "bench_files.py": ["--files", "300"]}  # fmt: skip
 
 
 def _encoders(script: str, workdir: Path) -> dict[str, str]:
