@@ -642,7 +642,7 @@ def _identity(path: Path) -> tuple:
 
 
 def _stat_identity(st: os.stat_result) -> tuple[int, ...]:
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns  # the size second: result()
 
 
 def _fsync_file(path: Path) -> None:
@@ -808,11 +808,13 @@ def file_sha256(path: Path, stop: Optional[threading.Event] = None, keep: bool =
     checks each download's sha256, and the run, which keys its input by it, does not read
     the file again. (Only inputs: an output may be rewritten within a timestamp's tick.)"""
     with os.fdopen(open_regular_fd(path), "rb") as f:  # a FIFO swapped in never blocks
-        before = _stat_identity(os.fstat(f.fileno()))
+        st = os.fstat(f.fileno())
+        before = (st.st_dev, *_stat_identity(st))
         if (known := _KEPT.get(before)) is not None:
             return known
         digest = _digest_of(f, hashlib.sha256(), stop, path)
-        if keep and _stat_identity(os.fstat(f.fileno())) == before:  # unchanged while read
+        st = os.fstat(f.fileno())
+        if keep and (st.st_dev, *_stat_identity(st)) == before:  # unchanged while read
             _KEPT[before] = digest
     return digest
 
