@@ -410,9 +410,10 @@ def decide(run: Run) -> None:
             run.tokenizer.fit(charset, eot=eot)
     run.eot_id = run.tokenizer.eot_id if run.eot != "none" else None
     run.dtype = run.dtype or choose_dtype(settings.dtype, run.tokenizer.max_id)
-    # documents spread over several shards are keyed by their file's hash: known first
-    if run.split_by in ("document", "hash") and not run.hashes:
-        run.hashes = _hashes(run.files, run.cores)
+    # a text file's document is keyed by the file's sha256, which every shard of it needs
+    # first (a small file read whole is hashed by its reader); the rest while encoding
+    if run.split_by in ("document", "hash") and (first := _keyed_by_file(run)):
+        run.hashes = {**run.hashes, **_hashes(first, run.cores)}
 
 
 def encode(run: Run) -> None:
@@ -421,7 +422,7 @@ def encode(run: Run) -> None:
     work = tasks[0].marker and Path(tasks[0].marker).parent
     done = {}
     if work and any(work.glob("*.done")):  # an earlier run's shards: reuse them only
-        run.hashes = run.hashes or _hashes(run.files, run.cores)  # if the input is still the same
+        run.hashes = _all_hashes(run)  # if the input is still the same
         if _recorded_inputs(work) == _inputs_record(run.hashes, run.before):
             done = {t.shard.index: r for t in tasks if (r := finished(t, run.itemsize))}
         for stale in () if done else work.glob("*.done"):
@@ -432,7 +433,7 @@ def encode(run: Run) -> None:
               "earlier run (same input sha256)", file=sys.stderr)  # fmt: skip
     with disk_errors(run.out.label, _space_needed(run)):
         hashing = written = None
-        if work and run.hashes:  # known (documents are keyed by them; a resume checked
+        if work and _hashed_all(run):  # known (documents are keyed by them; a resume checked
             _record_inputs(run, _inputs_record(run.hashes, run.before))  # them): first
         elif work:  # one text: its sha256 while the workers encode (0.1 s per 100 MB that
             # no core could share), recorded for a resume once taken
@@ -442,7 +443,7 @@ def encode(run: Run) -> None:
         fresh = (result for results in run.executor.map(encode_run, runs) for result in results)
         if work is None:  # shards write in place (no resume): the input's sha256 while the
             # workers encode, not before they start, and the outputs' as they are written
-            hashing = Meanwhile(lambda: run.hashes or _hashes(run.files, run.cores))
+            hashing = Meanwhile(lambda: _all_hashes(run))
             written = DigestWhileWriting(todo, run.itemsize, run.out)
             fresh = written.following(hashing.once_started(fresh), todo)
         elif hashing is not None:
@@ -864,6 +865,26 @@ def _hashes(files: list[InputFile], threads: Optional[int] = None) -> dict[str, 
     return {**found, **{f.name: _member_digest(found[f.path], f.member) for f in files}}
 
 
+def _keyed_by_file(run: Run) -> list[InputFile]:
+    """The text files not hashed yet whose document is keyed by the file's sha256, less the
+    small ones read whole (their reader keys them by the bytes it read)."""
+    from corpusprep.formats.text import read_whole
+
+    whole = {s.file.name for shard in run.shards for s in shard.segments if read_whole(s)}
+    return [f for f in run.files if f.format == "text" and not (f.doc_separator or f.doc_end)
+            and f.name not in whole and f.name not in run.hashes]  # fmt: skip
+
+
+def _hashed_all(run: Run) -> bool:
+    return all(f.name in run.hashes for f in run.files)
+
+
+def _all_hashes(run: Run) -> dict[str, bytes]:
+    """run.hashes with every input's sha256: those not taken yet taken now."""
+    missing = [f for f in run.files if f.name not in run.hashes]
+    return {**run.hashes, **_hashes(missing, run.cores)} if missing else run.hashes
+
+
 def input_sha256(files: list[InputFile], hashes: dict[str, bytes]) -> str:
     """The sha256 of the input: of the file itself when there is one, else a digest of
     every file's name and sha256."""
@@ -949,7 +970,7 @@ def finished_manifest(out_dir: str, run: Run) -> Optional[dict[str, Any]]:
     checking = Meanwhile(partial(changed_files, folder, manifest, run.cores, stop))
     checking.start()
     try:
-        run.hashes = run.hashes or _hashes(run.files, run.cores)
+        run.hashes = _all_hashes(run)
     except BaseException:
         stop.set()
         raise
@@ -988,7 +1009,7 @@ def _hash_and_record(run: Run) -> dict[str, bytes]:
     the run first looked at them (before any shard read it): a file changed in place while
     it was hashed (even with its size and mtime put back) leaves no record, and shards made
     from it are never reused."""
-    hashes = _hashes(run.files, run.cores)
+    hashes = _all_hashes(run)
     if all(_identity(_stat(path)) == _identity(stat) for path, stat in run.before.items()):
         _record_inputs(run, _inputs_record(hashes, run.before))
     return hashes

@@ -344,12 +344,7 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
                     continue
                 if part.whole is not None:  # one piece (pieces == [whole]): counted now
                     chars[0] += len(part.whole)
-                    if (
-                        batch is not None
-                        and part.starts
-                        and part.ends
-                        and batch.add(doc, part, key)
-                    ):
+                    if batch is not None and part.starts and part.ends and batch.add(doc, part):
                         continue
                 else:  # counted as its pieces are read
                     part = replace(part, pieces=_counted(part.pieces, chars))
@@ -512,14 +507,13 @@ class _Batch:
         self.texts: list[str] = []
         self.size = 0
 
-    def add(self, doc: int, part: Part, file_key: Optional[bytes]) -> bool:
-        """Take a whole document, if short enough; False: it goes on its own. `file_key`:
-        its file's key, for a part keyed by its file."""
+    def add(self, doc: int, part: Part) -> bool:
+        """Take a whole document, if short enough; False: it goes on its own."""
         text = part.whole
         if len(text) > BATCH_DOC_CHARS:
             return False
         self.docs.append(doc)
-        self.given.append(file_key if part.by_file else None)
+        self.given.append(part.key)
         self.texts.append(text)
         self.size += len(text)
         if self.size >= BATCH_CHARS:
@@ -592,7 +586,9 @@ def _sides(task: EncodeTask, part: Part, doc: int, key, position: list[int], key
             yield "train", text
         return
     if task.rules.split_by in KEYED:
-        if part.whole is not None and not part.by_file:
+        if part.key is not None:  # a small text file's sha256
+            key = part.key
+        elif part.whole is not None:
             key = task.rules.document_key(part.whole)
         side = _document_side(task, doc, key)
         if part.starts:

@@ -286,7 +286,9 @@ def test_an_input_touched_while_hashed_leaves_no_record(tmp_path: Path):
     file = InputFile(str(path), "text", size=path.stat().st_size)
     with OutputWriter(tmp_path / "out") as out:
         work = out.work("key")
-        run = SimpleNamespace(files=[file], before={str(path): os.stat(path)}, out=out, cores=2)
+        run = SimpleNamespace(
+            files=[file], before={str(path): os.stat(path)}, out=out, cores=2, hashes={}
+        )
         _check_recorded_only_while_untouched(run, path, work)
 
 

@@ -113,7 +113,7 @@ class Part:
     ends: bool = True  # ... and ends here
     whole: Optional[str] = None  # the full text, when in one piece (pieces is then [whole])
     skipped: bool = False  # an invalid document left out (source.skip_invalid): no text
-    by_file: bool = False  # keyed by its file's sha256, not by its text (a text file)
+    key: Optional[bytes] = None  # its key where not its text's: a small text file's sha256
 
 
 SKIPPED = Part((), starts=False, ends=False, skipped=True)

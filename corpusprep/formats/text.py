@@ -11,6 +11,7 @@ read in parallel); a compressed one is one shard, streamed.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import re
 from collections.abc import Iterator
@@ -32,6 +33,14 @@ from corpusprep.text import (
 )
 
 SMALL_FILE = 1 << 16  # bytes: a text file this small is read whole, in one piece
+
+
+def read_whole(segment: Segment) -> bool:
+    """Whether parts() reads a segment as one small text file, whole, and keys its document
+    by the sha256 of the bytes it read: the driver need not hash it before shards start."""
+    file = segment.file
+    return (file.format == "text" and not (file.doc_separator or file.doc_end or file.skip_invalid)
+            and file.seekable and segment.whole_file and file.size <= SMALL_FILE)  # fmt: skip
 
 
 class TextFormat(Format):
@@ -96,12 +105,13 @@ class TextFormat(Format):
             # keyed as every text file is, by its sha256 (not `whole`: by its text's digest)
             yield Part(self.text(segment) if held is None else ["".join(held)])
             return
-        if file.seekable and segment.whole_file and file.size <= SMALL_FILE:
-            # a small file whole, in one piece: encoded with others a batch at a time (a
+        if read_whole(segment):  # in one piece: encoded with others a batch at a time (a
             # corpus of 200,000 small files spent as long in per-document steps as encoding)
             pieces = guard_cuts(self.raw(segment), segment.cut_at, file.max_uncut_bytes, file.name)
-            text = decode(b"".join(raw for _, raw in pieces), file.name, 0)
-            yield Part([text], whole=text, by_file=True)
+            data = b"".join(raw for _, raw in pieces)
+            text = decode(data, file.name, 0)
+            # keyed as every text file is, by its sha256: of the very bytes read
+            yield Part([text], whole=text, key=hashlib.sha256(data).digest()[:16])
             return
         last = not file.seekable or segment.end == file.size
         yield Part(self.text(segment), starts=segment.start == 0, ends=last)
