@@ -76,3 +76,27 @@ def test_a_download_that_stalls_is_given_up_at_the_deadline(hub, tmp_path, monke
     assert_one_line_error(result, "train-00000-of-00001.parquet", "source.deadline=3 s")
     assert time.monotonic() - started < 30
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("how", ["cut short", "redirect loop"])
+def test_a_broken_answer_is_one_line_with_a_fix_that_fits(how, hub, tmp_path, monkeypatch):
+    """A CDN that says 10 GB and closes after 100 bytes, or redirects to itself: one line
+    whose fix fits (before: 'run once with network', and no fix at all)."""
+    body = hf.parquet(texts("x", 5))
+    hub.push("t/broken", {"data/train-00000-of-00001.parquet": body})
+
+    def answer(self, head):
+        self.send_response(302 if how == "redirect loop" else 200)
+        self.send_header("Location", self.path)
+        self.send_header("Content-Length", "0" if how == "redirect loop" else str(10**10))
+        self.end_headers()
+        if not head and how == "cut short":
+            self.wfile.write(body[:100])
+            self.wfile.flush()
+            self.close_connection = True
+
+    monkeypatch.setattr(hub.cdn._httpd.RequestHandlerClass, "_answer", answer)
+    result = hf_cli(tmp_path, hub, "t/broken", "out_dir=out")
+    fix = "run again (the download resumes)" if how == "cut short" else "check source.endpoint"
+    assert_one_line_error(result, "train-00000-of-00001.parquet", fix)
+    assert "with network" not in result.stderr

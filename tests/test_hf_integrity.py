@@ -86,3 +86,16 @@ def test_a_damaged_cached_file_offline_is_one_line_and_removed(hub, tmp_path):
     again = hf_cli(tmp_path, hub, "t/cut", "out_dir=third")
     assert again.returncode == 0, again.stderr
     assert corpus(tmp_path / "third") == corpus(tmp_path / "first")
+
+
+@pytest.mark.parametrize(
+    "name", ["../../../../escape/evil.jsonl", "data/../../../escape/evil.jsonl"]
+)
+def test_a_data_file_outside_the_repository_is_refused_by_name(name, hub, tmp_path):
+    """A Hub (or mirror) listing a file outside the repository: one line that says so
+    (before: 'ValueError from http://...'), and nothing written outside the HF cache."""
+    card = hf.card(f"configs:\n- config_name: default\n  data_files: '{name}'")
+    hub.push("t/out", {"README.md": card, name: jsonl(texts("evil", 3))})
+    result = hf_cli(tmp_path, hub, "t/out", "out_dir=out")
+    assert_one_line_error(result, repr(name), "a path outside the repository")
+    assert not [p for p in tmp_path.rglob("evil.jsonl")]

@@ -145,6 +145,12 @@ class HfSource(Source):
             sha, names = self._listing()
             card = self._card(sha, names)
             config, files = _Rules(self, names).data_files(card)
+            for name in files:  # the listing is the Hub's (or a mirror's) word: checked
+                if name.startswith("/") or ".." in PurePosixPath(name).parts:
+                    raise UserError(
+                        f"source=hf: {self.what} lists {name!r}, a path outside the "
+                        "repository: refused, nothing was read; tell the dataset's owner"
+                    )
             listing = str(self.listing_path())
             self._resolved = {"config": config, "split": self.split, "sha": sha,
                               "repo_files": files, "listing_path": listing}  # fmt: skip
@@ -370,7 +376,8 @@ class HfSource(Source):
                 f"source=hf: {where}: {_status(e)} from {redact(self.endpoint)}; check "
                 "source.endpoint and source.dataset"
             )
-        return UserError(f"source=hf: {where}: {_why(e)} from {redact(self.endpoint)}")
+        fix = "; check source.endpoint" if "Redirect" in type(e).__name__ else ""
+        return UserError(f"source=hf: {where}: {_why(e)} from {redact(self.endpoint)}{fix}")
 
     def _withheld(self) -> str:
         if os.environ.get("HF_TOKEN") and hub_token(self.endpoint) is False:
@@ -459,11 +466,27 @@ def _answered(e: BaseException) -> tuple[Optional[int], Optional[float]]:
 
 
 def _fix(e: BaseException) -> str:
-    """What to do when the Hub could not be asked: it answered busy or down (run again
-    later), or it was not reached (run with network)."""
+    """What to do when a file could not be had: the Hub answered busy or down (run again
+    later), the answer broke off (run again: the download resumes), or the Hub was not
+    reached (run with network)."""
     if _answered(e)[0] is not None:
         return "the Hub is busy or down: run again later"
+    if _cut_short(e):
+        return "the server broke off the answer: run again (the download resumes)"
     return "run once with network"
+
+
+def _cut_short(e: Optional[BaseException]) -> bool:
+    """An answer that began and broke off (a body shorter than its Content-Length, a
+    connection closed mid-answer), for this error or its causes."""
+    for _ in range(5):
+        if e is None:
+            return False
+        names = " ".join(c.__name__ for c in type(e).__mro__)
+        if re.search(r"RemoteProtocolError|IncompleteRead|ChunkedEncoding|ReadError", names):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def _why(e: BaseException) -> str:
