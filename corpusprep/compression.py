@@ -50,7 +50,7 @@ def detect(path: Path, head: Optional[bytes] = None) -> str:
     for magic, name in MAGIC.items():
         if head.startswith(magic):
             return name
-    return SUFFIXES.get(path.suffix.lower(), "none")
+    return SUFFIXES.get(os.path.splitext(path)[1].lower(), "none")
 
 
 def strip_suffix(name: str) -> str:

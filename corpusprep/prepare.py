@@ -410,9 +410,10 @@ def decide(run: Run) -> None:
             run.tokenizer.fit(charset, eot=eot)
     run.eot_id = run.tokenizer.eot_id if run.eot != "none" else None
     run.dtype = run.dtype or choose_dtype(settings.dtype, run.tokenizer.max_id)
-    # a text file's document is keyed by the file's sha256, which every shard of it needs
-    # first (a small file read whole is hashed by its reader); the rest while encoding
-    if run.split_by in ("document", "hash") and (first := _keyed_by_file(run)):
+    # documents spread over several shards are keyed by their file's hash: known first,
+    # and recorded for a resume before any shard is done; a small text file read whole is
+    # keyed by the sha256 its reader takes, and hashed here while the workers encode
+    if run.split_by in ("document", "hash") and (first := _hashed_first(run)):
         run.hashes = {**run.hashes, **_hashes(first, run.cores)}
 
 
@@ -865,14 +866,13 @@ def _hashes(files: list[InputFile], threads: Optional[int] = None) -> dict[str, 
     return {**found, **{f.name: _member_digest(found[f.path], f.member) for f in files}}
 
 
-def _keyed_by_file(run: Run) -> list[InputFile]:
-    """The text files not hashed yet whose document is keyed by the file's sha256, less the
-    small ones read whole (their reader keys them by the bytes it read)."""
+def _hashed_first(run: Run) -> list[InputFile]:
+    """The inputs not hashed yet, less the small text files read whole (their reader keys
+    them by the bytes it read: 200,000 of them took seconds to hash before any shard)."""
     from corpusprep.formats.text import read_whole
 
     whole = {s.file.name for shard in run.shards for s in shard.segments if read_whole(s)}
-    return [f for f in run.files if f.format == "text" and not (f.doc_separator or f.doc_end)
-            and f.name not in whole and f.name not in run.hashes]  # fmt: skip
+    return [f for f in run.files if f.name not in whole and f.name not in run.hashes]
 
 
 def _hashed_all(run: Run) -> bool:

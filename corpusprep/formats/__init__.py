@@ -14,6 +14,7 @@ Parts: the text of one document, or of the piece of a long document inside the s
 from __future__ import annotations
 
 import importlib
+import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
@@ -250,7 +251,7 @@ def format_from_name(name: str) -> str:
     """'shard-0001.jsonl.zst' -> 'jsonl'; anything unknown is text."""
     from corpusprep.compression import strip_suffix
 
-    return SUFFIX_FORMATS.get(Path(strip_suffix(name)).suffix.lower(), "text")
+    return SUFFIX_FORMATS.get(os.path.splitext(strip_suffix(name))[1].lower(), "text")
 
 
 def line_number(file: InputFile, offset: int) -> int:

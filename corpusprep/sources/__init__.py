@@ -126,9 +126,12 @@ class Source(ABC):
         """Where the text came from, for the manifest."""
 
 
-def input_files(paths: list[Path], options: ReadOptions) -> list[InputFile]:
+def input_files(
+    paths: list[Path], options: ReadOptions, skip_empty: bool = False
+) -> list[InputFile]:
     """InputFiles for `paths`: compression from the first bytes, zip archives opened up
-    into their members, the format from the name (unless set)."""
+    into their members, the format from the name (unless set); `skip_empty`: empty files
+    left out."""
     from corpusprep.compression import detect, members
     from corpusprep.formats import format_from_name, get_format
 
@@ -139,6 +142,8 @@ def input_files(paths: list[Path], options: ReadOptions) -> list[InputFile]:
         try:  # the manifest, the plan's digest and every message are UTF-8
             str(path).encode("utf-8")
         except UnicodeEncodeError:
+            if skip_empty and _size(path) == 0:  # left out anyway
+                continue
             shown = str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
             raise UserError(
                 f"{shown}: the file name is not UTF-8 (made on another system?); rename it "
@@ -147,10 +152,14 @@ def input_files(paths: list[Path], options: ReadOptions) -> list[InputFile]:
         try:
             head, parquet, size = _peek(path)
         except OSError as e:  # unreadable (permissions), or gone since it was listed
+            if skip_empty and _size(path) == 0:  # left out anyway
+                continue
             raise UserError(
                 f"{path}: cannot read it ({e.strerror}); check that it exists and that you "
                 "may read it, or leave it out of the source"
             ) from None
+        if skip_empty and size == 0:
+            continue
         compression = detect(path, head)
         cap = options.max_bytes
         if cap is not None and compression == "none" and size > cap:
@@ -181,6 +190,13 @@ def input_files(paths: list[Path], options: ReadOptions) -> list[InputFile]:
                 )
             )
     return files
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
 
 
 def _peek(path: Path) -> tuple[bytes, bool, int]:

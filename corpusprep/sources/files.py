@@ -43,14 +43,15 @@ class FilesSource(Source):
         skipped = 0  # folders reached again through a symlink
         for pattern in self.patterns:
             pattern = os.path.expanduser(pattern)
-            if "**" in pattern.split("/"):
+            walked = "**" in pattern.split("/")  # the walk lists regular files only
+            if walked:
                 listed, again = _walk_glob(pattern)
                 skipped += again
             else:
                 listed = globlib.glob(pattern)
             matches = [
                 m for m in listed
-                if os.path.isfile(m) and not any(fnmatch(m, x) for x in self.exclude)
+                if (walked or os.path.isfile(m)) and not any(fnmatch(m, x) for x in self.exclude)
             ]  # fmt: skip
             if not matches:
                 raise UserError(
@@ -68,15 +69,15 @@ class FilesSource(Source):
             print(f"corpusprep: note: source.glob: {dropped} path{'s' if dropped > 1 else ''} "
                   "led to files or folders already listed (symlinks); each file is read once",
                   file=sys.stderr)  # fmt: skip
-        # sorted: the same files always give the same documents in the same order;
-        # empty files hold no document and are left out
-        return [Path(p) for p in sorted(first.values()) if os.path.getsize(p) > 0]
+        # sorted: the same files always give the same documents in the same order
+        return [Path(p) for p in sorted(first.values())]
 
     def files(self, progress: bool = True) -> list[InputFile]:
-        paths = self.paths()
-        if not paths:
+        # empty files hold no document and are left out
+        files = input_files(self.paths(), self.options, skip_empty=True)
+        if not files:
             raise UserError(f"source.glob={self.patterns}: every matching file is empty")
-        return input_files(paths, self.options)
+        return files
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "files", "glob": self.patterns, "exclude": self.exclude}
@@ -111,7 +112,7 @@ def _walk_glob(pattern: str) -> tuple[list[str], int]:
                     continue
                 seen.add(real)
                 todo.append(name)
-            elif _match(name, pats):
+            elif _match(name, pats) and _is_file(entry):
                 paths.append(os.path.join(root, *name))
     return paths, again
 
@@ -122,6 +123,13 @@ def _entries(folder: str) -> Iterator[os.DirEntry]:
             yield from sorted(it, key=lambda e: e.name)
     except OSError:  # unreadable: glob leaves it out too
         return
+
+
+def _is_file(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_file()  # a regular file, or a link to one (no stat unless a link)
+    except OSError:
+        return False
 
 
 def _is_dir(entry: os.DirEntry) -> bool:
