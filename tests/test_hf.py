@@ -226,6 +226,26 @@ def test_an_added_token_beyond_the_vocabulary_picks_uint32(tmp_path, files):
     assert not (tmp_path / "u16").exists()
 
 
+@pytest.mark.parametrize("big", [100_000_000, 2**32 - 1, 1 << 24, 2 * 600 + (1 << 17)])
+def test_an_added_token_far_beyond_the_vocabulary_is_refused_before_any_work(tmp_path, files, big):
+    # a 27 KB file from a stranger: every per-id table would run to the huge id (minutes,
+    # gigabytes); one line naming the file and the id, at once
+    spec = json.loads(files["bytelevel"].read_text(encoding="utf-8"))
+    spec["added_tokens"].append(
+        {"id": big, "content": "<|big|>", "single_word": False, "lstrip": False,
+         "rstrip": False, "normalized": False, "special": True}
+    )  # fmt: skip
+    spec["model"]["vocab"]["<|big|>"] = big
+    tj = tmp_path / "huge.json"
+    tj.write_text(json.dumps(spec), encoding="utf-8")
+    src = tmp_path / "c.txt"
+    src.write_text("hello world\n" * 100)
+    r = run_cli("source=file", f"source.path={src}", "tokenizer=hf", f"tokenizer.path={tj}",
+                "out_dir=o", cwd=tmp_path, timeout=60)  # fmt: skip
+    assert_one_line_error(r, f"tokenizer.path={tj}", f"{big:,}", "not a real vocabulary")
+    assert not (tmp_path / "o").exists()
+
+
 def test_truncation_and_padding_saved_in_the_file_are_ignored(tmp_path, files):
     spec = json.loads(files["bytelevel"].read_text(encoding="utf-8"))
     spec["truncation"] = {"direction": "Right", "max_length": 8, "strategy": "LongestFirst",

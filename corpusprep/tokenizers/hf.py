@@ -113,6 +113,30 @@ def _load(path: str, data: bytes):
     return tok
 
 
+# The tables made per id (token_bytes.npy, the decoder's bytes, meta.pkl's itos) run from 0
+# to the largest id: a stranger's 27 KB file with one added token at id 10^8 or 2^32-1
+# would cost minutes and gigabytes. Real vocabularies are dense (Gemma's 262,144 ids are
+# the most in use); a reserved range may leave a gap, not one far beyond the tokens.
+MAX_ID = (1 << 24) - 1
+MAX_GAP = 1 << 17  # ids allowed beyond twice the number of tokens
+
+
+def _check_dense(given: str, tok, max_id: int, count: int) -> None:
+    """One line, before any work per id, for a tokenizer.json whose largest id is far
+    beyond its number of tokens (or beyond MAX_ID)."""
+    if max_id <= MAX_ID and max_id < 2 * count + MAX_GAP:
+        return
+    token = tok.id_to_token(max_id)
+    which = f" ({token[:40]!r})" if token is not None else ""
+    raise UserError(
+        f"tokenizer.path={given}: its largest id, {max_id:,}{which}, is far beyond its "
+        f"{count:,} tokens (corpusprep takes ids up to {MAX_ID:,} and at most "
+        f"{MAX_GAP:,} beyond twice the number of tokens): not a real vocabulary; give the "
+        "model's own tokenizer.json, or that token an id next to the others' (in "
+        "added_tokens and model.vocab)"
+    )
+
+
 PROBES = ("a", "Hello world", "0", " ")  # texts whose ids locate the template's own
 
 
@@ -228,6 +252,10 @@ class HfTokenizer(Tokenizer):
         self.sha256 = hashlib.sha256(data).hexdigest()
         self.eot = eot
         tok = _load(given, data)
+        ids = list(tok.get_vocab(with_added_tokens=True).values())
+        ids += list(tok.get_added_tokens_decoder())
+        self._max_id = max(ids, default=0)
+        _check_dense(given, tok, self._max_id, len(set(ids)))
         with _lock:
             _cache[self._key()] = tok
         self._tok: Any = tok
@@ -248,9 +276,6 @@ class HfTokenizer(Tokenizer):
         # the decoder turns <0xNN> tokens into bytes (ByteFallback, alone or in a Sequence)
         self.byte_fallback = any(step.get("type") == "ByteFallback" for step in steps)
         self._raw: Optional[list[bytes]] = None  # ByteLevel decoder: each id's bytes
-        ids = list(tok.get_vocab(with_added_tokens=True).values())
-        ids += list(tok.get_added_tokens_decoder())
-        self._max_id = max(ids, default=0)
         self.eot_id: Optional[int] = None
         if eot is not None:
             self.eot_id = tok.token_to_id(eot)
