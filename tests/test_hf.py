@@ -246,6 +246,30 @@ def test_an_added_token_far_beyond_the_vocabulary_is_refused_before_any_work(tmp
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_split_regex_the_engine_gives_up_on_is_one_line(tmp_path, files, workers):
+    # Oniguruma hits its retry limit on "(a|a)*$" over a run of a's, and the library
+    # panics (pyo3's PanicException, a BaseException): one line naming the file, in a
+    # worker too, and no Rust panic report (even with RUST_BACKTRACE=1)
+    spec = json.loads(files["bytelevel"].read_text(encoding="utf-8"))
+    spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "(a|a)*$|(a+)+b"}, "behavior": "Isolated",
+         "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+         "use_regex": False}]}  # fmt: skip
+    tj = tmp_path / "redos.json"
+    tj.write_text(json.dumps(spec), encoding="utf-8")
+    src = tmp_path / "c.txt"
+    lines = [f"hello world line {i}\n" for i in range(3000)]
+    lines.insert(2500, "a" * 30 + "!\n")
+    src.write_text("".join(lines))
+    r = run_cli("source=file", f"source.path={src}", "tokenizer=hf", f"tokenizer.path={tj}",
+                f"executor.workers={workers}", "shard_bytes=10000", "out_dir=o", cwd=tmp_path,
+                env={"RUST_BACKTRACE": "1"})  # fmt: skip
+    assert_one_line_error(r, f"tokenizer.path={tj}", "regex failed on the text")
+    assert "panicked" not in r.stderr and not (tmp_path / "o").exists()
+
+
 def test_truncation_and_padding_saved_in_the_file_are_ignored(tmp_path, files):
     spec = json.loads(files["bytelevel"].read_text(encoding="utf-8"))
     spec["truncation"] = {"direction": "Right", "max_length": 8, "strategy": "LongestFirst",

@@ -4,6 +4,10 @@ with a config file of the same name in conf/tokenizer/. A tokenizer never opens 
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
+import tempfile
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -253,3 +257,54 @@ def read_tokenizer_file(path: Path, key: str, limit: int, what: str) -> bytes:
         else:
             why = f"cannot be read ({e.strerror})"
         raise UserError(f"{key}: {why}") from None
+
+
+_sink: dict[str, Any] = {}  # this process's scratch file for fd 2 (per pid: workers fork)
+_sink_lock = threading.RLock()
+
+
+@contextlib.contextmanager
+def native_panics(error: Callable[[str], Exception]) -> Iterator[None]:
+    """Around a call into a Rust tokenizer whose regex engine may panic on a user's or a
+    stranger's regex (Oniguruma's or fancy-regex's backtrack limit, tiktoken on an empty
+    match). pyo3 raises the panic as PanicException, a BaseException that would get past
+    every `except Exception` as a long traceback: it becomes `error(its first line)` (a
+    UserError). Rust's panic hook writes its own report to stderr (fd 2) first, so fd 2
+    goes to a scratch file during the call: what the call wrote is passed on unless it
+    panicked (the report is then the only thing there)."""
+    with _sink_lock:
+        if _sink.get("depth"):  # already inside one: the outer one redirects and catches
+            _sink["depth"] += 1
+            try:
+                yield
+            finally:
+                _sink["depth"] -= 1
+            return
+        if _sink.get("pid") != os.getpid():
+            _sink.update(pid=os.getpid(), file=tempfile.TemporaryFile())  # noqa: SIM115 - kept
+        fd = _sink["file"].fileno()
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(fd, 2)
+        _sink["depth"] = 1
+        panic: Optional[BaseException] = None
+        try:
+            yield
+        except BaseException as e:
+            if type(e).__name__ != "PanicException":
+                raise
+            panic = e
+        finally:
+            _sink["depth"] = 0
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if os.lseek(fd, 0, os.SEEK_CUR):
+                if panic is None:  # not a panic's report: the user's to see
+                    os.lseek(fd, 0, os.SEEK_SET)
+                    while chunk := os.read(fd, 1 << 16):
+                        os.write(2, chunk)
+                os.ftruncate(fd, 0)
+                os.lseek(fd, 0, os.SEEK_SET)
+    if panic is not None:
+        raise error((str(panic).splitlines() or ["a panic"])[0][:200]) from None

@@ -36,7 +36,13 @@ from typing import Any, Optional
 import numpy as np
 
 from corpusprep.errors import UserError
-from corpusprep.tokenizers import NOWHERE, Tokenizer, read_tokenizer_file, sample_stoi
+from corpusprep.tokenizers import (
+    NOWHERE,
+    Tokenizer,
+    native_panics,
+    read_tokenizer_file,
+    sample_stoi,
+)
 from corpusprep.tokenizers.tiktoken import CUT_AT, encode_at_cuts
 
 MIN_SEGMENT = 1 << 16  # encode at least this many characters at once: fewer calls into Rust
@@ -322,7 +328,19 @@ class HfTokenizer(Tokenizer):
         return self._max_id + 1
 
     def encode(self, text: str) -> np.ndarray:
-        return np.array(self._hf().encode(text, add_special_tokens=False).ids, dtype=np.uint32)
+        tok = self._hf()
+        with native_panics(self._regex_failed):  # in a worker too: a UserError reaches the driver
+            ids = tok.encode(text, add_special_tokens=False).ids
+        return np.array(ids, dtype=np.uint32)
+
+    def _regex_failed(self, reason: str) -> UserError:
+        # Oniguruma gives up on a regex that backtracks too much ("retry-limit-in-match
+        # over"), and the library panics instead of raising
+        return UserError(
+            f"tokenizer.path={self.path}: the tokenizer's regex failed on the text ({reason}); "
+            "its pre-tokenizer's Split pattern backtracks too much on this corpus (nested "
+            "repetition such as (a+)+): fix that regex in the file, or use another tokenizer"
+        )
 
     def encode_pieces(self, pieces: Iterable[str]) -> Iterator[np.ndarray]:
         return encode_at_cuts(self.encode, pieces, bool(self.cut_at), MIN_SEGMENT)
