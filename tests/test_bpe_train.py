@@ -337,6 +337,44 @@ def test_mistakes_get_one_line(tmp_path, override, fragment):
     assert not (tmp_path / "out" / "train.bin").exists()
 
 
+AMBIGUOUS = r"(a|a)*(?=b)|\s|."  # fancy-regex's backtrack limit on a run of a's
+
+
+@pytest.mark.parametrize(
+    ("pattern", "fragment"),
+    [(AMBIGUOUS, "the regex engine gave up on the text"), ("x*", "x+ rather than x*")],
+    ids=["backtrack-limit", "empty-match"],
+)
+def test_a_pattern_that_makes_the_regex_engine_panic_is_one_line(tmp_path, pattern, fragment):
+    # the engines panic (pyo3's PanicException, a BaseException); nor is Rust's panic
+    # report printed, even with RUST_BACKTRACE=1
+    (tmp_path / "t.txt").write_text(("hello world\n" + "a" * 40 + "!\nmore text\n") * 50)
+    done = run_cli("source=file", "source.path=t.txt", "tokenizer=bpe",
+                   "tokenizer.vocab_size=260", f"tokenizer.pattern='{pattern}'", "out_dir=out",
+                   cwd=tmp_path, env={"RUST_BACKTRACE": "1"})  # fmt: skip
+    assert_one_line_error(done, f"tokenizer.pattern={pattern!r}", fragment)
+    assert "panicked" not in done.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("pattern", [AMBIGUOUS, "x*"], ids=["backtrack-limit", "empty-match"])
+def test_a_reused_folder_whose_pattern_panics_is_one_line_naming_it(tmp_path, pattern):
+    # a stranger's folder: its manifest's pattern is used to encode, never trained with
+    (tmp_path / "a.txt").write_text("hello world\nmore text\n" * 200)
+    made = run_cli("source=file", "source.path=a.txt", "tokenizer=bpe",
+                   "tokenizer.vocab_size=260", "tokenizer.pattern='[a-z]+|\\s+|.'",
+                   "out_dir=src", cwd=tmp_path)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    manifest = json.loads((tmp_path / "src" / "manifest.json").read_text())
+    manifest["config"]["tokenizer"]["pattern"] = pattern
+    (tmp_path / "src" / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "b.txt").write_text(("hello world\n" + "a" * 40 + "!\nmore text\n") * 50)
+    done = run_cli("source=file", "source.path=b.txt", "tokenizer=reuse",
+                   f"tokenizer.dir={tmp_path / 'src'}", "out_dir=out", cwd=tmp_path,
+                   env={"RUST_BACKTRACE": "1"})  # fmt: skip
+    assert_one_line_error(done, str(tmp_path / "src"), f"tokenizer.pattern={pattern!r}")
+    assert "panicked" not in done.stderr and not (tmp_path / "out").exists()
+
+
 def test_a_regex_of_your_own_that_matches_everything_loses_nothing(tmp_path):
     # the fix the refusal of '[a-z]+' suggests
     done = run_cli("dataset=shakespeare_char", "tokenizer=bpe", "tokenizer.vocab_size=300",

@@ -24,9 +24,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
+
 from corpusprep.errors import UserError
 from corpusprep.sample import Sample, SampleRule, sample_rule
-from corpusprep.tokenizers import NOWHERE, TRAINED, read_kept
+from corpusprep.tokenizers import NOWHERE, TRAINED, native_panics, read_kept
 from corpusprep.tokenizers.tiktoken import (
     CUT_AT,
     KEPT,
@@ -82,6 +84,7 @@ class BpeTokenizer(TiktokenTokenizer):
                 f"{', '.join(PATTERNS)}, or a regex that matches every character"
             )
         self.pat_str = PATTERNS.get(self.pattern, self.pattern)  # a name, or a regex itself
+        self.origin = f"tokenizer.pattern={self.pattern!r}"  # a reused folder's: its own
         self.train_chars = train_chars
         fast = self.pattern in RIPTOKEN_PATTERNS
         if backend == "riptoken" and not fast:
@@ -128,7 +131,8 @@ class BpeTokenizer(TiktokenTokenizer):
         started = time.perf_counter()
         trainer = rustbpe.Tokenizer()
         try:
-            trainer.train_from_iterator(iter(units), merged, pattern=self.pat_str)
+            with native_panics(self._panicked):  # fancy-regex's backtrack limit
+                trainer.train_from_iterator(iter(units), merged, pattern=self.pat_str)
         except ValueError as e:  # the pattern does not compile
             raise self._bad_regex(e) from None
         ranks = trainer.get_mergeable_ranks()
@@ -169,21 +173,40 @@ class BpeTokenizer(TiktokenTokenizer):
         except ValueError as e:
             raise self._bad_regex(e) from None
         for unit in units:
-            try:
+            with native_panics(self._panicked):  # an empty match, a backtrack limit
                 ids = enc.encode_ordinary(unit)
-            except BaseException as e:  # tiktoken's core panics on an empty match
-                if type(e).__name__ != "PanicException":
-                    raise
-                raise UserError(
-                    f"tokenizer.pattern={self.pattern!r}: can match the empty "
-                    f"string, which tiktoken cannot encode with; {fix}"
-                ) from None
             if len(ids) != len(unit.encode()):
                 dropped = Counter(unit) - Counter(enc.decode(ids))
                 shown = ", ".join(repr(c) for c, _ in dropped.most_common(5))
                 raise UserError(f"tokenizer.pattern={self.pattern!r}: does not match every "
                                 f"character, and the text between its matches would be "
                                 f"dropped (e.g. {shown}); {fix}")  # fmt: skip
+
+    def _panicked(self, reason: str) -> UserError:
+        """tiktoken's or rustbpe's regex engine panicked on the text with this pattern."""
+        names = ", ".join(PATTERNS)
+        if "backtrack" in reason.lower():  # fancy-regex gives up on a look-around that backtracks
+            return UserError(
+                f"{self.origin}: the regex engine gave up on the text ({reason}): the pattern "
+                "backtracks too much (an ambiguous repetition such as (a|a)* before a "
+                f"look-ahead); simplify it, or use {names}"
+            )
+        return UserError(
+            f"{self.origin}: tiktoken's encoder failed with it ({reason}), as it does on a "
+            "pattern that can match the empty string; make every alternative match at least "
+            f"one character (e.g. x+ rather than x*), or use {names}"
+        )
+
+    def _tiktoken(self, text: str) -> np.ndarray:
+        if self.pattern in PATTERNS:  # proven: no call overhead on the common path
+            return super()._tiktoken(text)
+        try:
+            with native_panics(self._panicked):  # text the sample did not have, a reused folder's
+                return super()._tiktoken(text)
+        except ValueError as e:  # tiktoken's encode_to_numpy reports a backtrack limit so
+            if "Regex error" not in str(e):
+                raise
+            raise self._panicked(str(e)) from None
 
     def _bad_regex(self, e: ValueError) -> UserError:
         return UserError(f"tokenizer.pattern={self.pattern!r}: {e}; give gpt2, cl100k, o200k "
@@ -264,6 +287,7 @@ class BpeTokenizer(TiktokenTokenizer):
         """The trained vocabulary back from `folder`'s tokenizer.tiktoken, checked against
         the sha256 the manifest recorded."""
         data = read_kept(folder, FILE, str(description.get("sha256")))
+        self.origin = f"{folder}: its tokenizer.pattern={self.pattern!r}"
         self.eot = description.get("eot_id") is not None
         self.trained = {k: description[k] for k in TRAINED if k in description}
         self._set(read_tokens(data, Path(folder) / FILE))
