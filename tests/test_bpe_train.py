@@ -316,6 +316,8 @@ def test_documents_get_an_end_of_text_id_and_the_same_files_from_pieces(tmp_path
     ("override", "fragment"),
     [
         ("tokenizer.vocab_size=200", "tokenizer.vocab_size=200: a byte-level BPE has 256"),
+        # rustbpe's u32: an OverflowError after the scan
+        ("tokenizer.vocab_size=4294967296", "tokenizer.vocab_size=4294967296: more than"),
         ("tokenizer.pattern='(?<bad'", "tokenizer.pattern='(?<bad'"),
         # a misspelt name is not taken as a regex (gpt4 would match almost nothing)
         ("tokenizer.pattern=gpt4", "tokenizer.pattern=gpt4: not a known pattern name; use gpt2"),

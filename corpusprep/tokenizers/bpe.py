@@ -43,6 +43,7 @@ from corpusprep.tokenizers.tiktoken import (
 PATTERNS = {"gpt2": PROVEN_PATTERNS["r50k"], "cl100k": PROVEN_PATTERNS["cl100k"],
             "o200k": PROVEN_PATTERNS["o200k"]}  # fmt: skip
 EOT = "<|endoftext|>"
+MAX_VOCAB = (1 << 32) - 1  # rustbpe's vocab_size is a u32
 FILE = KEPT  # tiktoken's format, so tiktoken's name (a given ranks file is kept so too)
 # riptoken gave the same ids as tiktoken over trained ranks with these patterns
 # (tests/test_bpe_train.py); a custom regex stays on tiktoken
@@ -69,6 +70,11 @@ class BpeTokenizer(TiktokenTokenizer):
             raise UserError(
                 f"tokenizer.vocab_size={vocab_size}: a byte-level BPE has 256 byte tokens and "
                 "at least one merge; give 257 or more (e.g. 4096)"
+            )
+        if vocab_size > MAX_VOCAB:  # rustbpe takes a u32: it fails after the scan
+            raise UserError(
+                f"tokenizer.vocab_size={vocab_size}: more than rustbpe's trainer takes "
+                f"({MAX_VOCAB:,}, a 32-bit id); give a smaller one (e.g. 4096)"
             )
         self.rule = sample_rule(train_chars, max_doc_chars, seed)  # checked now
         if backend not in ("auto", "tiktoken", "riptoken"):

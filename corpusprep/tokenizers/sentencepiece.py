@@ -67,6 +67,7 @@ TRAINING = dict(model_type="bpe", self_test_sample_size=0, character_coverage=1.
                 remove_extra_whitespaces=False, max_sentence_length=1 << 16,
                 minloglevel=2)  # fmt: skip
 _cache: dict[Any, Any] = {}  # per process and model: its processor, its tables
+MAX_VOCAB = (1 << 31) - 1  # sentencepiece's vocab_size is an int32
 
 
 class SentencePieceTokenizer(Tokenizer):
@@ -92,6 +93,11 @@ class SentencePieceTokenizer(Tokenizer):
             raise UserError(
                 f"tokenizer.vocab_size={vocab_size}: a byte-fallback model needs its 256 byte "
                 "pieces and <unk>, <s>, </s>; give 260 or more"
+            )
+        if vocab_size > MAX_VOCAB:  # the trainer takes an int32: it fails after the scan
+            raise UserError(
+                f"tokenizer.vocab_size={vocab_size}: more than sentencepiece's trainer takes "
+                f"({MAX_VOCAB:,}, a 32-bit int); give a smaller one (e.g. 32000)"
             )
         self.rule = sample_rule(train_chars, max_doc_chars, seed)  # checked now
         self.add_bos = add_bos
