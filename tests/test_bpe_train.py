@@ -377,6 +377,21 @@ def test_a_reused_folder_whose_pattern_panics_is_one_line_naming_it(tmp_path, pa
     assert "panicked" not in done.stderr and not (tmp_path / "out").exists()
 
 
+def test_a_reused_folder_with_a_ranks_file_over_64_mb_is_refused_unread(tmp_path):
+    # docs/safety.md: at most 64 MB for a ranks file (it was 1 GiB: a stranger's 80 MB file
+    # took 18 s and 2.6 GB); refused on its size, before it is read or hashed
+    (tmp_path / "a.txt").write_text("hello world\nmore text\n" * 200)
+    made = run_cli("source=file", "source.path=a.txt", "tokenizer=bpe",
+                   "tokenizer.vocab_size=260", "out_dir=src", cwd=tmp_path)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    with open(tmp_path / "src" / "tokenizer.tiktoken", "r+b") as f:
+        f.truncate((64 << 20) + 1)  # sparse: nothing written
+    done = run_cli("source=file", "source.path=a.txt", "tokenizer=reuse",
+                   f"tokenizer.dir={tmp_path / 'src'}", "out_dir=out", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(done, str(tmp_path / "src" / "tokenizer.tiktoken"), "64 MB")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_regex_of_your_own_that_matches_everything_loses_nothing(tmp_path):
     # the fix the refusal of '[a-z]+' suggests
     done = run_cli("dataset=shakespeare_char", "tokenizer=bpe", "tokenizer.vocab_size=300",

@@ -34,9 +34,10 @@ TRAINED = (
 )  # what a trained tokenizer's description says of its training
 
 
-def read_kept(folder: Optional[Path], name: str, sha256: Optional[str]) -> bytes:
+def read_kept(folder: Optional[Path], name: str, sha256: Optional[str],
+              limit: int = MAX_KEPT_BYTES) -> bytes:  # fmt: skip
     """A file a tokenizer keeps in an output folder (which may come from a stranger): a
-    regular file of a sane size (never a device or a FIFO), whose sha256
+    regular file of at most `limit` bytes (never a device or a FIFO), whose sha256
     is the one the manifest records."""
     import hashlib
 
@@ -47,12 +48,12 @@ def read_kept(folder: Optional[Path], name: str, sha256: Optional[str]) -> bytes
         raise UserError(f"{name}: a tokenizer kept in a folder; give the output folder")
     path = Path(folder) / name
     try:
-        data = read_regular(path, MAX_KEPT_BYTES)
+        data = read_regular(path, limit)
     except FileNotFoundError:
         raise UserError(f"{path}: missing; prepare the folder again") from None
     except OSError as e:
-        limit = f"a tokenizer's file is a regular file of at most {MAX_KEPT_BYTES:,} bytes"
-        raise UserError(f"{path}: {e.strerror} ({limit}); prepare the folder again") from None
+        why = f"a tokenizer's file here is a regular file of at most {limit >> 20:,} MB"
+        raise UserError(f"{path}: {e.strerror} ({why}); prepare the folder again") from None
     if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
         raise UserError(f"{path}: not the file the manifest records (sha256 differs); "
                         "prepare the folder again")  # fmt: skip

@@ -32,6 +32,7 @@ from corpusprep.tokenizers import NOWHERE, TRAINED, native_panics, read_kept
 from corpusprep.tokenizers.tiktoken import (
     CUT_AT,
     KEPT,
+    MAX_RANKS_BYTES,
     MISSING,
     PROVEN_PATTERNS,
     TiktokenTokenizer,
@@ -292,7 +293,9 @@ class BpeTokenizer(TiktokenTokenizer):
     def restore(self, description: dict[str, Any], folder: Optional[Path] = None) -> None:
         """The trained vocabulary back from `folder`'s tokenizer.tiktoken, checked against
         the sha256 the manifest recorded."""
-        data = read_kept(folder, FILE, str(description.get("sha256")))
+        # docs/safety.md: at most 64 MB for a ranks file, as a given one (a stranger's 80 MB
+        # file took 18 s and 2.6 GB to parse)
+        data = read_kept(folder, FILE, str(description.get("sha256")), MAX_RANKS_BYTES)
         self.origin = f"{folder}: its tokenizer.pattern={self.pattern!r}"
         self.eot = description.get("eot_id") is not None
         self.trained = {k: description[k] for k in TRAINED if k in description}
