@@ -595,6 +595,23 @@ def export(run: Run) -> None:
         )  # fmt: skip
 
 
+def _meta_bytes(meta: dict[str, Any], vocab_size: int) -> bytes:
+    """meta.pkl's bytes, within what load() and inspect read (MAX_META_BYTES): a folder
+    they would call damaged is never written (the old outputs stay)."""
+    import pickle
+
+    from corpusprep.dataset import MAX_META_BYTES
+
+    data = pickle.dumps(meta)
+    if len(data) > MAX_META_BYTES:
+        raise UserError(
+            f"tokenizer: its meta.pkl would be {len(data) / 2**20:,.0f} MB ({vocab_size:,} ids), "
+            f"more than the {MAX_META_BYTES >> 20} MB corpusprep's load() and inspect read; use "
+            "a tokenizer with fewer tokens"
+        )
+    return data
+
+
 def commit(run: Run) -> dict[str, Any]:
     """meta.pkl and the manifest; everything renamed into place together."""
     manifest = _manifest(run)
@@ -603,7 +620,7 @@ def commit(run: Run) -> dict[str, Any]:
             run.out.obsolete(name)
     meta = run.tokenizer.meta()
     if meta is not None:  # None: no meta.pkl (GPT-2, nanoGPT's default without one)
-        run.out.write_pickle("meta.pkl", meta)
+        run.out.write_bytes("meta.pkl", _meta_bytes(meta, run.tokenizer.vocab_size))
     for name, data in run.tokenizer.files().items():  # a trained vocabulary
         run.out.write_bytes(name, data)
     if run.token_bytes is not None:  # each id's UTF-8 length (nanochat's token_bytes)

@@ -270,6 +270,26 @@ def test_a_split_regex_the_engine_gives_up_on_is_one_line(tmp_path, files, worke
     assert "panicked" not in r.stderr and not (tmp_path / "o").exists()
 
 
+def test_a_folder_load_would_refuse_is_never_written(tmp_path, files, monkeypatch):
+    # a 64 MB tokenizer.json of 3M tokens (within its 256 MB cap) made an 80 MB meta.pkl,
+    # which load() and inspect then called damaged: too many tokens are refused before the
+    # run, and any meta.pkl over what load() reads before the commit (limits made small
+    # here: the real ones take a 64 MB file)
+    monkeypatch.setattr(hf, "MAX_TOKENS", 400)
+    with pytest.raises(UserError, match=r"tokenizer.path=.*: 50\d tokens, more than the 400"):
+        HfTokenizer(str(files["bytelevel"]))
+    monkeypatch.undo()
+    src = tmp_path / "c.txt"
+    src.write_text(english(random.Random(4), 200), encoding="utf-8")
+    out = tmp_path / "out"
+    run(src, out, files["bytelevel"])
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    monkeypatch.setattr("corpusprep.dataset.MAX_META_BYTES", 1000)
+    with pytest.raises(UserError, match="meta.pkl would be .* more than the 0 MB"):
+        run(src, out, files["bytelevel"], "split=0.8")
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+
+
 def test_truncation_and_padding_saved_in_the_file_are_ignored(tmp_path, files):
     spec = json.loads(files["bytelevel"].read_text(encoding="utf-8"))
     spec["truncation"] = {"direction": "Right", "max_length": 8, "strategy": "LongestFirst",

@@ -125,11 +125,20 @@ def _load(path: str, data: bytes):
 # the most in use); a reserved range may leave a gap, not one far beyond the tokens.
 MAX_ID = (1 << 24) - 1
 MAX_GAP = 1 << 17  # ids allowed beyond twice the number of tokens
+# meta.pkl holds each token's text twice (itos, stoi): about 27 bytes a token, and load()
+# reads at most 64 MB (dataset.MAX_META_BYTES); refused before the run, not after it
+MAX_TOKENS = 1 << 21
 
 
 def _check_dense(given: str, tok, max_id: int, count: int) -> None:
     """One line, before any work per id, for a tokenizer.json whose largest id is far
     beyond its number of tokens (or beyond MAX_ID)."""
+    if count > MAX_TOKENS:
+        raise UserError(
+            f"tokenizer.path={given}: {count:,} tokens, more than the {MAX_TOKENS:,} "
+            "corpusprep takes (its meta.pkl would be over the 64 MB load() and inspect read; "
+            "Gemma's 262,144 are the most in use); give a tokenizer with fewer tokens"
+        )
     if max_id <= MAX_ID and max_id < 2 * count + MAX_GAP:
         return
     token = tok.id_to_token(max_id)
