@@ -206,3 +206,14 @@ def test_mistakes_get_one_line(tmp_path, override, fragment):
                    "tokenizer.vocab_size=300", override, "out_dir=out",
                    cwd=tmp_path)  # fmt: skip
     assert_one_line_error(done, fragment)
+
+
+def test_training_on_lines_all_too_long_says_what_works(tmp_path):
+    # the trainer drops every line over max_sentence_length (64 KiB): it said "try another
+    # tokenizer.vocab_size", which never helps
+    words = ["the", "king", "and", "queen", "were", "there", "he", "is", "not", "one"]
+    (tmp_path / "t.txt").write_text(" ".join(words[i * 7 % 10] for i in range(30_000)))
+    done = run_cli("source=file", "source.path=t.txt", "tokenizer=sentencepiece",
+                   "tokenizer.vocab_size=300", "out_dir=out", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(done, "over the trainer's 65,536-byte limit", "put newlines")
+    assert "try another tokenizer.vocab_size" not in done.stderr

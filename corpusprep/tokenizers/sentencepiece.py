@@ -171,6 +171,15 @@ class SentencePieceTokenizer(Tokenizer):
                                            vocab_size=self.requested_size, num_threads=2,
                                            **TRAINING)  # fmt: skip
         except RuntimeError as e:  # e.g. "Vocabulary size is smaller than required_chars"
+            limit = TRAINING["max_sentence_length"]
+            # the trainer skips every line over its limit: none left
+            if "sentences_.empty()" in str(e) and all(len(x.encode()) > limit for x in lines):
+                raise UserError(
+                    f"tokenizer=sentencepiece: training failed: every line of the training "
+                    f"sample is over the trainer's {limit:,}-byte limit on a sentence, so it "
+                    "had nothing to train on (no tokenizer.vocab_size helps); put newlines in "
+                    "the text (a sentence or paragraph per line), or use tokenizer=bpe"
+                ) from None
             raise UserError(f"tokenizer=sentencepiece: training failed: "
                             f"{str(e).splitlines()[0][:200]}; try another "
                             "tokenizer.vocab_size") from None  # fmt: skip
