@@ -12,6 +12,7 @@ llama2.c's train_vocab does (lossless: remove_extra_whitespaces off, as Llama 2'
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -196,11 +197,17 @@ def test_a_given_model_cut_into_shards(tmp_path, shakespeare, collapse):
         ("tokenizer.vocab_size=2147483648", "tokenizer.vocab_size=2147483648: more than"),
         ("tokenizer.model=nowhere.model", "tokenizer.model=nowhere.model: no such file"),
         ("tokenizer.model=bad.model", "not a SentencePiece model"),
+        # an attack: an empty file got sentencepiece's "Model is not initialized" and its
+        # log lines; a FIFO was said to be no file at all
+        ("tokenizer.model=empty.model", "tokenizer.model=empty.model: the file is empty"),
+        ("tokenizer.model=fifo.model", "tokenizer.model=fifo.model: not a regular file"),
         ("eot=append", "use eot=none"),
     ],
 )
 def test_mistakes_get_one_line(tmp_path, override, fragment):
     (tmp_path / "bad.model").write_bytes(b"not a model at all")
+    (tmp_path / "empty.model").write_bytes(b"")
+    os.mkfifo(tmp_path / "fifo.model")
     (tmp_path / "docs.jsonl").write_text('{"text": "a b c"}\n{"text": "d e f"}\n' * 50)
     done = run_cli("source=file", "source.path=docs.jsonl", "tokenizer=sentencepiece",
                    "tokenizer.vocab_size=300", override, "out_dir=out",

@@ -106,9 +106,17 @@ class SentencePieceTokenizer(Tokenizer):
         self.given = str(Path(model).expanduser().resolve()) if model else None
         self.trained: dict[str, Any] = {}
         if self.given:
-            if not Path(self.given).is_file():  # not a device or a FIFO either
+            given = Path(self.given)
+            if not given.exists():
                 raise UserError(f"tokenizer.model={model}: no such file")
-            self._set(read_kept(Path(self.given).parent, Path(self.given).name, None))
+            if not given.is_file():  # a folder, a FIFO, a device: never read
+                raise UserError(f"tokenizer.model={model}: not a regular file; give a .model "
+                                "file (sentencepiece's, as spm_train writes it)")  # fmt: skip
+            data = read_kept(given.parent, given.name, None)
+            if not data:
+                raise UserError(f"tokenizer.model={model}: the file is empty; give a .model "
+                                "file (sentencepiece's, as spm_train writes it)")  # fmt: skip
+            self._set(data)
 
     def _set(self, model: bytes) -> None:
         self.model = model
