@@ -91,6 +91,8 @@ def _redact_pairs(text: str) -> str:
     for m in _NAME.finditer(text):
         if m.start() < at or not is_secret_name(m.group(1).rsplit(".", 1)[-1]):
             continue
+        if m.group(2)[0] == ":" and text[m.start() - 1 : m.start()] in ("/", "\\"):
+            continue  # a path's last name, then a message: "/etc/passwd: no such file"
         end = _VALUE_END.search(text, m.end())
         end = len(text) if end is None else end.start()
         if text[m.end() : end].strip() not in ("", MASK, SANITIZED):

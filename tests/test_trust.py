@@ -678,3 +678,11 @@ def test_an_override_that_cannot_be_parsed_is_named_without_its_secret(tmp_path)
     assert "hunter2" not in r.stdout + r.stderr
     r = run_cli("name=extend_list(1)", cwd=tmp_path)  # no secret: Hydra's reason is kept
     assert_one_line_error(r, "name=extend_list(1)", "Unknown function 'extend_list'")
+
+
+def test_a_path_ending_in_a_secret_word_keeps_the_message_after_it():
+    """An attack: "/tmp/x/passwd: no such file" was shown as "/tmp/x/passwd: ***"."""
+    assert redact_text("/tmp/x/passwd: no such file") == "/tmp/x/passwd: no such file"
+    assert redact_text("C:\\x\\token: not a file") == "C:\\x\\token: not a file"
+    assert redact_text("password: hunter2") == "password: ***"  # a name, not a path
+    assert redact_text("run/api_key=abc") == "run/api_key=***"  # name=value: hidden
