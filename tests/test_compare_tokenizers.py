@@ -267,3 +267,25 @@ def test_reuse_never_runs_what_a_manifest_names(trained, tmp_path):
                    "out_dir=b", cwd=tmp_path)  # fmt: skip
     assert_one_line_error(done, "os.system")
     assert not (tmp_path / "b" / "train.bin").exists()
+
+
+@pytest.mark.parametrize("tamper", ["vocab_size as a string", "reuses itself"])
+def test_reuse_of_a_tampered_record_is_one_line_naming_the_manifest(tmp_path, tamper):
+    """An attack: a vocab_size of "65" gave "Cannot specify ',' with 's'."; a record that
+    reuses its own folder recursed until Python gave up."""
+    (tmp_path / "a.txt").write_text("abc abc\n" * 200)
+    assert run_cli("source=file", "source.path=a.txt", "tokenizer=char", "out_dir=a",
+                   "quiet=true", cwd=tmp_path).returncode == 0  # fmt: skip
+    path = tmp_path / "a" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    if tamper == "vocab_size as a string":
+        manifest["tokenizer"]["vocab_size"] = str(manifest["tokenizer"]["vocab_size"])
+    else:
+        manifest["config"]["tokenizer"] = {
+            "_target_": "corpusprep.tokenizers.reuse.ReusedTokenizer",
+            "dir": str(tmp_path / "a"),
+        }
+    path.write_text(json.dumps(manifest))
+    done = run_cli("source=file", "source.path=a.txt", "tokenizer=reuse", "tokenizer.dir=a",
+                   "out_dir=b", cwd=tmp_path, timeout=120)  # fmt: skip
+    assert_one_line_error(done, "manifest.json", "prepare that folder again")

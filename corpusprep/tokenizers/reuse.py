@@ -188,13 +188,20 @@ def _rebuild(node: dict[str, Any], described: dict[str, Any], folder: Path,
              given: str) -> Tokenizer:  # fmt: skip
     from corpusprep.config import build
 
+    manifest = folder / "manifest.json"
+    # a reuse is unwrapped to what it reused (_recorded): one left is a tampered record
+    # (a folder reusing itself recursed until Python gave up)
+    if str(node.get("_target_", "")).endswith(ReusedTokenizer.__name__):
+        raise UserError(f"{manifest}: its tokenizer record is a reuse without the tokenizer "
+                        "it reused; prepare that folder again")  # fmt: skip
     tokenizer = build(node, "tokenizer")  # trusted classes only, plain values, no ${...}
     if tokenizer.keeps_files:
         tokenizer.restore(described, folder=folder)
     else:
         tokenizer.restore(described)
-    if tokenizer.vocab_size != described.get("vocab_size", tokenizer.vocab_size):
+    recorded = described.get("vocab_size", tokenizer.vocab_size)
+    if tokenizer.vocab_size != recorded:
         raise UserError(f"tokenizer.dir={given}: the rebuilt tokenizer has "
-                        f"{tokenizer.vocab_size:,} ids, not the recorded "
-                        f"{described['vocab_size']:,}; prepare that folder again")  # fmt: skip
+                        f"{tokenizer.vocab_size:,} ids, not the {recorded!r} {manifest} "
+                        "records; prepare that folder again")  # fmt: skip
     return tokenizer
