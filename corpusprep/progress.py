@@ -3,6 +3,7 @@ and never in what a run writes. tqdm is imported only when a bar is shown."""
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -64,8 +65,11 @@ class Clock:
 
             from tqdm import tqdm
 
+            # its own copy of stderr: native_panics() points fd 2 elsewhere around a call
+            # into Rust (the training), and the line must go on being redrawn meanwhile
+            self._out = _own_stderr()
             self._bar = tqdm(desc=desc, total=None, leave=False, dynamic_ncols=True,
-                             bar_format="{desc}: {elapsed}{postfix}")  # fmt: skip
+                             bar_format="{desc}: {elapsed}{postfix}", file=self._out)  # fmt: skip
             if note:
                 self._bar.set_postfix_str(note, refresh=False)
             self._stop = threading.Event()
@@ -86,3 +90,14 @@ class Clock:
             self._stop.set()
             self._thread.join()
             self._bar.close()
+            if self._out is not sys.stderr:
+                self._out.close()
+
+
+def _own_stderr() -> Any:
+    """A text stream on a duplicate of stderr's descriptor (stderr itself where it has
+    none: a test's captured stream)."""
+    try:
+        return os.fdopen(os.dup(sys.stderr.fileno()), "w", buffering=1, encoding="utf-8")
+    except (AttributeError, OSError, ValueError):
+        return sys.stderr

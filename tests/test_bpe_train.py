@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import random
 import subprocess
@@ -411,3 +412,58 @@ def test_without_rustbpe_the_error_says_what_to_install(tmp_path):
                    cwd=tmp_path, env={"PYTHONPATH": str(block),
                                       "CORPUSPREP_CACHE_DIR": str(tmp_path / "cache")})  # fmt: skip
     assert_one_line_error(done, "pip install 'corpusprep[train]'")
+
+
+@pytest.mark.slow
+def test_a_sigterm_while_the_bpe_trains_is_acted_on_at_once(tmp_path, shakespeare):
+    """An attack: rustbpe's training lets go of the GIL but Python acts on a signal only
+    between its own steps, so a SIGTERM (or Ctrl-C) waited for the training to end:
+    seconds here, minutes on a big sample. The training's line is still drawn meanwhile.
+    (A text with no spaces is cut by rustbpe holding the GIL: still acted on when it ends.)"""
+    import fcntl
+    import pty
+    import select
+    import signal
+    import struct
+    import termios
+    import time
+
+    (tmp_path / "t.txt").write_text(shakespeare.read_text(encoding="utf-8") * 16)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    screen, terminal = pty.openpty()  # stderr a terminal: the training's line is drawn
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # 100 wide
+    p = subprocess.Popen([sys.executable, "-m", "corpusprep", "source=file", "source.path=t.txt",
+                          "tokenizer=bpe", "tokenizer.vocab_size=16384", "out_dir=out"],
+                         cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                         stderr=terminal)  # fmt: skip
+    os.close(terminal)
+
+    def shown(seconds: float) -> bytes:
+        got, end = b"", time.monotonic() + seconds
+        while time.monotonic() < end:
+            if select.select([screen], [], [], 0.2)[0]:
+                try:
+                    got += os.read(screen, 1 << 16)
+                except OSError:  # the process ended
+                    break
+        return got
+
+    try:
+        said, deadline = b"", time.monotonic() + 120
+        while b"train tokenizer" not in said and time.monotonic() < deadline:
+            said += shown(1)
+        assert b"train tokenizer" in said, said[-2000:]
+        more = shown(1.2)  # training: its line redrawn meanwhile
+        assert b"train tokenizer" in more, more[-2000:]
+        assert p.poll() is None, "the training ended before the signal: a bigger corpus"
+        p.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        p.wait(timeout=60)
+        assert p.returncode == 143
+        assert time.monotonic() - sent < 1  # before: when the training ended
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(screen)
+    assert not (tmp_path / "out" / "train.bin").exists()

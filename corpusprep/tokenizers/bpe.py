@@ -28,7 +28,7 @@ import numpy as np
 
 from corpusprep.errors import UserError
 from corpusprep.sample import Sample, SampleRule, sample_rule
-from corpusprep.tokenizers import NOWHERE, TRAINED, native_panics, read_kept
+from corpusprep.tokenizers import NOWHERE, TRAINED, interruptible, native_panics, read_kept
 from corpusprep.tokenizers.tiktoken import (
     CUT_AT,
     KEPT,
@@ -139,7 +139,9 @@ class BpeTokenizer(TiktokenTokenizer):
         trainer = rustbpe.Tokenizer()
         try:
             with native_panics(self._panicked):  # fancy-regex's backtrack limit
-                trainer.train_from_iterator(iter(units), merged, pattern=self.pat_str)
+                interruptible(  # a Ctrl-C or SIGTERM is acted on at once, not when it ends
+                    lambda: trainer.train_from_iterator(iter(units), merged, pattern=self.pat_str)
+                )
         except ValueError as e:  # the pattern does not compile
             raise self._bad_regex(e) from None
         ranks = trainer.get_mergeable_ranks()
