@@ -802,21 +802,25 @@ class GrowingDigest:
             self._failed = True
 
 
-def file_sha256(path: Path, stop: Optional[threading.Event] = None, keep: bool = False) -> str:
-    """The file's sha256; a thread given `stop` gives up (OSError) once it is set. `keep`:
-    remembered for this process, by the file's identity (inode, size, times): source=hf
-    checks each download's sha256, and the run, which keys its input by it, does not read
-    the file again. (Only inputs: an output may be rewritten within a timestamp's tick.)"""
+def file_sha256(path: Path, stop: Optional[threading.Event] = None) -> str:
+    """The file's sha256; a thread given `stop` gives up (OSError) once it is set. One kept
+    by keep_sha256 for the file as it is now (inode, size, times) is not read again."""
     with os.fdopen(open_regular_fd(path), "rb") as f:  # a FIFO swapped in never blocks
-        st = os.fstat(f.fileno())
-        before = (st.st_dev, *_stat_identity(st))
-        if (known := _KEPT.get(before)) is not None:
+        if (known := _KEPT.get(_kept_key(os.fstat(f.fileno())))) is not None:
             return known
-        digest = _digest_of(f, hashlib.sha256(), stop, path)
-        st = os.fstat(f.fileno())
-        if keep and (st.st_dev, *_stat_identity(st)) == before:  # unchanged while read
-            _KEPT[before] = digest
-    return digest
+        return _digest_of(f, hashlib.sha256(), stop, path)
+
+
+def keep_sha256(path: Path, digest: str) -> None:
+    """Keep a checked input's sha256 for this process (source=hf checks each download's,
+    then the run keys its input by it). Only a digest checked against what the file must
+    hold, of a file no one writes: an output may be rewritten within a timestamp's tick."""
+    with contextlib.suppress(OSError):
+        _KEPT[_kept_key(os.stat(path))] = digest
+
+
+def _kept_key(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, *_stat_identity(st))
 
 
 def git_blob_sha1(path: Path) -> str:

@@ -99,3 +99,24 @@ def test_a_data_file_outside_the_repository_is_refused_by_name(name, hub, tmp_pa
     result = hf_cli(tmp_path, hub, "t/out", "out_dir=out")
     assert_one_line_error(result, repr(name), "a path outside the repository")
     assert not [p for p in tmp_path.rglob("evil.jsonl")]
+
+
+def test_a_damaged_file_a_read_only_cache_keeps_is_one_line(tmp_path, monkeypatch):
+    """A shared or read-only HF cache: the damaged file cannot be taken out (before: a
+    PermissionError traceback)."""
+    from pathlib import Path
+
+    from corpusprep.errors import UserError
+    from corpusprep.sources import hf as hf_source
+
+    blob = tmp_path / "blobs" / hashlib.sha256(b"good").hexdigest()
+    blob.parent.mkdir()
+    blob.write_bytes(b"bad")
+    assert "sha256" in _not_as_named(blob)
+
+    def refuse(self, missing_ok=False):
+        raise PermissionError(1, "Operation not permitted", str(self))
+
+    monkeypatch.setattr(Path, "unlink", refuse)
+    with pytest.raises(UserError, match="cannot be removed .Operation not permitted.; remove"):
+        hf_source._forget(blob)

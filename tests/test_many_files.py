@@ -46,3 +46,20 @@ def test_redacting_a_path_without_a_name_or_url_leaves_it_as_it_is():
     for _ in range(20_000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
         assert redact_text(text) == redact_urls_and_pairs(text), text
+
+
+def test_a_names_suffix_is_what_path_suffix_says():
+    """Formats and compression are told by the name's suffix, split without a Path per
+    file; the same as Path.suffix, '..jsonl' and '.bashrc' included."""
+    from pathlib import PurePosixPath
+
+    from corpusprep.compression import suffix
+
+    rng = random.Random(3)
+    for _ in range(20_000):
+        name = rng.choice(["", "d.x/", "/p/..q/"]) + "".join(
+            rng.choice("ab.Z") for _ in range(rng.randint(1, 9))
+        )
+        if name.rsplit("/", 1)[-1] in (".", ".."):  # not a file's name
+            continue
+        assert suffix(name) == PurePosixPath(name).suffix.lower(), name

@@ -14,7 +14,6 @@ Parts: the text of one document, or of the piece of a long document inside the s
 from __future__ import annotations
 
 import importlib
-import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
@@ -249,9 +248,9 @@ def get_format(name: str) -> Format:
 
 def format_from_name(name: str) -> str:
     """'shard-0001.jsonl.zst' -> 'jsonl'; anything unknown is text."""
-    from corpusprep.compression import strip_suffix
+    from corpusprep.compression import strip_suffix, suffix
 
-    return SUFFIX_FORMATS.get(os.path.splitext(strip_suffix(name))[1].lower(), "text")
+    return SUFFIX_FORMATS.get(suffix(strip_suffix(name)), "text")
 
 
 def line_number(file: InputFile, offset: int) -> int:

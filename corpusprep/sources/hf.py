@@ -18,7 +18,6 @@ signed) huggingface_hub drops the token itself.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -128,7 +127,7 @@ class HfSource(Source):
                     "later, or tell the dataset's owner"
                 )
             paths = [again if p == path else p for p in paths]
-        files = input_files(paths, self.options)
+        files = input_files(paths, self.options, skip_empty=True)  # no row in datasets either
         options = self.options
         if options.format == "auto" and not (options.doc_separator or options.doc_end):
             # datasets' text loader reads a .txt data file a row per line
@@ -318,7 +317,7 @@ class HfSource(Source):
 
         thread = threading.Thread(target=run, name=f"download {name}", daemon=True)
         thread.start()
-        thread.join(self.deadline)
+        thread.join(min(self.deadline, threading.TIMEOUT_MAX))  # 1e10 s: no limit, in effect
         if thread.is_alive():
             raise UserError(
                 f"source=hf: {name} of {self.what}: not downloaded within "
@@ -396,13 +395,18 @@ def _not_as_named(path: Path) -> Optional[str]:
     (huggingface_hub names a blob by the Hub's ETag: an LFS file's sha256, else git's blob
     sha1, and checks only its size): a download cut short, other bytes served, a copy
     damaged since. None if it is right, or not a blob named so (nothing to check it by)."""
-    from corpusprep.writer import file_sha256, git_blob_sha1
+    from corpusprep.writer import file_sha256, git_blob_sha1, keep_sha256
 
     blob = Path(os.path.realpath(path))
     if blob.parent.name != "blobs" or not HEX.fullmatch(blob.name):
         return None
-    digest = file_sha256(blob, keep=True) if len(blob.name) == 64 else git_blob_sha1(blob)
+    try:
+        digest = file_sha256(blob) if len(blob.name) == 64 else git_blob_sha1(blob)
+    except OSError as e:  # unreadable, or not a regular file
+        return f"cannot be read: {e.strerror or e}"
     if digest == blob.name:
+        if len(digest) == 64:  # the run keys its input by it: not read again
+            keep_sha256(blob, digest)
         return None
     kind = "sha256" if len(blob.name) == 64 else "git sha1"
     return f"{kind} {digest[:12]}..., where the Hub names {blob.name[:12]}..."
@@ -425,8 +429,16 @@ def _forget(path: Path) -> None:
     """Take a file out of the HF cache (its blob and the snapshot's link to it): the next
     download fetches it afresh, and nothing damaged is left for a later run to read."""
     for leftover in {Path(os.path.realpath(path)), Path(path)}:
-        with contextlib.suppress(FileNotFoundError):
+        try:
             leftover.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as e:  # a read-only or shared cache: nothing this run can mend
+            raise UserError(
+                f"source=hf: {path} in the HF cache is not the file the Hub names, and it "
+                f"cannot be removed ({e.strerror}); remove it, or point HF_HUB_CACHE at a "
+                "cache you may write"
+            ) from None
 
 
 def _unreachable(e: Exception) -> bool:
