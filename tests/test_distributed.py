@@ -374,3 +374,19 @@ def test_slurm_single_node_same_bytes_and_resubmits(corpus):
         assert r.returncode == 0, r.stderr
         assert "submitting it again" in r.stderr
     same_as_reference(corpus, "slurm2")
+
+
+def test_ray_is_asked_for_warnings_only(monkeypatch):
+    """A run's own summary says what it did: Ray's INFO lines ("Started a local Ray
+    instance.", an attack found it printed with quiet=true) are not asked for. (Within the
+    tests' loopback namespace Ray does not print that line, so its wiring is checked.)"""
+    import logging
+    from types import SimpleNamespace
+
+    import corpusprep.executors.ray as ray_executor
+
+    asked = {}
+    fake = SimpleNamespace(is_initialized=lambda: False, init=lambda **kw: asked.update(kw))
+    monkeypatch.setattr(ray_executor, "_ray", lambda: fake)
+    ray_executor.RayExecutor()._connect()
+    assert asked["logging_level"] == logging.WARNING and asked["log_to_driver"] is False

@@ -14,6 +14,7 @@ marker last, so that is harmless, and the merge follows the plan, not finishing 
 
 from __future__ import annotations
 
+import logging
 import socket
 import sys
 from collections.abc import Iterator, Sequence
@@ -82,7 +83,9 @@ class RayExecutor(Executor):
     def _connect(self) -> Any:
         ray = _ray()
         if not ray.is_initialized():
-            kwargs: dict[str, Any] = {"address": self.address, "log_to_driver": False}
+            # its own INFO lines ("Started a local Ray instance.") say nothing a run needs
+            kwargs: dict[str, Any] = {"address": self.address, "log_to_driver": False,
+                                      "logging_level": logging.WARNING}  # fmt: skip
             if self.node_ip_address:
                 kwargs["_node_ip_address"] = self.node_ip_address
             if self.address is None:
