@@ -4,6 +4,8 @@ failed more times than it may be tried."""
 from __future__ import annotations
 
 import math
+import threading
+from typing import Any, Callable, Optional
 
 
 class UserError(Exception):
@@ -64,3 +66,32 @@ INTERRUPTED_AFTER_FINISHING = (
     "interrupted; out_dir holds the complete outputs of an earlier run, whose commit this "
     "run finished"
 )
+
+
+class StillRunning(Exception):
+    """interruptible(): the call had not returned when its time was up."""
+
+
+def interruptible(call: Callable[[], Any], timeout: Optional[float] = None) -> Any:
+    """call() in a daemon thread, waited on from this one. Python acts on a signal only
+    between two of its own steps: a long call into a library that lets go of the GIL
+    (rustbpe's training: minutes) held a Ctrl-C or SIGTERM until it returned, and one whose
+    own timeout restarts with every byte (huggingface_hub's download) never ends. Waited on
+    here, the signal is acted on at once, and StillRunning is raised after `timeout`
+    seconds; the thread ends with the process."""
+    answer: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            answer["value"] = call()
+        except BaseException as e:  # raised in the caller's thread
+            answer["error"] = e
+
+    thread = threading.Thread(target=run, name="corpusprep-wait", daemon=True)
+    thread.start()
+    thread.join(None if timeout is None else min(timeout, threading.TIMEOUT_MAX))
+    if thread.is_alive():
+        raise StillRunning()
+    if "error" in answer:
+        raise answer["error"]
+    return answer["value"]

@@ -75,6 +75,7 @@ from corpusprep.writer import (
     check_free_space,
     choose_dtype,
     disk_errors,
+    file_identity,
     file_sha256,
     in_threads,
 )
@@ -1013,7 +1014,7 @@ def _inputs_record(hashes: dict[str, bytes], before: dict[str, os.stat_result]) 
     before the resume, has another ctime: shards may have read anything in between)."""
     return {
         "sha256": {name: digest.hex() for name, digest in sorted(hashes.items())},
-        "identity": {path: list(_identity(stat)) for path, stat in sorted(before.items())},
+        "identity": {path: list(file_identity(stat)) for path, stat in sorted(before.items())},
     }
 
 
@@ -1027,16 +1028,9 @@ def _hash_and_record(run: Run) -> dict[str, bytes]:
     it was hashed (even with its size and mtime put back) leaves no record, and shards made
     from it are never reused."""
     hashes = _all_hashes(run)
-    if all(_identity(_stat(path)) == _identity(stat) for path, stat in run.before.items()):
+    if all(file_identity(_stat(path)) == file_identity(stat) for path, stat in run.before.items()):
         _record_inputs(run, _inputs_record(hashes, run.before))
     return hashes
-
-
-def _identity(stat: os.stat_result) -> tuple[int, ...]:
-    """What any change to a file changes: a write sets the ctime, which nothing can put
-    back (utime sets only atime and mtime); its inode if it was replaced. Not the device:
-    a network file system's can differ from one mount to the next."""
-    return stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
 
 
 def _stat(path: str) -> os.stat_result:
@@ -1132,7 +1126,7 @@ def _check_unchanged(before: dict[str, os.stat_result]) -> None:
     """Every input is as the run found it: not written meanwhile, even with its size and
     mtime put back (cp -p, rsync -a, touch -r), nor replaced."""
     for path, stat in before.items():
-        if _identity(_stat(path)) != _identity(stat):
+        if file_identity(_stat(path)) != file_identity(stat):
             raise UserError(f"{path}: the file changed while it was being read; run again")
 
 

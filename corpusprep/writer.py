@@ -637,12 +637,15 @@ def _read_holder(fd: int) -> str:
 
 
 def _identity(path: Path) -> tuple:
-    """What changes when a file is written to or replaced."""
-    return _stat_identity(path.stat())
+    return file_identity(path.stat())
 
 
-def _stat_identity(st: os.stat_result) -> tuple[int, ...]:
-    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns  # the size second: result()
+def file_identity(stat: os.stat_result) -> tuple[int, ...]:
+    """What any change to a file changes: a write sets the ctime, which nothing can put
+    back (utime sets only atime and mtime); its inode if it was replaced. Not the device:
+    a network file system's can differ from one mount to the next. (The size second:
+    GrowingDigest.result reads it there.)"""
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
 
 
 def _fsync_file(path: Path) -> None:
@@ -820,7 +823,7 @@ def keep_sha256(path: Path, digest: str) -> None:
 
 
 def _kept_key(st: os.stat_result) -> tuple[int, ...]:
-    return (st.st_dev, *_stat_identity(st))
+    return (st.st_dev, *file_identity(st))
 
 
 def git_blob_sha1(path: Path) -> str:

@@ -436,19 +436,27 @@ def test_the_files_and_their_order_are_datasets(name, hub, tmp_path):
         assert len(hub.asked("HEAD", f"/resolve/{sha}/{path}")) == 1, path
 
 
-def load_dataset_texts(folder: Path, config: Optional[str], split: str, home: Path) -> bytes:
-    """What datasets.load_dataset reads from a copy of the repository on disk (offline)."""
+def datasets_rows(arguments: str, argv: list[str], home: Path) -> list[str]:
+    """The text of each row datasets.load_dataset(ARGUMENTS) gives, run offline in a process
+    of its own; `arguments` may read `argv` as sys.argv[1:]."""
     code = (
         "import json, sys, datasets\n"
-        "ds = datasets.load_dataset(sys.argv[1], sys.argv[2] or None, split=sys.argv[3])\n"
+        f"ds = datasets.load_dataset({arguments})\n"
         "sys.stdout.write(json.dumps(list(ds['text'])))\n"
     )
     env = {**os.environ, "HF_HOME": str(home), "HF_HUB_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": str(home / "datasets")}  # fmt: skip
-    r = subprocess.run([sys.executable, "-c", code, str(folder), config or "", split],
-                       capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                       env=env, timeout=300)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
-    return "".join(json.loads(r.stdout)).encode()
+    return json.loads(r.stdout)
+
+
+def load_dataset_texts(folder: Path, config: Optional[str], split: str, home: Path) -> bytes:
+    """What datasets.load_dataset reads from a copy of the repository on disk (offline)."""
+    rows = datasets_rows("sys.argv[1], sys.argv[2] or None, split=sys.argv[3]",
+                         [str(folder), config or "", split], home)  # fmt: skip
+    return "".join(rows).encode()
 
 
 @pytest.mark.parametrize("name", sorted(LAYOUTS))

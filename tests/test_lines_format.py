@@ -5,10 +5,6 @@ where load_dataset gives a row per line; here the real library is the reference.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -33,17 +29,8 @@ TEXTS = {
 
 def _theirs(files: list[Path], home: Path) -> list[str]:
     """The rows datasets.load_dataset('text', data_files=...) reads, offline."""
-    code = (
-        "import json, sys, datasets\n"
-        "ds = datasets.load_dataset('text', data_files=sys.argv[1:], split='train')\n"
-        "sys.stdout.write(json.dumps(list(ds['text'])))\n"
-    )
-    env = {**os.environ, "HF_HOME": str(home), "HF_HUB_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1", "HF_DATASETS_CACHE": str(home / "datasets")}  # fmt: skip
-    r = subprocess.run([sys.executable, "-c", code, *map(str, files)], capture_output=True,
-                       text=True, env=env, timeout=300)  # fmt: skip
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout)
+    return hf.datasets_rows("'text', data_files=sys.argv[1:], split='train'", list(map(str, files)),
+                            home)  # fmt: skip
 
 
 def _documents(out: Path) -> list[str]:

@@ -25,15 +25,15 @@ import os
 import posixpath
 import re
 import sys
-import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Optional
 from urllib.parse import urlsplit
 
-from corpusprep.errors import UserError, checked_number
+from corpusprep.errors import StillRunning, UserError, checked_number, interruptible
 from corpusprep.formats import InputFile
 from corpusprep.redact import redact
 from corpusprep.sources import Source, input_files, new_part
@@ -303,30 +303,15 @@ class HfSource(Source):
     def _in_time(self, name: str, ask: Callable[[], Any]) -> Any:
         """_retried(ask), given up once source.deadline has passed: huggingface_hub's
         timeout restarts with every byte, so a server sending one byte a second would
-        hold the run for ever. The download goes on in a daemon thread, which ends with
-        the process; its .incomplete file resumes next time."""
-        if self.deadline is None:
-            return self._retried(ask)
-        answer: dict[str, Any] = {}
-
-        def run() -> None:
-            try:
-                answer["value"] = self._retried(ask)
-            except BaseException as e:  # raised in the caller's thread
-                answer["error"] = e
-
-        thread = threading.Thread(target=run, name=f"download {name}", daemon=True)
-        thread.start()
-        thread.join(min(self.deadline, threading.TIMEOUT_MAX))  # 1e10 s: no limit, in effect
-        if thread.is_alive():
+        hold the run for ever. The download's .incomplete file resumes next time."""
+        try:
+            return interruptible(lambda: self._retried(ask), self.deadline)
+        except StillRunning:
             raise UserError(
                 f"source=hf: {name} of {self.what}: not downloaded within "
                 f"source.deadline={self.deadline:g} s (the server may be stalling); run again "
                 "later (the download resumes), or raise source.deadline (null: no limit)"
-            )
-        if "error" in answer:
-            raise answer["error"]
-        return answer["value"]
+            ) from None
 
     def _retried(self, ask: Callable[[], Any]) -> Any:
         """ask(), again after a wait where the Hub answered that it is busy or down (429,
@@ -464,17 +449,23 @@ def _answered(e: BaseException) -> tuple[Optional[int], Optional[float]]:
     behind huggingface_hub's 'not in the cache either' error; (None, None) otherwise."""
     from huggingface_hub import utils
 
-    seen = 0
-    while e is not None and seen < 5:  # the cause, its cause...
-        if isinstance(e, utils.HfHubHTTPError):
-            response = getattr(e, "response", None)
+    for cause in _causes(e):
+        if isinstance(cause, utils.HfHubHTTPError):
+            response = getattr(cause, "response", None)
             status = getattr(response, "status_code", None)
             if status not in BUSY:
                 return None, None
             after = (getattr(response, "headers", None) or {}).get("Retry-After", "")
             return status, float(after) if re.fullmatch(r"\d{1,6}", after.strip()) else None
-        e, seen = e.__cause__ or e.__context__, seen + 1
     return None, None
+
+
+def _causes(e: Optional[BaseException], most: int = 5) -> Iterator[BaseException]:
+    """The error, its cause, that one's cause... (huggingface_hub wraps what went wrong in
+    its own 'not in the cache either' error)."""
+    while e is not None and most > 0:
+        yield e
+        e, most = e.__cause__ or e.__context__, most - 1
 
 
 def _fix(e: BaseException) -> str:
@@ -491,14 +482,9 @@ def _fix(e: BaseException) -> str:
 def _cut_short(e: Optional[BaseException]) -> bool:
     """An answer that began and broke off (a body shorter than its Content-Length, a
     connection closed mid-answer), for this error or its causes."""
-    for _ in range(5):
-        if e is None:
-            return False
-        names = " ".join(c.__name__ for c in type(e).__mro__)
-        if re.search(r"RemoteProtocolError|IncompleteRead|ChunkedEncoding|ReadError", names):
-            return True
-        e = e.__cause__ or e.__context__
-    return False
+    broke_off = re.compile(r"RemoteProtocolError|IncompleteRead|ChunkedEncoding|ReadError")
+    return any(broke_off.search(" ".join(c.__name__ for c in type(cause).__mro__))
+               for cause in _causes(e))  # fmt: skip
 
 
 def _why(e: BaseException) -> str:

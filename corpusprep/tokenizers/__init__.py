@@ -264,28 +264,6 @@ _sink: dict[str, Any] = {}  # this process's scratch file for fd 2 (per pid: wor
 _sink_lock = threading.RLock()
 
 
-def interruptible(call: Callable[[], Any]) -> Any:
-    """call() in a daemon thread, waited on from this one. A long call into a library that
-    lets go of the GIL (rustbpe's training: minutes on a big sample) held a Ctrl-C or a
-    SIGTERM until it returned, as Python acts on a signal between two of its own steps;
-    waited on here, the signal is acted on at once, and the thread ends with the process."""
-    answer: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            answer["value"] = call()
-        except BaseException as e:  # raised in the caller's thread
-            answer["error"] = e
-
-    thread = threading.Thread(target=run, name="corpusprep-native-call", daemon=True)
-    thread.start()
-    while thread.is_alive():
-        thread.join(0.1)
-    if "error" in answer:
-        raise answer["error"]
-    return answer["value"]
-
-
 @contextlib.contextmanager
 def native_panics(error: Callable[[str], Exception]) -> Iterator[None]:
     """Around a call into a Rust tokenizer whose regex engine may panic on a user's or a

@@ -26,9 +26,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from corpusprep.errors import UserError
+from corpusprep.errors import UserError, interruptible
 from corpusprep.sample import Sample, SampleRule, sample_rule
-from corpusprep.tokenizers import NOWHERE, TRAINED, interruptible, native_panics, read_kept
+from corpusprep.tokenizers import NOWHERE, TRAINED, native_panics, read_kept
 from corpusprep.tokenizers.tiktoken import (
     CUT_AT,
     KEPT,
