@@ -28,7 +28,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -422,11 +422,13 @@ def encode(run: Run) -> None:
     """The encode pass: every shard writes its ids (resuming finished shards)."""
     tasks, parts = _encode_tasks(run)
     work = tasks[0].marker and Path(tasks[0].marker).parent
+    whole = _read_whole(run)
     done = {}
     if work and any(work.glob("*.done")):  # an earlier run's shards: reuse them only
         run.hashes = _all_hashes(run)  # if the input is still the same
-        if _recorded_inputs(work) == _inputs_record(run.hashes, run.before):
-            done = {t.shard.index: r for t in tasks if (r := finished(t, run.itemsize))}
+        if _recorded_inputs(work) == _inputs_record(_without(run.hashes, whole), run.before):
+            done = {t.shard.index: r for t in tasks
+                    if (r := finished(t, run.itemsize, run.hashes))}  # fmt: skip
         for stale in () if done else work.glob("*.done"):
             stale.unlink()
     todo = _taking_order([t for t in tasks if t.shard.index not in done])
@@ -435,12 +437,15 @@ def encode(run: Run) -> None:
               "earlier run (same input sha256)", file=sys.stderr)  # fmt: skip
     with disk_errors(run.out.label, _space_needed(run)):
         hashing = written = None
-        if work and _hashed_all(run):  # known (documents are keyed by them; a resume checked
-            _record_inputs(run, _inputs_record(run.hashes, run.before))  # them): first
-        elif work:  # one text: its sha256 while the workers encode (0.1 s per 100 MB that
-            # no core could share), recorded for a resume once taken
+        # the small files read whole are hashed by their readers (their shards' markers
+        # keep the digests); the others' digests are recorded for a resume...
+        if work and all(f.name in run.hashes or f.name in whole for f in run.files):
+            _record_inputs(run, _inputs_record(_without(run.hashes, whole), run.before))
+        elif work:  # ... first if known (documents are keyed by them; a resume checked
+            # them), else (one text) taken while the workers encode (0.1 s per 100 MB that
+            # no core could share) and recorded then
             (work / INPUTS).unlink(missing_ok=True)  # an earlier run's: of other bytes
-            hashing = Meanwhile(partial(_hash_and_record, run))
+            hashing = Meanwhile(partial(_hash_and_record, run, whole))
         runs = _runs(todo, getattr(run.executor, "workers", None))
         fresh = (result for results in run.executor.map(encode_run, runs) for result in results)
         if work is None:  # shards write in place (no resume): the input's sha256 while the
@@ -462,6 +467,8 @@ def encode(run: Run) -> None:
             STREAMS.close()
         if hashing is not None:
             run.hashes = hashing.result()
+        run.hashes = {**run.hashes, **{n: d for r in fresh for n, d in r.digests.items()}}
+        run.hashes = _all_hashes(run)  # each known by now; the manifest lists every one
         done.update(zip((t.shard.index for t in todo), fresh))
         run.results = [done[t.shard.index] for t in tasks]
         _check_unchanged(run.before)
@@ -884,17 +891,23 @@ def _hashes(files: list[InputFile], threads: Optional[int] = None) -> dict[str, 
     return {**found, **{f.name: _member_digest(found[f.path], f.member) for f in files}}
 
 
-def _hashed_first(run: Run) -> list[InputFile]:
-    """The inputs not hashed yet, less the small text files read whole (their reader keys
-    them by the bytes it read: 200,000 of them took seconds to hash before any shard)."""
+def _read_whole(run: Run) -> set[str]:
+    """The small text files read whole: their reader hashes the bytes it read, keys their
+    document by them and hands the digest back (200,000 of them took seconds to hash before
+    any shard, and were read twice)."""
     from corpusprep.formats.text import read_whole
 
-    whole = {s.file.name for shard in run.shards for s in shard.segments if read_whole(s)}
+    return {s.file.name for shard in run.shards for s in shard.segments if read_whole(s)}
+
+
+def _hashed_first(run: Run) -> list[InputFile]:
+    """The inputs not hashed yet, less the small text files read whole."""
+    whole = _read_whole(run)
     return [f for f in run.files if f.name not in whole and f.name not in run.hashes]
 
 
-def _hashed_all(run: Run) -> bool:
-    return all(f.name in run.hashes for f in run.files)
+def _without(hashes: dict[str, bytes], names: set[str]) -> dict[str, bytes]:
+    return {name: digest for name, digest in hashes.items() if name not in names}
 
 
 def _all_hashes(run: Run) -> dict[str, bytes]:
@@ -1022,14 +1035,15 @@ def _record_inputs(run: Run, record: dict) -> None:
     run.out.write_work_file(INPUTS, json.dumps(record).encode())
 
 
-def _hash_and_record(run: Run) -> dict[str, bytes]:
-    """The input's sha256, recorded for a resume only if no input file was touched since
-    the run first looked at them (before any shard read it): a file changed in place while
-    it was hashed (even with its size and mtime put back) leaves no record, and shards made
-    from it are never reused."""
-    hashes = _all_hashes(run)
+def _hash_and_record(run: Run, whole: Collection[str] = ()) -> dict[str, bytes]:
+    """The sha256 of the inputs but those read `whole` (their readers hash them), recorded
+    for a resume only if no input file was touched since the run first looked at them
+    (before any shard read it): a file changed in place while it was hashed (even with its
+    size and mtime put back) leaves no record, and shards made from it are never reused."""
+    missing = [f for f in run.files if f.name not in run.hashes and f.name not in whole]
+    hashes = {**run.hashes, **_hashes(missing, run.cores)} if missing else run.hashes
     if all(file_identity(_stat(path)) == file_identity(stat) for path, stat in run.before.items()):
-        _record_inputs(run, _inputs_record(hashes, run.before))
+        _record_inputs(run, _inputs_record(_without(hashes, whole), run.before))
     return hashes
 
 

@@ -166,6 +166,8 @@ class EncodeResult:
     # vocab_used; None where unknown (a shard resumed from an earlier run)
     ids_seen: Optional[np.ndarray] = None
     val_bytes: Optional[int] = None  # the UTF-8 bytes of the val ids it wrote; None: not counted
+    # the sha256 of each small text file it read whole (the driver does not read them)
+    digests: dict[str, bytes] = field(default_factory=dict)
 
     @property
     def docs(self) -> int:
@@ -332,6 +334,7 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
     doc = task.first_doc - 1
     position = [task.first_char]
     chars, skipped = [0], 0  # chars: a list, added to as the pieces are read
+    digests = {}
     # whole short documents go a batch at a time (split by document, hash or stream)
     batch = _Batch(task, writers, starts, keys, eot) if task.rules.split_by != "position" else None
     try:
@@ -342,6 +345,8 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
                 skipped += part.skipped
                 if part.skipped:  # counted, and nothing to write or key a side by
                     continue
+                if part.sha256 is not None:
+                    digests[segment.file.name] = part.sha256
                 if part.whole is not None:  # one piece (pieces == [whole]): counted now
                     chars[0] += len(part.whole)
                     if batch is not None and part.starts and part.ends and batch.add(doc, part):
@@ -359,7 +364,8 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
     val_bytes = writers["val"].text_bytes if "val" in writers else 0  # no val: none of it
     result = EncodeResult(chars=chars[0], skipped=skipped,
                           ids_seen=None if seen is None else seen.packed(),
-                          val_bytes=None if sizes is None else val_bytes)  # fmt: skip
+                          val_bytes=None if sizes is None else val_bytes,
+                          digests=digests)  # fmt: skip
     for side in SIDES:
         if side in writers:
             setattr(result, f"{side}_tokens", writers[side].tokens)
@@ -410,19 +416,27 @@ def _write_marker(marker: str, result: EncodeResult, key_hash: str) -> None:
     record["train_keys"] = len(result.train_keys)
     record["key_hash"] = key_hash
     record["val_bytes"] = result.val_bytes
+    record["sha256"] = {name: digest.hex() for name, digest in result.digests.items()}
     tmp = f"{marker}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(record, f)
     os.replace(tmp, marker)
 
 
-def finished(task: EncodeTask, itemsize: int) -> Optional[EncodeResult]:
-    """The result of a shard a previous run completed, if its marker and parts are whole."""
+def finished(task: EncodeTask, itemsize: int, hashes: dict[str, bytes]) -> Optional[EncodeResult]:
+    """The result of a shard a previous run completed, if its marker and parts are whole,
+    and the small files it read whole (it took their sha256) have those `hashes` now."""
+    from corpusprep.formats.text import read_whole
+
     if task.marker is None or not os.path.exists(task.marker):
         return None
     try:
         with open(task.marker, encoding="utf-8") as f:
             record = json.load(f)
+        read = {s.file.name: hashes[s.file.name].hex() for s in task.shard.segments
+                if read_whole(s)}  # fmt: skip
+        if record.get("sha256", {}) != read:
+            return None
         counts = {k: record[k] for k in COUNTS}
         split = record["train_keys"]
         # keyed another way (an older version keyed every document by blake2b): its keys

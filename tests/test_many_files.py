@@ -63,3 +63,81 @@ def test_a_names_suffix_is_what_path_suffix_says():
         if name.rsplit("/", 1)[-1] in (".", ".."):  # not a file's name
             continue
         assert suffix(name) == PurePosixPath(name).suffix.lower(), name
+
+
+_OPENED: list[str] = []  # paths opened while a test listens (audit hooks stay for good)
+
+
+def _listen(event: str, args: tuple) -> None:
+    if event == "open" and _OPENED and isinstance(args[0], (str, bytes, os.PathLike)):
+        _OPENED.append(os.fsdecode(args[0]))
+
+
+def test_a_small_file_is_opened_twice_in_a_run_listed_then_read(tmp_path):
+    """Once when listed (its magic bytes and size) and once when read (whole, and hashed
+    by its reader): a corpus of 50,000 small files spent seconds opening each a third and
+    a fourth time (the plan, the manifest's sha256). Every worker runs in this process."""
+    import hashlib
+    import json
+    import sys
+    from collections import Counter
+
+    from corpusprep.prepare import prepare
+    from helpers import compose
+
+    corpus = tmp_path / "corpus"
+    for i in range(40):
+        (corpus / f"d{i % 4}").mkdir(parents=True, exist_ok=True)
+        (corpus / f"d{i % 4}" / f"f{i:03d}.txt").write_text(f"document {i}\n" * (i + 1))
+    sys.addaudithook(_listen)
+    _OPENED[:] = ["(listening)"]
+    try:
+        prepare(compose("source=files", f"source.glob={corpus}/**/*.txt", "tokenizer=byte",
+                        f"out_dir={tmp_path / 'out'}", "executor.workers=1", "quiet=true",
+                        "shard_bytes=1024"))  # fmt: skip
+    finally:
+        opened, _OPENED[:] = Counter(_OPENED[1:]), []
+    inputs = sorted(str(p) for p in corpus.rglob("*.txt"))
+    assert {p: opened[p] for p in inputs} == dict.fromkeys(inputs, 2)
+    listed = json.loads((tmp_path / "out" / "manifest.json").read_text())["source"]["files"]
+    assert {f["path"]: f["sha256"] for f in listed} == {
+        p: hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in inputs
+    }
+
+
+def _small_files(root: Path, count: int = 240) -> None:
+    for i in range(count):
+        folder = root / f"d{i % 6}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"f{i:04d}.txt").write_text(f"file {i}: " + "words and more words " * (i % 9))
+
+
+def test_a_run_of_small_files_killed_midway_resumes_from_its_finished_shards(tmp_path, tiktoken_cache):
+    """The small files read whole are hashed by their readers, and each finished shard's
+    marker keeps their digests: a resume reuses the shards whose files still have them,
+    the rest (files not hashed by the driver) recorded before the first shard starts. A
+    marker that names other bytes for a file it read (or none) is redone. The outputs and
+    the manifest are a fresh run's."""
+    import json
+
+    from helpers import FAULTS, crash_after_documents, run_cli
+
+    _small_files(tmp_path / "corpus")
+    args = ["source=files", "source.glob=corpus/**/*.txt", "tokenizer=tiktoken",
+            "shard_bytes=1500", "executor.workers=1", "quiet=true"]  # fmt: skip
+    ref = run_cli(*args, "out_dir=ref", cwd=tmp_path)
+    assert ref.returncode == 0, ref.stderr
+    args = crash_after_documents(args, tmp_path, documents=150)
+    markers = sorted((tmp_path / "out").rglob("*.done"))
+    assert len(markers) > 4
+    tampered = json.loads(markers[0].read_text())
+    name = next(iter(tampered["sha256"]))
+    tampered["sha256"][name] = "0" * 64
+    markers[0].write_text(json.dumps(tampered))
+    again = run_cli(*args, "out_dir=out", cwd=tmp_path, env=FAULTS)
+    assert again.returncode == 0, again.stderr
+    assert f"resuming: {len(markers) - 1} of " in again.stderr
+    for name in ("train.bin", "val.bin"):
+        assert (tmp_path / "out" / name).read_bytes() == (tmp_path / "ref" / name).read_bytes()
+    made, want = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("out", "ref"))
+    assert made["source"] == want["source"] and made["documents"] == want["documents"]

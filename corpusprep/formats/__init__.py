@@ -114,6 +114,7 @@ class Part:
     whole: Optional[str] = None  # the full text, when in one piece (pieces is then [whole])
     skipped: bool = False  # an invalid document left out (source.skip_invalid): no text
     key: Optional[bytes] = None  # its key where not its text's: a small text file's sha256
+    sha256: Optional[bytes] = None  # a small text file read whole: its bytes' whole digest
 
 
 SKIPPED = Part((), starts=False, ends=False, skipped=True)

@@ -30,6 +30,7 @@ from corpusprep.text import (
     plan_shards,
     raw_pieces,
     read_raw,
+    read_small,
 )
 
 SMALL_FILE = 1 << 16  # bytes: a text file this small is read whole, in one piece
@@ -107,11 +108,14 @@ class TextFormat(Format):
             return
         if read_whole(segment):  # in one piece: encoded with others a batch at a time (a
             # corpus of 200,000 small files spent as long in per-document steps as encoding)
-            pieces = guard_cuts(self.raw(segment), segment.cut_at, file.max_uncut_bytes, file.name)
-            data = b"".join(raw for _, raw in pieces)
+            data = read_small(file.path, file.size)
+            if file.size > file.max_uncut_bytes:  # else no stretch of it can be too long
+                for _ in guard_cuts([(0, data)], segment.cut_at, file.max_uncut_bytes, file.name):
+                    pass
             text = decode(data, file.name, 0)
             # keyed as every text file is, by its sha256: of the very bytes read
-            yield Part([text], whole=text, key=hashlib.sha256(data).digest()[:16])
+            digest = hashlib.sha256(data).digest()
+            yield Part([text], whole=text, key=digest[:16], sha256=digest)
             return
         last = not file.seekable or segment.end == file.size
         yield Part(self.text(segment), starts=segment.start == 0, ends=last)
