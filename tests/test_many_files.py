@@ -82,8 +82,9 @@ def test_a_small_file_is_opened_twice_in_a_run_listed_then_read(tmp_path):
     import sys
     from collections import Counter
 
-    from corpusprep.prepare import prepare
     from helpers import compose
+
+    from corpusprep.prepare import prepare
 
     corpus = tmp_path / "corpus"
     for i in range(40):
@@ -112,7 +113,9 @@ def _small_files(root: Path, count: int = 240) -> None:
         (folder / f"f{i:04d}.txt").write_text(f"file {i}: " + "words and more words " * (i % 9))
 
 
-def test_a_run_of_small_files_killed_midway_resumes_from_its_finished_shards(tmp_path, tiktoken_cache):
+def test_a_run_of_small_files_killed_midway_resumes_from_its_finished_shards(
+    tmp_path, tiktoken_cache
+):
     """The small files read whole are hashed by their readers, and each finished shard's
     marker keeps their digests: a resume reuses the shards whose files still have them,
     the rest (files not hashed by the driver) recorded before the first shard starts. A
