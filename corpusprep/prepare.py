@@ -1275,13 +1275,13 @@ def keys_in(keys: np.ndarray, others: np.ndarray) -> int:
 
 def _manifest(run: Run) -> dict[str, Any]:
     from corpusprep.compose_cache import hydra_version
-    from corpusprep.redact import redact_override, redact_values
+    from corpusprep.redact import redact_override, redact_text, redact_values
 
     settings, files = run.settings, run.files
     train, val = run.merged.tokens["train"], run.merged.tokens["val"]
     chars = run.chars
-    listed = [
-        {"path": real, **({"member": f.member} if f.member else {}),
+    listed = [  # a URL's user:password or ?token= is never written (a path is the one text)
+        {"path": redact_text(real), **({"member": redact_text(f.member)} if f.member else {}),
          "format": f.format, "compression": f.compression, "bytes": run.before[f.path].st_size,
          "sha256": run.hashes[f.path].hex()}  # of the file on disk (a zip: the archive)
         for f, real in zip(files, real_paths(f.path for f in files))
@@ -1300,15 +1300,13 @@ def _manifest(run: Run) -> dict[str, Any]:
         "fingerprint": fingerprint(run, sha256, run.tokenizer.max_id),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "name": run.cfg.get("name"),
-        "source": redact_values(
-            {  # a URL's user:password or ?token= is never written
-                **run.source.describe(),
-                "file": listed[0]["path"],
-                "bytes": sum(run.before[p].st_size for p in {f.path for f in files}),
-                "sha256": sha256,
-                "files": listed,
-            }
-        ),  # fmt: skip
+        "source": {
+            **redact_values(run.source.describe()),
+            "file": listed[0]["path"],
+            "bytes": sum(run.before[p].st_size for p in {f.path for f in files}),
+            "sha256": sha256,
+            "files": listed,
+        },
         "tokenizer": run.tokenizer.describe(),
         "vocab_size": run.tokenizer.vocab_size,
         "dtype": run.dtype,

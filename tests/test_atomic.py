@@ -349,13 +349,14 @@ def test_ctrl_c_while_the_summary_prints_says_what_out_dir_holds(tmp_path, previ
 
 
 _INTERRUPTED_WRITING_THE_MANIFEST = """
-import json, os, signal, sys
-dump = json.dump
-def interrupted(obj, f, *args, **kwargs):
-    if os.path.basename(getattr(f, "name", "")).startswith(".manifest.json"):
-        os.kill(os.getpid(), signal.SIGINT)
-    return dump(obj, f, *args, **kwargs)
-json.dump = interrupted
+import glob, os, signal, sys
+import corpusprep.writer as writer
+text = writer.manifest_text
+def interrupted(manifest):  # once its temporary file is open
+    assert glob.glob(os.path.join(manifest["config"]["out_dir"], ".manifest.json.*.tmp"))
+    os.kill(os.getpid(), signal.SIGINT)
+    return text(manifest)
+writer.manifest_text = interrupted
 from corpusprep.app import main
 sys.argv = ["corpusprep", *sys.argv[1:]]
 main()
