@@ -155,7 +155,6 @@ COMMITS: list[str] = []
 FINISHED: list[str] = []
 
 
-
 def manifest_text(value: Any, level: int = 0) -> str:
     """`value` as json.dumps(indent=2, ensure_ascii=False) writes it, but a list of objects
     (the input files: there may be 200,000) has an object a line, each written by json's C
@@ -172,6 +171,7 @@ def manifest_text(value: Any, level: int = 0) -> str:
         return json.dumps(value, ensure_ascii=False)
     opening, closing = "[]" if isinstance(value, list) else "{}"
     return opening + "\n" + ",\n".join(lines) + "\n" + "  " * level + closing
+
 
 class OutputWriter:
     """Use as `with OutputWriter(out_dir) as out: ...; out.commit(manifest)`."""
