@@ -114,6 +114,7 @@ class Run:
     eot: str = "none"
     eot_id: Optional[int] = None
     shards: list[Shard] = field(default_factory=list)
+    read_whole: set[str] = field(default_factory=set)  # small text files, hashed as read
     run_key: str = ""  # names the resumable work folder
     scans: list[ScanResult] = field(default_factory=list)  # empty: no scan pass was needed
     sample: Optional[Sample] = None  # what a tokenizer that trains is fitted on
@@ -299,6 +300,7 @@ def plan_shards(run: Run) -> None:
     run.split_by = split_rule(settings, run.single, run.name)
     run.eot = eot_mode(settings.eot, run.single, run.tokenizer)
     run.shards = plan(run.files, settings.shard_bytes, run.tokenizer)
+    run.read_whole = _read_whole(run.shards)
     if len(run.shards) > MANY_SHARDS and settings.shard_bytes < 1 << 20:
         print(f"corpusprep: warning: shard_bytes={settings.shard_bytes} cuts the input into "
               f"{len(run.shards):,} shards, each with a cost of its own; shard_bytes counts "
@@ -422,7 +424,7 @@ def encode(run: Run) -> None:
     """The encode pass: every shard writes its ids (resuming finished shards)."""
     tasks, parts = _encode_tasks(run)
     work = tasks[0].marker and Path(tasks[0].marker).parent
-    whole = _read_whole(run)
+    whole = run.read_whole
     done = {}
     if work and any(work.glob("*.done")):  # an earlier run's shards: reuse them only
         run.hashes = _all_hashes(run)  # if the input is still the same
@@ -891,19 +893,18 @@ def _hashes(files: list[InputFile], threads: Optional[int] = None) -> dict[str, 
     return {**found, **{f.name: _member_digest(found[f.path], f.member) for f in files}}
 
 
-def _read_whole(run: Run) -> set[str]:
+def _read_whole(shards: list[Shard]) -> set[str]:
     """The small text files read whole: their reader hashes the bytes it read, keys their
     document by them and hands the digest back (200,000 of them took seconds to hash before
     any shard, and were read twice)."""
     from corpusprep.formats.text import read_whole
 
-    return {s.file.name for shard in run.shards for s in shard.segments if read_whole(s)}
+    return {s.file.name for shard in shards for s in shard.segments if read_whole(s)}
 
 
 def _hashed_first(run: Run) -> list[InputFile]:
     """The inputs not hashed yet, less the small text files read whole."""
-    whole = _read_whole(run)
-    return [f for f in run.files if f.name not in whole and f.name not in run.hashes]
+    return [f for f in run.files if f.name not in run.read_whole and f.name not in run.hashes]
 
 
 def _without(hashes: dict[str, bytes], names: set[str]) -> dict[str, bytes]:

@@ -18,6 +18,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -43,7 +44,7 @@ class InputFile:
     max_uncut_bytes: int = 64 << 20  # the most text held at once without a cut
     max_bytes: Optional[int] = None  # the most bytes read from the file (decompressed)
 
-    @property
+    @cached_property  # asked for about 14 times a file (dictionaries of files by name)
     def name(self) -> str:
         return f"{self.path}!{self.member}" if self.member else self.path
 
@@ -244,7 +245,12 @@ SUFFIX_FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl",
 def get_format(name: str) -> Format:
     if name not in FORMATS:
         raise UserError(f"source.format={name}: unknown format; use one of {', '.join(FORMATS)}")
-    return importlib.import_module(FORMATS[name]).FORMAT
+    if name not in _LOADED:  # once: a shard may hold 1,000 small files
+        _LOADED[name] = importlib.import_module(FORMATS[name]).FORMAT
+    return _LOADED[name]
+
+
+_LOADED: dict[str, Format] = {}
 
 
 def format_from_name(name: str) -> str:
