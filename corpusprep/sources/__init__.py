@@ -12,9 +12,10 @@ import secrets
 import stat
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Optional
+from typing import Any, BinaryIO, Optional, Union
 
 from corpusprep.errors import UserError
 from corpusprep.formats import InputFile
@@ -127,24 +128,27 @@ class Source(ABC):
 
 
 def input_files(
-    paths: list[Path], options: ReadOptions, skip_empty: bool = False
+    paths: Sequence[Union[str, Path]], options: ReadOptions, skip_empty: bool = False
 ) -> list[InputFile]:
     """InputFiles for `paths`: compression from the first bytes, zip archives opened up
     into their members, the format from the name (unless set); `skip_empty`: empty files
-    left out."""
+    left out. A path given as a string must be absolute (a source's listing: a corpus may
+    be 200,000 files, and a Path each took longer than opening them)."""
     from corpusprep.compression import detect, members
     from corpusprep.formats import format_from_name, get_format
 
     if options.format != "auto":
         get_format(options.format)  # an unknown format fails here, before any work
     files = []
-    for path in paths:
+    for given in paths:
+        # workers may run elsewhere (another cwd, another node): every path is absolute
+        path = given if isinstance(given, str) else str(given.absolute())
         try:  # the manifest, the plan's digest and every message are UTF-8
-            str(path).encode("utf-8")
+            path.encode("utf-8")
         except UnicodeEncodeError:
             if skip_empty and _size(path) == 0:  # left out anyway
                 continue
-            shown = str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            shown = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
             raise UserError(
                 f"{shown}: the file name is not UTF-8 (made on another system?); rename it "
                 "(e.g. with convmv), or leave it out of the source"
@@ -171,12 +175,12 @@ def input_files(
         for member in names:
             fmt = options.format
             if fmt == "auto":
-                fmt = format_from_name(member or path.name)
+                fmt = format_from_name(member or os.path.basename(path))
                 if fmt != "parquet" and compression == "none" and parquet:
                     fmt = "parquet"  # by its bytes: a Parquet file under another name
             files.append(
                 InputFile(
-                    path=str(path.absolute()),  # workers may run elsewhere (another cwd, node)
+                    path=path,
                     format=fmt,
                     compression=compression,
                     size=size // len(names),
@@ -192,23 +196,26 @@ def input_files(
     return files
 
 
-def _size(path: Path) -> int:
+def _size(path: str) -> int:
     try:
-        return path.stat().st_size
+        return os.stat(path).st_size
     except OSError:
         return -1
 
 
-def _peek(path: Path) -> tuple[bytes, bool, int]:
+def _peek(path: str) -> tuple[bytes, bool, int]:
     """A file's first 8 bytes (its compression's magic), whether it is Parquet by its bytes
-    (PAR1 at its start and at its end) and its size, from one open: a corpus may be
-    200,000 small files."""
-    with open(path, "rb") as f:
-        head, size = f.read(8), os.fstat(f.fileno()).st_size
+    (PAR1 at its start and at its end) and its size, from one open (unbuffered: a corpus
+    may be 200,000 small files)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    try:
+        head, size = os.read(fd, 8), os.fstat(fd).st_size
         if head[:4] != b"PAR1" or size < 12:
             return head, False, size
-        f.seek(-4, os.SEEK_END)
-        return head, f.read(4) == b"PAR1", size
+        os.lseek(fd, size - 4, os.SEEK_SET)
+        return head, os.read(fd, 4) == b"PAR1", size
+    finally:
+        os.close(fd)
 
 
 def check_text_file(path: Path, how_to_fix: str) -> int:

@@ -16,8 +16,7 @@ from collections import deque
 from collections.abc import Iterator
 from fnmatch import fnmatch, translate
 from functools import lru_cache
-from pathlib import Path
-from typing import Any, Union
+from typing import Any, Optional, Union
 
 from corpusprep._paths import real_paths
 from corpusprep.errors import UserError
@@ -38,39 +37,39 @@ class FilesSource(Source):
         if not self.patterns or not all(self.patterns):
             raise UserError("source.glob is empty: give a pattern, e.g. source.glob='corpus/*.txt'")
 
-    def paths(self) -> list[Path]:
-        found: set[str] = set()
+    def paths(self) -> list[str]:
+        """The absolute paths of the files, sorted, one per file."""
+        real: dict[str, Optional[str]] = {}  # each path found: its real path (None: not known)
         skipped = 0  # folders reached again through a symlink
         for pattern in self.patterns:
             pattern = os.path.expanduser(pattern)
-            walked = "**" in pattern.split("/")  # the walk lists regular files only
-            if walked:
+            if "**" in pattern.split("/"):  # the walk lists regular files only
                 listed, again = _walk_glob(pattern)
                 skipped += again
             else:
-                listed = globlib.glob(pattern)
-            matches = [
-                m for m in listed
-                if (walked or os.path.isfile(m)) and not any(fnmatch(m, x) for x in self.exclude)
-            ]  # fmt: skip
+                listed = [(m, None) for m in globlib.glob(pattern) if os.path.isfile(m)]
+            matches = [(m, r) for m, r in listed if not any(fnmatch(m, x) for x in self.exclude)]
             if not matches:
                 raise UserError(
                     f"source.glob={pattern!r}: matches no file (from {os.getcwd()}); "
                     "check the pattern, and quote it so the shell leaves it alone"
                 )
-            found.update(os.path.abspath(m) for m in matches)
+            for m, r in matches:
+                path = os.path.abspath(m)
+                real[path] = real.get(path) or r
+        unknown = [p for p, r in real.items() if r is None]
+        real.update(zip(unknown, real_paths(unknown)))
         # one path per file: its own path if listed, else the first in sorted order
-        real = dict(zip(found, real_paths(found)))
         first: dict[str, str] = {}
-        for path in sorted(found, key=lambda p: (real[p] != p, p)):
+        for path in sorted(real, key=lambda p: (real[p] != p, p)):
             first.setdefault(real[path], path)
-        dropped = skipped + len(found) - len(first)
+        dropped = skipped + len(real) - len(first)
         if dropped:
             print(f"corpusprep: note: source.glob: {dropped} path{'s' if dropped > 1 else ''} "
                   "led to files or folders already listed (symlinks); each file is read once",
                   file=sys.stderr)  # fmt: skip
         # sorted: the same files always give the same documents in the same order
-        return [Path(p) for p in sorted(first.values())]
+        return sorted(first.values())
 
     def files(self, progress: bool = True) -> list[InputFile]:
         # empty files hold no document and are left out
@@ -83,10 +82,11 @@ class FilesSource(Source):
         return {"kind": "files", "glob": self.patterns, "exclude": self.exclude}
 
 
-def _walk_glob(pattern: str) -> tuple[list[str], int]:
+def _walk_glob(pattern: str) -> tuple[list[tuple[str, str]], int]:
     """The paths a recursive glob matches (glob's rules: `**` is any run of folders, a
-    wildcard skips names starting with "."), entering each real folder once; and how
-    many times a folder was reached again (through a symlink) and left alone."""
+    wildcard skips names starting with "."), each with its real path, entering each real
+    folder once; and how many times a folder was reached again (through a symlink) and
+    left alone."""
     parts = pattern.split("/")
     fixed = next(i for i, p in enumerate(parts) if globlib.has_magic(p))
     root = "/".join(parts[:fixed]) or ("/" if pattern.startswith("/") else "")
@@ -98,9 +98,9 @@ def _walk_glob(pattern: str) -> tuple[list[str], int]:
     paths, again = [], 0
     top = root or "."
     seen = {os.path.realpath(top)}
-    todo: deque[tuple[str, ...]] = deque([()])
+    todo: deque[tuple[tuple[str, ...], str]] = deque([((), os.path.realpath(top))])
     while todo:  # breadth first: a folder is listed under its shortest path
-        rel = todo.popleft()
+        rel, real_folder = todo.popleft()
         for entry in _entries(os.path.join(top, *rel)):
             name = (*rel, entry.name)
             if _is_dir(entry):
@@ -111,9 +111,11 @@ def _walk_glob(pattern: str) -> tuple[list[str], int]:
                     again += 1
                     continue
                 seen.add(real)
-                todo.append(name)
+                todo.append((name, real))
             elif _match(name, pats) and _is_file(entry):
-                paths.append(os.path.join(root, *name))
+                real = (os.path.realpath(entry.path) if entry.is_symlink()
+                        else os.path.join(real_folder, entry.name))  # fmt: skip
+                paths.append((os.path.join(root, *name), real))
     return paths, again
 
 
