@@ -38,6 +38,21 @@ def test_real_paths_is_realpath_of_each(tmp_path, monkeypatch):
     assert real_paths(paths) == [os.path.realpath(p) for p in paths]
 
 
+def test_the_walk_gives_each_files_real_path(tmp_path, monkeypatch):
+    """A `**` walk gives each file it lists with its real path (its folder's, resolved
+    once, joined with its name; a link resolved on its own): what realpath gives."""
+    from corpusprep.sources.files import _walk_glob
+
+    _tree(tmp_path)
+    (tmp_path / "a" / "b" / "deep").mkdir()
+    (tmp_path / "a" / "b" / "deep" / "to_c.txt").symlink_to(tmp_path / "c" / "h.txt")
+    monkeypatch.chdir(tmp_path / "a")
+    for pattern in (f"{tmp_path}/**/*.txt", "../**/*.txt", "**/*", f"{tmp_path}/c/up/**/f.txt"):
+        listed, _ = _walk_glob(pattern)
+        assert len(listed) > 2
+        assert [real for _, real in listed] == [os.path.realpath(p) for p, _ in listed]
+
+
 def test_redacting_a_path_without_a_name_or_url_leaves_it_as_it_is():
     """The quick way out (no '=', no ':': no 'name=value' and no URL) gives what the whole
     search gives, on texts made of the characters that matter."""
