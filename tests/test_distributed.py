@@ -13,6 +13,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 
 import pytest
 from clusters import cmdline, descendants, loopback_only, ray_cluster, slurm_cluster
@@ -390,3 +391,77 @@ def test_ray_is_asked_for_warnings_only(monkeypatch):
     monkeypatch.setattr(ray_executor, "_ray", lambda: fake)
     ray_executor.RayExecutor()._connect()
     assert asked["logging_level"] == logging.WARNING and asked["log_to_driver"] is False
+
+
+class _Planted:
+    """A result pickle a stranger left in a work folder: unpickling it makes `flag`."""
+
+    def __init__(self, flag: str) -> None:
+        self.flag = flag
+
+    def __reduce__(self):
+        return (open, (self.flag, "w"))
+
+
+def test_slurm_submits_each_array_into_a_new_folder_of_its_own(tmp_path, monkeypatch):
+    """submitit reads a job's result from <folder>/<job id>_<task>/..._result.pkl (a pickle)
+    as soon as it exists. Job ids are guessable and come again (a new cluster, a restored
+    controller): a folder named by them alone, in a work folder that outlives a failed
+    run, gave a re-run an earlier job's results, or a planted pickle's code."""
+    submitit = pytest.importorskip("submitit")
+    from corpusprep.executors.slurm import SlurmExecutor
+
+    folders = []
+
+    class Recording:
+        def __init__(self, folder, cluster):
+            folders.append(Path(folder))
+
+        def update_parameters(self, **params):
+            pass
+
+    monkeypatch.setattr(submitit, "AutoExecutor", Recording)
+    executor = SlurmExecutor()
+    executor.attach(tmp_path / "work")
+    executor._executor()
+    executor._executor()
+    first, second = folders
+    assert first != second and first.name == second.name == "%j"
+    for folder in (first, second):
+        assert folder.parent.parent == tmp_path / "work" / "slurm"
+        assert len(folder.parent.name) >= 16  # not guessable
+
+
+@pytest.mark.slow
+def test_slurm_never_reads_a_result_pickle_left_in_the_work_folder(corpus, tmp_path):
+    """A work folder kept by a failed run (a resume needs it), with result pickles planted
+    (or left by an earlier cluster) under the job ids Slurm hands out next: the run never
+    unpickles them, and makes the reference bytes."""
+    import pickle
+    import shutil
+
+    root = tmp_path / "planted"
+    shutil.copytree(corpus / "corpus", root / "corpus")
+    shutil.copytree(corpus / "reference", root / "reference")
+    flag = root / "failing.flag"
+    flag.touch()  # every shard fails while it exists: the work folder is kept
+    failing = ["tokenizer._target_=fault_tokenizers.FailWhileFlagCharTokenizer",
+               f"+tokenizer.flag={flag}", "out_dir=out"]  # fmt: skip
+    r = run_cli(*ARGS, *failing, "executor.workers=1", "executor.retries=0", cwd=root, env=ENV)
+    assert r.returncode != 0 and "injected failure" in r.stderr, r.stderr
+    (work,) = (root / "out" / ".corpusprep-work").iterdir()
+    flag.unlink()
+    pwned = root / "unpickled.flag"
+    data = pickle.dumps(("success", _Planted(str(pwned))))
+    for job in range(1, 120):  # a fresh cluster's first job ids
+        for task in range(16):
+            folder = work / "slurm" / f"{job}_{task}"
+            folder.mkdir(parents=True)
+            (folder / f"{job}_{task}_0_result.pkl").write_bytes(data)
+    with slurm_cluster([]) as env:
+        r = run_cli(*ARGS, *failing, "executor=slurm", "executor.mem_gb=1",
+                    "executor.poll_seconds=0.3", cwd=root, env={**ENV, **env},
+                    timeout=600)  # fmt: skip
+    assert not pwned.exists()
+    assert r.returncode == 0, r.stderr
+    same_as_reference(root, "out")

@@ -3,7 +3,9 @@ corpusprep runs (a login node). An optional extra: pip install 'corpusprep[slurm
 
 Every compute node must see the same Python environment and out_dir at the same paths
 (a shared file system): shards write their parts there, and submitit its logs and
-results (in out_dir/.corpusprep-work/.../slurm). Slurm does not rerun a task that failed:
+results (in out_dir/.corpusprep-work/.../slurm/<a random name>/<job id>: job ids are
+guessable and come again, and submitit unpickles whatever result file it finds under its
+job's id). Slurm does not rerun a task that failed:
 corpusprep submits the failed shards again (retries), and a re-run of the whole command
 after a crash, a timeout or a cancelled job redoes only the shards with no completion
 marker.
@@ -12,6 +14,7 @@ marker.
 from __future__ import annotations
 
 import logging
+import secrets
 import subprocess
 import sys
 import time
@@ -68,8 +71,12 @@ class SlurmExecutor(Executor):
             ) from None
         if self.folder is None:
             raise RuntimeError("SlurmExecutor.attach() was not called")
+        # a new folder for each array: submitit takes a result pickle it finds under the
+        # job's id as the job's result, and the work folder outlives a failed run (an
+        # earlier cluster's jobs had the same ids) or may come from a stranger
+        folder = self.folder / secrets.token_hex(12)
         try:
-            executor = submitit.AutoExecutor(folder=self.folder / "%j", cluster="slurm")
+            executor = submitit.AutoExecutor(folder=folder / "%j", cluster="slurm")
         except Exception as e:
             raise UserError(
                 f"executor=slurm: no Slurm cluster here ({e}); run on a login node"
