@@ -12,8 +12,10 @@ were or which finished first.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import groupby
@@ -233,12 +235,18 @@ class _Writer:
                  seen: Optional[_Seen] = None,
                  token_bytes: Optional[np.ndarray] = None) -> None:  # fmt: skip
         mode = "wb" if target.fresh else "r+b"
+        # a part file of its own is written under a private name and renamed when whole:
+        # the same shard may run twice at once (Ray's retry of a task on a node it took
+        # for dead; a killed driver's Slurm array beside the re-run's), and a second run
+        # must never empty the file the first finished, as a merge reads it
+        self.path = target.path
+        self.written = _private(target.path) if target.fresh else target.path
         self.seen = seen  # which ids were written (shared by the sides)
         # each id's UTF-8 bytes: the text written is counted (None: not counted)
         self.token_bytes = token_bytes
         self.text_bytes: Optional[int] = None if token_bytes is None else 0
         self.index = None if token_bytes is None else Index()  # to count the text's bytes
-        self.file = open(target.path, mode, buffering=0)  # noqa: SIM115 - closed in close()
+        self.file = open(self.written, mode, buffering=0)  # noqa: SIM115 - closed in close()
         # an output file goes to disk as it is written; a part file of its own is read back
         # by the merge and deleted at the commit: written out, it would be disk work the
         # commit's fsync waits behind, and slower to delete (70 ms at 50 MB of BPE)
@@ -294,13 +302,17 @@ class _Writer:
         while data:
             data = data[self.file.write(data) :]
 
-    def close(self) -> None:
+    def close(self, done: bool = True) -> None:
+        """Write what is held and put the file in place; `done` False: the shard failed."""
         try:
-            self.flush()
-            if self.final:
-                start_writeback(self.file.fileno(), self.start, self.file.tell() - self.start)
+            if done:
+                self.flush()
+                if self.final:
+                    start_writeback(self.file.fileno(), self.start, self.file.tell() - self.start)
         finally:
             self.file.close()
+            if self.written != self.path:
+                _put_in_place(self.written, self.path, done)
 
 
 def add_text_bytes(total: Optional[int], ids: np.ndarray, token_bytes: np.ndarray,
@@ -337,6 +349,7 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
     digests = {}
     # whole short documents go a batch at a time (split by document, hash or stream)
     batch = _Batch(task, writers, starts, keys, eot) if task.rules.split_by != "position" else None
+    done = False
     try:
         for segment in task.shard.segments:
             key = task.doc_keys.get(segment.file.name)
@@ -358,9 +371,10 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
                 encode_part(task, part, doc, key, position, writers, starts, keys, eot)
         if batch is not None:
             batch.flush()
+        done = True
     finally:
         for w in writers.values():
-            w.close()
+            w.close(done)
     val_bytes = writers["val"].text_bytes if "val" in writers else 0  # no val: none of it
     result = EncodeResult(chars=chars[0], skipped=skipped,
                           ids_seen=None if seen is None else seen.packed(),
@@ -373,7 +387,7 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
         setattr(result, f"{side}_keys", np.array(keys[side], dtype=np.uint64))
         index = getattr(task, f"{side}_index")
         if index is not None:
-            save_array(np.array(starts[side], dtype=np.uint64), index)
+            _save_in_place(np.array(starts[side], dtype=np.uint64), index)
     if task.marker is not None:  # the shard is done: a re-run can take it as it is
         _write_marker(task.marker, result, task.rules.key_hash)
     return result
@@ -411,16 +425,43 @@ COUNTS = ("train_tokens", "val_tokens", "train_docs", "val_docs", "chars", "skip
 
 
 def _write_marker(marker: str, result: EncodeResult, key_hash: str) -> None:
-    save_array(np.concatenate([result.train_keys, result.val_keys]).astype("<u8"), f"{marker}.keys")
+    keys = np.concatenate([result.train_keys, result.val_keys]).astype("<u8")
+    _save_in_place(keys, f"{marker}.keys")
     record = {k: getattr(result, k) for k in COUNTS}
     record["train_keys"] = len(result.train_keys)
     record["key_hash"] = key_hash
     record["val_bytes"] = result.val_bytes
     record["sha256"] = {name: digest.hex() for name, digest in result.digests.items()}
-    tmp = f"{marker}.{os.getpid()}.tmp"
+    tmp = _private(marker)
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(json.dumps(record))  # json.dump is pure Python: 1,000 files' digests a shard
     os.replace(tmp, marker)
+
+
+def _private(path: str) -> str:
+    """A temporary name beside `path` that no other run of the same shard takes, on any
+    node (a process id may be another node's too)."""
+    return f"{path}.{os.getpid()}-{secrets.token_hex(6)}.tmp"
+
+
+def _put_in_place(written: str, path: str, done: bool) -> None:
+    """A file written under a private name becomes `path` (or goes, if not `done`)."""
+    if done:
+        os.replace(written, path)
+    else:
+        with contextlib.suppress(OSError):
+            os.unlink(written)
+
+
+def _save_in_place(array: np.ndarray, path: str) -> None:
+    """save_array, under a private name renamed to `path` once written whole."""
+    tmp = _private(path)
+    done = False
+    try:
+        save_array(array, tmp)
+        done = True
+    finally:
+        _put_in_place(tmp, path, done)
 
 
 def finished(task: EncodeTask, itemsize: int, hashes: dict[str, bytes]) -> Optional[EncodeResult]:
