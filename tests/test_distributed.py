@@ -465,3 +465,65 @@ def test_slurm_never_reads_a_result_pickle_left_in_the_work_folder(corpus, tmp_p
     assert not pwned.exists()
     assert r.returncode == 0, r.stderr
     same_as_reference(root, "out")
+
+
+@pytest.mark.slow
+def test_slurm_array_cancelled_mid_run_is_one_line_then_resumes(corpus, tmp_path):
+    """scancel (or Slurm's own kill: a time or memory limit, a lost node) ends a task
+    without a result. A cluster without accounting (no sacct) never says so: the run
+    waited for it for ever, holding out_dir's lock. Now: one line naming the shard, and a
+    re-run resumes from the shards that finished."""
+    import shutil
+
+    root = tmp_path / "cancel"
+    shutil.copytree(corpus / "corpus", root / "corpus")
+    shutil.copytree(corpus / "reference", root / "reference")
+    slow = ["tokenizer._target_=fault_tokenizers.SlowCharTokenizer", "+tokenizer.delay=0.05",
+            "executor=slurm", "executor.mem_gb=1", "executor.poll_seconds=0.3",
+            "out_dir=out"]  # fmt: skip
+    with slurm_cluster([]) as env:
+        full = {**os.environ, **ENV, **env}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "corpusprep", *ARGS, *slow, "executor.max_parallel=1",
+             "executor.retries=0"],
+            cwd=root, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            start_new_session=True)  # fmt: skip
+        try:
+            _wait_for_markers(root / "out", proc, count=1, timeout=300)
+            subprocess.run(["scancel", "--name=corpusprep"], env=full, check=True)
+            _, err = proc.communicate(timeout=180)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        lines = [line for line in err.splitlines() if "accounting storage" not in line]
+        assert proc.returncode == 1, err
+        assert lines[-1].startswith("corpusprep: error: shard") and "without a result" in lines[-1]
+        assert len(lines[-1]) < 600 and "Traceback" not in err, err
+        r = run_cli(*ARGS, *slow, cwd=root, env={**ENV, **env}, timeout=600)
+        assert r.returncode == 0, r.stderr
+        assert "resuming:" in r.stderr
+    same_as_reference(root, "out")
+
+
+def test_a_slurm_task_error_is_said_in_a_line():
+    """submitit's error for a task that raised holds the task's whole traceback: the run's
+    one-line error said it all, escaped, in 2 KB. Now the exception and the log's path."""
+    from types import SimpleNamespace
+
+    from corpusprep.executors.slurm import _short
+
+    submitit = pytest.importorskip("submitit")
+    trace = ('Traceback (most recent call last):\n  File "x.py", line 1, in f\n    g()\n'
+             "RuntimeError: injected failure while encoding\n")  # fmt: skip
+    error = submitit.core.utils.FailedJobError(
+        f"Job (task=0) failed during processing with trace:\n{'-' * 22}\n{trace}\n{'-' * 22}\n"
+        "You can check full logs with 'job.stderr(0)' and 'job.stdout(0)'or at paths:\n"
+        "  - /w/slurm/7_0/7_0_0_log.err\n  - /w/slurm/7_0/7_0_0_log.out"
+    )
+    job = SimpleNamespace(paths=SimpleNamespace(stderr="/w/slurm/7_0/7_0_0_log.err"))
+    assert str(_short(error, job)) == (
+        "RuntimeError: injected failure while encoding; its log: /w/slurm/7_0/7_0_0_log.err"
+    )
+    lost = submitit.core.utils.UncompletedJobError("Job 7_1 has not produced any output\nlog")
+    assert str(_short(lost, job)).startswith("Job 7_1 has not produced any output; its log:")

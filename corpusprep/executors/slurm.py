@@ -33,6 +33,41 @@ class _NoSacctNoise(logging.Filter):
         return "sacct" not in record.getMessage()
 
 
+# a task Slurm no longer holds may still have its result file on its way (a shared file
+# system's cache): submitit waits this long for one
+RESULT_GRACE_SECONDS = 15
+
+
+class SlurmTaskFailed(RuntimeError):
+    """A task that failed on Slurm, said in a line (submitit's errors hold its whole log)."""
+
+
+def _short(error: Exception, job: Any) -> Exception:
+    """submitit's error for a failed task in one line: the exception the task raised (the
+    last line of the traceback between submitit's rules of dashes), and where its log is."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    rules = [k for k, line in enumerate(lines) if line.startswith("-----")]
+    shown = lines[rules[0] + 1 : rules[1]] if len(rules) > 1 else lines
+    shown = [line for line in shown if line] or [type(error).__name__]
+    what = shown[-1] if len(rules) > 1 else shown[0]
+    return SlurmTaskFailed(f"{what[:300]}; its log: {job.paths.stderr}")
+
+
+def _held(jobs: Any) -> Optional[set[str]]:
+    """The ids of the array tasks among `jobs` that Slurm still holds (pending, running,
+    completing); None if squeue did not answer."""
+    arrays = sorted({str(job.job_id).split("_")[0] for job in jobs})
+    try:
+        r = subprocess.run(["squeue", "--noheader", "--array", "--format=%i",
+                            f"--jobs={','.join(arrays)}"], capture_output=True, text=True,
+                           timeout=60)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if r.returncode != 0:  # no such job: every one ended (and was forgotten)
+        return set() if "Invalid job id" in r.stderr else None
+    return set(r.stdout.split())
+
+
 class SlurmExecutor(Executor):
     def __init__(
         self,
@@ -106,6 +141,8 @@ class SlurmExecutor(Executor):
                 "message above); check executor.partition, mem_gb, cpus_per_task, timeout_min"
             ) from None
         pending = dict(enumerate(jobs))
+        gone: dict[int, float] = {}  # tasks Slurm no longer holds: since when
+        asked = time.monotonic()
         try:
             while pending:
                 for i, job in list(pending.items()):
@@ -114,7 +151,25 @@ class SlurmExecutor(Executor):
                         try:
                             yield i, job.result()
                         except Exception as e:  # failed, timed out, cancelled, node lost
-                            yield i, e
+                            yield i, _short(e, job)
+                    elif time.monotonic() - gone.get(i, float("inf")) > RESULT_GRACE_SECONDS:
+                        del pending[i]  # no result file came: it never will
+                        yield (
+                            i,
+                            SlurmTaskFailed(
+                                f"Slurm job {job.job_id} ended without a result (cancelled, "
+                                "out of its time or memory, or its node lost?); its log: "
+                                f"{job.paths.stderr}"
+                            ),
+                        )
+                if pending and time.monotonic() - asked >= max(self.poll_seconds, 5):
+                    # submitit learns that a task ended without a result only from sacct,
+                    # which a cluster without accounting lacks: it waited for ever
+                    asked = time.monotonic()
+                    held = _held(pending.values())
+                    for i, job in pending.items():
+                        if held is not None and job.job_id not in held:
+                            gone.setdefault(i, asked)
                 if pending:
                     time.sleep(self.poll_seconds)
         finally:
