@@ -527,3 +527,20 @@ def test_a_slurm_task_error_is_said_in_a_line():
     )
     lost = submitit.core.utils.UncompletedJobError("Job 7_1 has not produced any output\nlog")
     assert str(_short(lost, job)).startswith("Job 7_1 has not produced any output; its log:")
+
+
+@pytest.mark.slow
+def test_slurm_settings_it_refuses_are_one_line(corpus):
+    """A partition that does not exist, more memory than any node has, a submitit
+    parameter that does not exist: one line naming the key, not submitit's traceback."""
+    with slurm_cluster([]) as env:
+        for setting, key in (("executor.partition=nope", "executor.partition"),
+                             ("executor.mem_gb=100000", "executor.mem_gb"),
+                             ("+executor.slurm.colour=blue", "executor.slurm.colour")):  # fmt: skip
+            r = run_cli(*ARGS, "executor=slurm", setting, "out_dir=refused", cwd=corpus,
+                        env={**ENV, **env}, timeout=300)  # fmt: skip
+            assert r.returncode == 1, r.stderr
+            assert "Traceback" not in r.stderr, r.stderr
+            last = r.stderr.strip().splitlines()[-1]
+            assert last.startswith("corpusprep: error: ") and key in last, r.stderr
+            assert not (corpus / "refused").exists()

@@ -14,6 +14,7 @@ marker.
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 import subprocess
 import sys
@@ -126,19 +127,36 @@ class SlurmExecutor(Executor):
         }
         if self.partition:
             params["slurm_partition"] = self.partition
-        executor.update_parameters(**params)
+        try:
+            executor.update_parameters(**params)
+        except (NameError, ValueError, TypeError) as e:  # a parameter submitit does not know
+            said = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
+            said = said.split(" Valid arguments")[0]  # a long list, in no order
+            named = re.search(r"parameter '(?:slurm_)?(\w+)'", said)
+            key = f"executor.slurm.{named.group(1)}" if named else "executor.slurm"
+            raise UserError(
+                f"{key}: submitit refuses it ({said[:200]}); remove it, or name one of "
+                "submitit's slurm_* parameters (+executor.slurm.account=x)"
+            ) from None
         logging.getLogger("submitit").addFilter(_NoSacctNoise())
         return executor
 
     def run(
         self, fn: Callable[[T], R], tasks: Sequence[T]
     ) -> Iterator[tuple[int, Union[R, BaseException]]]:
+        executor = self._executor()
+        from submitit.core.utils import FailedJobError
+
         try:
-            jobs = self._executor().map_array(fn, list(tasks))
-        except subprocess.CalledProcessError as e:
+            jobs = executor.map_array(fn, list(tasks))
+        except (subprocess.CalledProcessError, FailedJobError) as e:  # submitit wraps the first
+            said = [line for line in str(e).splitlines() if line.strip()]
+            why = next((line for line in said if "sbatch: error:" in line), said[0] if said else "")
+            why = why.replace("sbatch: error:", "").strip()[:200]
             raise UserError(
-                f"executor=slurm: sbatch refused the job array (exit {e.returncode}, see its "
-                "message above); check executor.partition, mem_gb, cpus_per_task, timeout_min"
+                f"executor=slurm: sbatch refused the job array ({why}); check "
+                "executor.partition, executor.mem_gb, executor.cpus_per_task, "
+                "executor.timeout_min and executor.slurm"
             ) from None
         pending = dict(enumerate(jobs))
         gone: dict[int, float] = {}  # tasks Slurm no longer holds: since when
