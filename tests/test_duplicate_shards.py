@@ -4,6 +4,7 @@ own array. Whatever a shard's duplicate does, a reader sees the finished shard's
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from pathlib import Path
 
@@ -42,6 +43,7 @@ def test_a_shard_run_again_meanwhile_never_shows_a_reader_less_than_it_wrote(tmp
                           marker=str(work / "000000.done"))  # fmt: skip
 
     first = encode_shard(task(ByteTokenizer()))
+    hashes = {f.name: hashlib.sha256(Path(f.path).read_bytes()).digest() for f in files}
     written = {p.name: p.read_bytes() for p in work.iterdir()}
     go = threading.Event()
     held = _Held(go)
@@ -50,7 +52,7 @@ def test_a_shard_run_again_meanwhile_never_shows_a_reader_less_than_it_wrote(tmp
     try:
         assert held.started.wait(30)
         for _ in range(20):  # while the duplicate runs: what the first wrote, whole
-            assert finished(task(ByteTokenizer()), 2) is not None
+            assert finished(task(ByteTokenizer()), 2, hashes) is not None
             for name, data in written.items():
                 assert (work / name).read_bytes() == data, name
     finally:
