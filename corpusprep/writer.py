@@ -55,6 +55,15 @@ TEMP = re.compile(r"\.[^/]+\.\d+-[0-9a-f]{6}\.tmp")  # what temp() names files
 NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
 
 
+def hidden_name(name: str, tag: str) -> str:
+    """The temporary name in out_dir of a file that becomes (or is a scratch file named)
+    `name`: hidden, and holding nothing of `name`. build-nanogpt's loader lists the folder
+    with os.listdir, hidden files too, and takes every name containing "train" or "val":
+    the `.web_train_000001.npy.<tag>.tmp` of a SIGKILLed run was read as a shard (or failed
+    np.load) until the next run in the folder removed it."""
+    return f".cp-{hashlib.sha256(name.encode()).hexdigest()[:16]}.{tag}.tmp"
+
+
 def choose_dtype(requested: str, max_id: int) -> str:
     """`auto`: the smallest dtype that holds every id; an explicit one must hold them too."""
     if requested == "auto":
@@ -296,7 +305,7 @@ class OutputWriter:
                     f"{sub}: not a folder (a file or a symlink) where this run puts "
                     f"{name}; remove it, or choose another out_dir"
                 )
-        path = self.out_dir / f".{name.replace('/', '--')}.{self._tag}.tmp"
+        path = self.out_dir / hidden_name(name, self._tag)
         self._temps[name] = path
         with disk_errors(self.out_dir, self.needed or nbytes), open(path, "wb") as f:
             if nbytes:
@@ -345,7 +354,7 @@ class OutputWriter:
 
     def scratch(self, name: str) -> Path:
         """A temporary file that is never committed (deleted on commit or abort)."""
-        path = self.out_dir / f".{name}.{self._tag}.tmp"
+        path = self.out_dir / hidden_name(name, self._tag)
         self._scratch.append(path)
         return path
 

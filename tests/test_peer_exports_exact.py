@@ -236,3 +236,47 @@ def test_files_do_not_depend_on_workers_or_shard_bytes(corpus, tmp_path, tiktoke
     assert len(first) > 3
     for other in folders[1:]:
         assert files(other) == first, other
+
+
+# --- what a killed run leaves: no file a peer's loader takes ------------------------------
+
+KILL_AT_COMMIT = """
+import os, signal, sys
+import corpusprep.prepare as prepare
+def killed(run, *a, **k):  # every file is written, under its temporary name: SIGKILL now
+    os.kill(os.getpid(), signal.SIGKILL)
+prepare.commit = killed
+from corpusprep.app import main
+sys.argv[0] = "corpusprep"
+main()
+"""
+
+
+@pytest.mark.parametrize("fmt", ["npy", "llmc", "nanogpt"])
+def test_a_killed_run_leaves_nothing_a_loader_reads(corpus, tmp_path, tiktoken_cache, fmt):
+    """A SIGKILLed run cannot tidy up: its temporary files stay, hidden, until the next run
+    in the folder removes them. build-nanogpt's DataLoaderLite lists the folder with
+    os.listdir (hidden files too) and takes every name holding 'train' / 'val': a finished
+    temporary shard of the dead run was loaded as one more shard, before the real ones."""
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    out = tmp_path / "out"
+    args = ["source=file", f"source.path={corpus}", f"out_dir={out}", "name=web",
+            "tokenizer=tiktoken", f"format={fmt}", "quiet=true"]  # fmt: skip
+    if fmt != "nanogpt":
+        args.append("shard_tokens=3000")
+    prepare(compose(*args))
+    before = {"train": seen(fmt, out, False)["train"], "val": seen(fmt, out, False)["val"]}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TIKTOKEN_CACHE_DIR": str(tiktoken_cache)}
+    r = subprocess.run([sys.executable, "-c", KILL_AT_COMMIT, *args, "split=0.5"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == -9, r.stderr
+    assert any(p.name.endswith(".tmp") for p in out.iterdir())  # the dead run's files
+    after = seen(fmt, out, False)
+    for side in ("train", "val"):
+        assert np.array_equal(after[side], before[side]), side
+        names = [s for s in os.listdir(out) if side in s]  # build-nanogpt's filter
+        assert not [n for n in names if n.endswith(".tmp")], names

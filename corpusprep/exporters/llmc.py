@@ -97,8 +97,7 @@ def file_stem(name: str) -> str:
 
 
 # a file name is at most 255 bytes on Linux, macOS and Windows file systems; the longest
-# part a format adds to the stem is megatron's "_train_text_document.idx" (24 bytes), and
-# the temporary name while it is written ".{name}.{pid}-{hex}.tmp" some 25 more
+# part a format adds to the stem is megatron's "_train_text_document.idx" (24 bytes)
 MAX_STEM_BYTES = 200
 
 
