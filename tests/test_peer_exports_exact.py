@@ -280,3 +280,28 @@ def test_a_killed_run_leaves_nothing_a_loader_reads(corpus, tmp_path, tiktoken_c
         assert np.array_equal(after[side], before[side]), side
         names = [s for s in os.listdir(out) if side in s]  # build-nanogpt's filter
         assert not [n for n in names if n.endswith(".tmp")], names
+
+
+# --- shard names a sorted listing keeps in order --------------------------------------------
+
+
+@pytest.mark.parametrize("shards", [1, 10**6, 10**6 + 1, 12_345_678])
+def test_shard_names_sort_in_shard_order(shards):
+    """llm.c's glob and build-nanogpt's sorted() order shards by name: with fineweb.py's
+    `{index:06d}` a run of over a million shards had `web_train_1000000` sorted between
+    `web_train_100000` and `web_train_100001`. (The names are those export() writes; a run
+    of a million files is too slow for a test.)"""
+    from corpusprep.exporters.llmc import index_width
+
+    width = index_width(shards)
+    assert width == max(6, len(str(shards - 1)))
+    picks = sorted({0, 1, 9, 99_999, 100_000, 100_001, 999_999} | {shards - 2, shards - 1})
+    names = [f"web_train_{i:0{width}d}.bin" for i in picks if 0 <= i < shards]
+    assert sorted(names) == names
+
+
+def test_shard_names_keep_fineweb_width_under_a_million(corpus, tmp_path, tiktoken_cache):
+    m = run(corpus, tmp_path / "out", "format=llmc", "shard_tokens=1000", "val_size=1000")
+    names = [s["file"] for side in ("val", "train") for s in m["format"]["shards"][side]]
+    assert names[:2] == ["web_val_000000.bin", "web_train_000001.bin"]
+    assert sorted(names[1:]) == names[1:]

@@ -89,6 +89,13 @@ def even_shard_tokens(totals: list[int], shard_tokens: int, batch: int,
     return None
 
 
+def index_width(shards: int) -> int:
+    """The digits of a shard's index in its name: fineweb.py's 6, more when a run makes over
+    a million shards, so that a sorted listing (llm.c's glob, build-nanogpt's sorted()) is
+    still the shards' order (`_1000000` sorts before `_100001`)."""
+    return max(6, len(str(max(shards - 1, 0))))
+
+
 def file_stem(name: str) -> str:
     """The run's name, safe as the start of a file name, and as the start of a glob: llm.c
     takes its files by a pattern (`-i '{name}_train_*.bin'`), in which `*`, `?` and `[...]`
@@ -143,7 +150,10 @@ class ShardedExporter(Exporter):
         stem = file_stem(streams.name)
         produced: dict[str, int] = {}
         self._dtype, self._shards, index = dtype.name, {}, 0
-        nbytes = sum(Path(getattr(streams, side)).stat().st_size for side in SPLIT_ORDER)
+        sizes = {side: Path(getattr(streams, side)).stat().st_size for side in SPLIT_ORDER}
+        nbytes = sum(sizes.values())
+        width = index_width(sum(last_shard(n // dtype.itemsize, self.shard_tokens)[0]
+                                for n in sizes.values()))  # fmt: skip
         with Bar(f"write {self.kind}", nbytes, streams.show) as bar:
             for side in SPLIT_ORDER:
                 src = Path(getattr(streams, side))
@@ -152,7 +162,7 @@ class ShardedExporter(Exporter):
                 with open(src, "rb") as f:
                     for start in range(0, total, self.shard_tokens):
                         count = min(self.shard_tokens, total - start)
-                        name = f"{stem}_{side}_{index:06d}{self.suffix}"
+                        name = f"{stem}_{side}_{index:0{width}d}{self.suffix}"
                         path = out.temp(name)
                         bar.describe(f"write {name}")
                         with open(path, "r+b") as dst:
