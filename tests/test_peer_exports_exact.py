@@ -305,3 +305,32 @@ def test_shard_names_keep_fineweb_width_under_a_million(corpus, tmp_path, tiktok
     names = [s["file"] for side in ("val", "train") for s in m["format"]["shards"][side]]
     assert names[:2] == ["web_val_000000.bin", "web_train_000001.bin"]
     assert sorted(names[1:]) == names[1:]
+
+
+# --- a folder whose manifest is lost: no shard of the run before is read with the new ones --
+
+
+@pytest.mark.parametrize("fmt", ["llmc", "npy"])
+@pytest.mark.parametrize("damage", ["truncated", "removed"])
+def test_shards_of_a_run_whose_manifest_is_lost_are_not_read(corpus, tmp_path, tiktoken_cache,
+                                                             fmt, damage):  # fmt: skip
+    """A re-run learns which files the run before made from its manifest. With that
+    manifest cut short or deleted, its surplus shards (web_train_000009... when the new run
+    makes fewer) stayed, and llm.c's glob and build-nanogpt's listing read them after the
+    new run's own, as train data."""
+    out = tmp_path / "out"
+    run(corpus, out, f"format={fmt}", "shard_tokens=700", "val_size=1000")
+    manifest = out / "manifest.json"
+    if damage == "truncated":
+        manifest.write_bytes(manifest.read_bytes()[:100])
+    else:
+        manifest.unlink()
+    m = run(corpus, out, f"format={fmt}", "shard_tokens=3000", "val_size=1000")
+    llama3 = False
+    got = seen(fmt, out, llama3)
+    stream = np.concatenate([np.array(d, dtype=np.int64) for d in reference("gpt2", "append")])
+    assert np.array_equal(got["val"], stream[:VAL])
+    assert np.array_equal(got["train"], stream[VAL:])
+    listed = {s["file"] for side in ("train", "val") for s in m["format"]["shards"][side]}
+    suffix = ".bin" if fmt == "llmc" else ".npy"
+    assert {p.name for p in out.glob(f"web_*{suffix}")} == listed

@@ -23,6 +23,7 @@ fineweb.py, naming and all): a subclass only says how a shard file starts.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -173,12 +174,23 @@ class ShardedExporter(Exporter):
                         self._shards[side].append({"file": name, "tokens": count})
                         index += 1
                 out.drop(f"{side}.bin")
+        self.drop_other_shards(stem, produced, out)
         self.warn_short_tails(streams.name)
         # the document index stays, as in the nanogpt format (in doc_index/, where no
         # loader's glob finds it): offsets into the whole split (all its shards end to
         # end), so a sampler can keep windows inside documents
         self._index = streams.train_docs is not None
         return produced | keep_doc_index(streams, out)
+
+    def drop_other_shards(self, stem: str, produced: dict[str, int], out: OutputWriter) -> None:
+        """Files named as this run's shards that it does not make (the surplus shards of an
+        earlier run whose manifest is damaged or gone, which alone says they were its) go
+        at the commit: the peer's glob or listing would read them with this run's shards."""
+        own = re.compile(rf"{re.escape(stem)}_(?:{'|'.join(SPLIT_ORDER)})_\d{{6,}}"
+                         rf"{re.escape(self.suffix)}")  # fmt: skip
+        for entry in os.scandir(out.out_dir):
+            if own.fullmatch(entry.name) and entry.name not in produced:
+                out.obsolete(entry.name)
 
     def warn_short_tails(self, name: str) -> None:
         """One line for each split whose last shard is too short for the peer's loader (it
