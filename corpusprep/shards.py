@@ -476,8 +476,8 @@ def finished(task: EncodeTask, itemsize: int, hashes: dict[str, bytes]) -> Optio
             record = json.load(f)
         read = {s.file.name: hashes[s.file.name].hex() for s in task.shard.segments
                 if read_whole(s)}  # fmt: skip
-        if record.get("sha256", {}) != read:
-            return None
+        if not isinstance(record, dict) or record.get("sha256", {}) != read:
+            return None  # (a marker of null or a list: cut short, or planted)
         counts = {k: record[k] for k in COUNTS}
         split = record["train_keys"]
         # keyed another way (an older version keyed every document by blake2b): its keys

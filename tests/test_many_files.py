@@ -178,3 +178,31 @@ def test_the_manifest_lists_an_input_file_a_line_and_reads_back_as_written():
     assert '    "files": [\n      {"path": "/c/\u00e90.txt", "bytes": 0},\n      {"path"' in text
     without = {k: v for k, v in manifest.items() if k != "source"}
     assert manifest_text(without) == json.dumps(without, indent=2, ensure_ascii=False)
+
+
+def test_a_marker_that_is_json_but_not_an_object_is_not_a_finished_shard(tmp_path):
+    """A work folder may come from anyone, and a marker may be cut or planted: one that
+    parses to null, a list, a string or a number is a shard to redo, not a traceback (its
+    digests of the small files were looked up with record.get)."""
+    import hashlib
+
+    from corpusprep.formats import InputFile, Segment
+    from corpusprep.shards import EncodeTask, Rules, Shard, Target, encode_shard, finished
+    from corpusprep.tokenizers.byte import ByteTokenizer
+
+    path = tmp_path / "a.txt"
+    path.write_text("a small file " * 20)
+    file = InputFile(str(path), "text", size=path.stat().st_size)
+    work = tmp_path / "work"
+    work.mkdir()
+    marker = work / "000000.done"
+    task = EncodeTask(Shard(0, (Segment(file, 0, file.size, file.size),)),
+                      Rules(ByteTokenizer(), "uint16", "stream", eot="append", eot_id=256),
+                      train=Target(str(work / "train.000000.part"), fresh=True),
+                      train_index=str(work / "train.000000.docs"), marker=str(marker))  # fmt: skip
+    encode_shard(task)
+    hashes = {file.name: hashlib.sha256(path.read_bytes()).digest()}
+    assert finished(task, 2, hashes) is not None
+    for planted in ("null", "[]", '"sha256"', "7", "[1, 2]"):
+        marker.write_text(planted)
+        assert finished(task, 2, hashes) is None, planted
