@@ -193,6 +193,10 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
     run.clock.lap("source")
     # what every input is before anything reads it: a change from here on fails the run
     run.before = {f.path: os.stat(f.path) for f in run.files}
+    for f in run.files:  # its size when listed is what is read (a small file's reader
+        # hashes those bytes for the manifest): grown or cut since, it changed
+        if f.member is None and run.before[f.path].st_size != f.size:
+            raise UserError(f"{f.path}: the file changed while it was being read; run again")
     previous = None if run.settings.force else finished_manifest(run.settings.out_dir, run)
     if previous is not None:  # a finished run is there: redo it only if something changed
         digest = input_sha256(run.files, run.hashes)

@@ -206,3 +206,37 @@ def test_a_marker_that_is_json_but_not_an_object_is_not_a_finished_shard(tmp_pat
     for planted in ("null", "[]", '"sha256"', "7", "[1, 2]"):
         marker.write_text(planted)
         assert finished(task, 2, hashes) is None, planted
+
+
+def test_a_file_grown_between_its_listing_and_the_runs_first_look_is_an_error(
+    tmp_path, monkeypatch
+):
+    """A small file is read up to the size it was listed with, and its reader's sha256 of
+    those bytes is the manifest's: a file that grew after it was listed (a log still being
+    written) but before the run took every file's stat gave a manifest whose sha256 was
+    not the file's, and output without its last bytes. It is one line, as a change later."""
+    import pytest
+    from helpers import compose
+
+    from corpusprep.errors import UserError
+    from corpusprep.prepare import prepare
+    from corpusprep.sources.files import FilesSource
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(4):
+        (corpus / f"f{i}.txt").write_text(f"document {i}\n" * 10)
+    listing = FilesSource.files
+
+    def files(self, progress=True):
+        listed = listing(self, progress)
+        with open(corpus / "f2.txt", "a") as f:
+            f.write("grown after it was listed\n")
+        return listed
+
+    monkeypatch.setattr(FilesSource, "files", files)
+    cfg = compose("source=files", f"source.glob={corpus}/*.txt", "tokenizer=byte",
+                  f"out_dir={tmp_path / 'out'}", "executor.workers=1", "quiet=true")  # fmt: skip
+    with pytest.raises(UserError, match="f2.txt: the file changed while it was being read"):
+        prepare(cfg)
+    assert not (tmp_path / "out" / "manifest.json").exists()
