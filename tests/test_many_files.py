@@ -240,3 +240,21 @@ def test_a_file_grown_between_its_listing_and_the_runs_first_look_is_an_error(
     with pytest.raises(UserError, match="f2.txt: the file changed while it was being read"):
         prepare(cfg)
     assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+def test_dotdot_after_a_link_in_a_pattern_lists_what_it_listed_before(tmp_path, monkeypatch):
+    """A path is made absolute by dropping "name/.." (os.path.abspath), which after a link
+    to a folder names another file than the one the walk found there: the file read is the
+    absolute path's, so two files are one only if that path's real path says so. The
+    walk's own real path (its folder's, resolved through the link) made x/top.txt the same
+    file as z/top.txt, and it was left out without a word."""
+    from corpusprep.sources.files import FilesSource
+
+    for folder in ("x", "z/w"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "x" / "top.txt").write_text("x's own\n")
+    (tmp_path / "z" / "top.txt").write_text("z's own\n")
+    (tmp_path / "x" / "lnk").symlink_to(tmp_path / "z" / "w")  # x/lnk/.. is z, for the OS
+    monkeypatch.chdir(tmp_path)
+    listed = FilesSource(glob=["x/lnk/../**/top*.txt", "z/top.txt"]).paths()
+    assert listed == [str(tmp_path / "x" / "top.txt"), str(tmp_path / "z" / "top.txt")]

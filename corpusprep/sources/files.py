@@ -82,11 +82,11 @@ class FilesSource(Source):
         return {"kind": "files", "glob": self.patterns, "exclude": self.exclude}
 
 
-def _walk_glob(pattern: str) -> tuple[list[tuple[str, str]], int]:
+def _walk_glob(pattern: str) -> tuple[list[tuple[str, Optional[str]]], int]:
     """The paths a recursive glob matches (glob's rules: `**` is any run of folders, a
-    wildcard skips names starting with "."), each with its real path, entering each real
-    folder once; and how many times a folder was reached again (through a symlink) and
-    left alone."""
+    wildcard skips names starting with "."), each with its real path (None where the
+    walk cannot tell it: see `known`), entering each real folder once; and how many times
+    a folder was reached again (through a symlink) and left alone."""
     parts = pattern.split("/")
     fixed = next(i for i, p in enumerate(parts) if globlib.has_magic(p))
     root = "/".join(parts[:fixed]) or ("/" if pattern.startswith("/") else "")
@@ -98,6 +98,10 @@ def _walk_glob(pattern: str) -> tuple[list[tuple[str, str]], int]:
     paths, again = [], 0
     top = root or "."
     seen = {os.path.realpath(top)}
+    # a path is made absolute by dropping "name/.." (os.path.abspath): after a link to a
+    # folder, not the folder the walk is in; its files' real paths are then the absolute
+    # paths' (taken by the caller), not the walk's
+    known = os.path.realpath(os.path.abspath(top)) in seen
     todo: deque[tuple[tuple[str, ...], str]] = deque([((), os.path.realpath(top))])
     while todo:  # breadth first: a folder is listed under its shortest path
         rel, real_folder = todo.popleft()
@@ -115,7 +119,7 @@ def _walk_glob(pattern: str) -> tuple[list[tuple[str, str]], int]:
             elif _match(name, pats) and _is_file(entry):
                 real = (os.path.realpath(entry.path) if entry.is_symlink()
                         else os.path.join(real_folder, entry.name))  # fmt: skip
-                paths.append((os.path.join(root, *name), real))
+                paths.append((os.path.join(root, *name), real if known else None))
     return paths, again
 
 
