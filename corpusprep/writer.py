@@ -172,8 +172,9 @@ def manifest_text(value: Any, level: int = 0) -> str:
     if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
         lines = [pad + json.dumps(v, ensure_ascii=False) for v in value]
     elif isinstance(value, dict) and value:
-        lines = [f"{pad}{json.dumps(str(k), ensure_ascii=False)}: {manifest_text(v, level + 1)}"
-                 for k, v in value.items()]  # fmt: skip
+        keys = (k if isinstance(k, str) else json.dumps(k) for k in value)  # as json says 1, None
+        lines = [f"{pad}{json.dumps(k, ensure_ascii=False)}: {manifest_text(v, level + 1)}"
+                 for k, v in zip(keys, value.values())]  # fmt: skip
     elif isinstance(value, list) and value:
         lines = [pad + manifest_text(v, level + 1) for v in value]
     else:
