@@ -467,13 +467,15 @@ def _save_in_place(array: np.ndarray, path: str) -> None:
 def finished(task: EncodeTask, itemsize: int, hashes: dict[str, bytes]) -> Optional[EncodeResult]:
     """The result of a shard a previous run completed, if its marker and parts are whole,
     and the small files it read whole (it took their sha256) have those `hashes` now."""
+    from corpusprep._paths import open_regular_fd, read_regular
     from corpusprep.formats.text import read_whole
 
     if task.marker is None or not os.path.exists(task.marker):
         return None
-    try:
-        with open(task.marker, encoding="utf-8") as f:
-            record = json.load(f)
+    try:  # a regular file (a FIFO planted in a stranger's work folder would block), of a
+        # marker's size at most: counts, and a digest for each of its files
+        most = 4096 + sum(len(s.file.name) + 80 for s in task.shard.segments)
+        record = json.loads(read_regular(task.marker, most))
         read = {s.file.name: hashes[s.file.name].hex() for s in task.shard.segments
                 if read_whole(s)}  # fmt: skip
         if not isinstance(record, dict) or record.get("sha256", {}) != read:
@@ -490,7 +492,8 @@ def finished(task: EncodeTask, itemsize: int, hashes: dict[str, bytes]) -> Optio
             val_bytes is None or _count(val_bytes)
         ):
             return None
-        keys = np.fromfile(f"{task.marker}.keys", dtype="<u8")
+        with os.fdopen(open_regular_fd(f"{task.marker}.keys"), "rb") as f:
+            keys = np.fromfile(f, dtype="<u8")
         # a key per document where the split keys them; else none (one text: its document)
         docs = counts["train_docs"] + counts["val_docs"] if keyed else 0
         if len(keys) != docs or split > len(keys):
@@ -508,7 +511,7 @@ def finished(task: EncodeTask, itemsize: int, hashes: dict[str, bytes]) -> Optio
             if index is not None and os.path.getsize(index) != 8 * docs:
                 return None
         return result
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):  # not one we wrote
         return None
 
 

@@ -60,3 +60,44 @@ def test_a_shard_run_again_meanwhile_never_shows_a_reader_less_than_it_wrote(tmp
         again.join()
     assert {p.name: p.read_bytes() for p in work.iterdir()} == written
     assert first.train_tokens == len(written["train.000000.part"]) // 2
+
+
+def test_a_fifo_planted_as_a_marker_or_its_keys_is_a_shard_to_redo(tmp_path: Path):
+    """A work folder may be a stranger's: a FIFO where a finished shard's marker (or its
+    keys) should be made a resume wait for ever for a writer. It is a shard to redo."""
+    import os
+
+    path = tmp_path / "a.txt"
+    path.write_text("a small file " * 50)
+    file = InputFile(str(path), "text", size=path.stat().st_size)
+    shard = Shard(0, (Segment(file, 0, file.size, file.size),))
+    work = tmp_path / "work"
+    work.mkdir()
+    rules = Rules(ByteTokenizer(), "uint16", "stream", eot="append", eot_id=256)
+    task = EncodeTask(shard, rules, train=Target(str(work / "train.000000.part"), fresh=True),
+                      train_index=str(work / "train.000000.docs"),
+                      marker=str(work / "000000.done"))  # fmt: skip
+    encode_shard(task)
+    hashes = {file.name: hashlib.sha256(path.read_bytes()).digest()}
+    assert finished(task, 2, hashes) is not None
+    marker = Path(task.marker).read_bytes()
+    Path(task.marker).write_text("[" * 5000)  # nested past Python's recursion limit
+    assert finished(task, 2, hashes) is None
+    Path(task.marker).write_bytes(marker)
+    assert finished(task, 2, hashes) is not None
+    for planted in (task.marker, f"{task.marker}.keys"):
+        kept = Path(planted).read_bytes()
+        os.unlink(planted)
+        os.mkfifo(planted)
+        answer: list = []
+
+        def read(said: list = answer) -> None:
+            said.append(finished(task, 2, hashes))
+
+        reading = threading.Thread(target=read, daemon=True)
+        reading.start()
+        reading.join(10)
+        assert answer == [None], planted
+        os.unlink(planted)
+        Path(planted).write_bytes(kept)
+        assert finished(task, 2, hashes) is not None
