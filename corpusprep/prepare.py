@@ -632,6 +632,10 @@ def commit(run: Run) -> dict[str, Any]:
     for name in _previous_files(run.out.out_dir):  # another format or fewer shards before
         if name not in run.produced:
             run.out.obsolete(name)
+    staying = [entry.name for entry in os.scandir(run.out.out_dir)  # the user's own files
+               if not entry.name.startswith(".") and entry.name not in run.produced
+               and not run.out.removes(entry.name)]  # fmt: skip
+    run.exporter.warn_others(staying, str(run.cfg.get("name")))  # the files' stem
     meta = run.tokenizer.meta()
     if meta is not None:  # None: no meta.pkl (GPT-2, nanoGPT's default without one)
         run.out.write_bytes("meta.pkl", _meta_bytes(meta, run.tokenizer.vocab_size))

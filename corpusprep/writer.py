@@ -353,6 +353,10 @@ class OutputWriter:
         if _plain_name(name) and name != MANIFEST:
             self._obsolete.append(name)  # unless this run makes it after all (see commit)
 
+    def removes(self, name: str) -> bool:
+        """Whether the commit removes `name` (an earlier run's file this one does not make)."""
+        return name in self._obsolete
+
     def scratch(self, name: str) -> Path:
         """A temporary file that is never committed (deleted on commit or abort)."""
         path = self.out_dir / hidden_name(name, self._tag)

@@ -421,3 +421,45 @@ def test_switching_format_removes_the_old_files_only_on_success(tmp_path):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "manifest.json", "meta.pkl", "token_bytes.npy", "train.bin", "val.bin",
     ]  # fmt: skip
+
+
+def test_npy_warns_of_a_file_in_out_dir_build_nanogpts_loader_would_take(tmp_path, shakespeare):
+    """build-nanogpt's DataLoaderLite takes every name in the folder that holds "train" or
+    "val" (os.listdir): a file of the user's there (notes, a text) would be read as a
+    shard. It stays (corpusprep did not write it), and a warning names it with a fix. A
+    previous run's files, which the commit removes, are not named."""
+    out = tmp_path / "o"
+    base = ["source=file", f"source.path={shakespeare}", "tokenizer=tiktoken",
+            "tokenizer.backend=tiktoken", f"out_dir={out}"]  # fmt: skip
+    args = [*base, "format=npy", "shard_tokens=75492"]  # no last shard too short
+    first = run_cli(*base, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr  # train.bin, val.bin: to go at the commit
+    (out / "train_notes.txt").write_text("how this corpus was made\n")
+    (out / "doc_index").mkdir(exist_ok=True)
+    r = run_cli(*args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    warned = [line for line in r.stderr.splitlines() if "train_notes.txt" in line]
+    assert len(warned) == 1 and warned[0].startswith("corpusprep: warning: "), r.stderr
+    assert "build-nanogpt" in warned[0] and "move it out of" in warned[0]
+    assert "train.bin" not in r.stderr and (out / "train_notes.txt").exists()
+    again = run_cli(*args, "force=true", cwd=tmp_path)
+    assert "train_notes.txt" in again.stderr
+    (out / "train_notes.txt").unlink()
+    clean = run_cli(*args, "force=true", cwd=tmp_path)
+    assert clean.returncode == 0 and "warning" not in clean.stderr, clean.stderr
+
+
+def test_llmc_warns_of_a_file_in_out_dir_its_glob_would_take(tmp_path, shakespeare):
+    """llm.c reads the shards its -i glob matches ({name}_train_*.bin): a file of the
+    user's that it matches stays, and a warning names it."""
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "input_train_backup.bin").write_bytes(b"old ids")
+    (out / "train_notes.txt").write_text("no glob of llm.c's matches this\n")
+    r = run_cli("source=file", f"source.path={shakespeare}", "format=llmc", "tokenizer=byte",
+                f"out_dir={out}", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    warned = [line for line in r.stderr.splitlines() if "out_dir holds" in line]
+    assert len(warned) == 1 and "input_train_backup.bin" in warned[0], r.stderr
+    assert "llm.c's glob (input_train_*.bin)" in warned[0]
+    assert (out / "input_train_backup.bin").read_bytes() == b"old ids"

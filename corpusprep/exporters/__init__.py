@@ -73,6 +73,10 @@ class Exporter(ABC):
         that becomes out_dir/name on commit; out.drop(name) keeps a nanoGPT file out of the
         final folder). Returns {file name: bytes} of what the folder will hold."""
 
+    def warn_others(self, names: list[str], name: str) -> None:  # noqa: B027 - optional hook
+        """A warning for each of `names` (files in out_dir this run neither writes nor
+        removes: the user's) that this format's loaders would read as its own."""
+
     def describe(self) -> dict[str, Any]:
         return {"kind": type(self).__name__}
 

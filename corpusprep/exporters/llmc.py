@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, BinaryIO, Optional
 
@@ -191,6 +192,16 @@ class ShardedExporter(Exporter):
         for entry in os.scandir(out.out_dir):
             if own.fullmatch(entry.name) and entry.name not in produced:
                 out.obsolete(entry.name)
+
+    def warn_others(self, names: list[str], name: str) -> None:
+        """llm.c takes its shards by a glob (`-i '{name}_train_*.bin'`): a file of the
+        user's that it matches would be read as one."""
+        stem = file_stem(name)
+        for other in sorted(names):
+            if any(fnmatchcase(other, f"{stem}_{side}_*{self.suffix}") for side in SPLIT_ORDER):
+                print(f"corpusprep: warning: {name}: out_dir holds {other}, which llm.c's glob "
+                      f"({stem}_train_*{self.suffix}) would read as a shard; move it out of "
+                      "out_dir", file=sys.stderr)  # fmt: skip
 
     def warn_short_tails(self, name: str) -> None:
         """One line for each split whose last shard is too short for the peer's loader (it

@@ -16,6 +16,7 @@ such a name is refused before any work.
 from __future__ import annotations
 
 import re
+import sys
 from typing import BinaryIO
 
 import numpy as np
@@ -49,6 +50,13 @@ class NpyExporter(ShardedExporter):
                 f"contains {words[0]!r}, so its {words[0]} set would hold the {other} shards; "
                 f"give a name without 'train' or 'val', e.g. name={fix or 'corpus'}"
             )
+
+    def warn_others(self, names: list[str], name: str) -> None:
+        for other in sorted(names):
+            if any(word in other for word in SPLIT_WORDS):
+                print(f"corpusprep: warning: {name}: out_dir holds {other}, which build-nanogpt's "
+                      "loader (every name in the folder with 'train' or 'val' in it) would read "
+                      "as a shard; move it out of out_dir", file=sys.stderr)  # fmt: skip
 
     def write_header(self, f: BinaryIO, count: int, dtype: np.dtype) -> None:
         header = {"descr": npy_format.dtype_to_descr(dtype), "fortran_order": False,
