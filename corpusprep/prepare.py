@@ -419,9 +419,9 @@ def decide(run: Run) -> None:
     run.dtype = run.dtype or choose_dtype(settings.dtype, run.tokenizer.max_id)
     # documents spread over several shards are keyed by their file's hash: known first,
     # and recorded for a resume before any shard is done; a small text file read whole is
-    # keyed by the sha256 its reader takes, and hashed here while the workers encode
-    if run.split_by in ("document", "hash") and (first := _hashed_first(run)):
-        run.hashes = {**run.hashes, **_hashes(first, run.cores)}
+    # keyed by the sha256 its reader takes (and hands back: encode)
+    if run.split_by in ("document", "hash"):
+        run.hashes = _all_hashes(run, but=run.read_whole)
 
 
 def encode(run: Run) -> None:
@@ -910,18 +910,14 @@ def _read_whole(shards: list[Shard]) -> set[str]:
     return {s.file.name for shard in shards for s in shard.segments if read_whole(s)}
 
 
-def _hashed_first(run: Run) -> list[InputFile]:
-    """The inputs not hashed yet, less the small text files read whole."""
-    return [f for f in run.files if f.name not in run.read_whole and f.name not in run.hashes]
-
-
 def _without(hashes: dict[str, bytes], names: set[str]) -> dict[str, bytes]:
     return {name: digest for name, digest in hashes.items() if name not in names}
 
 
-def _all_hashes(run: Run) -> dict[str, bytes]:
-    """run.hashes with every input's sha256: those not taken yet taken now."""
-    missing = [f for f in run.files if f.name not in run.hashes]
+def _all_hashes(run: Run, but: Collection[str] = ()) -> dict[str, bytes]:
+    """run.hashes with the sha256 of every input but those named in `but`: those not taken
+    yet taken now."""
+    missing = [f for f in run.files if f.name not in run.hashes and f.name not in but]
     return {**run.hashes, **_hashes(missing, run.cores)} if missing else run.hashes
 
 
@@ -1049,8 +1045,7 @@ def _hash_and_record(run: Run, whole: Collection[str] = ()) -> dict[str, bytes]:
     for a resume only if no input file was touched since the run first looked at them
     (before any shard read it): a file changed in place while it was hashed (even with its
     size and mtime put back) leaves no record, and shards made from it are never reused."""
-    missing = [f for f in run.files if f.name not in run.hashes and f.name not in whole]
-    hashes = {**run.hashes, **_hashes(missing, run.cores)} if missing else run.hashes
+    hashes = _all_hashes(run, but=whole)
     if all(file_identity(_stat(path)) == file_identity(stat) for path, stat in run.before.items()):
         _record_inputs(run, _inputs_record(_without(hashes, whole), run.before))
     return hashes
