@@ -432,10 +432,8 @@ def _write_marker(marker: str, result: EncodeResult, key_hash: str) -> None:
     record["key_hash"] = key_hash
     record["val_bytes"] = result.val_bytes
     record["sha256"] = {name: digest.hex() for name, digest in result.digests.items()}
-    tmp = _private(marker)
-    with open(tmp, "w", encoding="utf-8") as f:
+    with _in_place(marker) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(json.dumps(record))  # json.dump is pure Python: 1,000 files' digests a shard
-    os.replace(tmp, marker)
 
 
 def _private(path: str) -> str:
@@ -453,15 +451,23 @@ def _put_in_place(written: str, path: str, done: bool) -> None:
             os.unlink(written)
 
 
-def _save_in_place(array: np.ndarray, path: str) -> None:
-    """save_array, under a private name renamed to `path` once written whole."""
+@contextlib.contextmanager
+def _in_place(path: str) -> Iterator[str]:
+    """A private name to write `path` under, renamed to `path` when the block ends (removed
+    if it fails)."""
     tmp = _private(path)
     done = False
     try:
-        save_array(array, tmp)
+        yield tmp
         done = True
     finally:
         _put_in_place(tmp, path, done)
+
+
+def _save_in_place(array: np.ndarray, path: str) -> None:
+    """save_array, under a private name renamed to `path` once written whole."""
+    with _in_place(path) as tmp:
+        save_array(array, tmp)
 
 
 def finished(task: EncodeTask, itemsize: int, hashes: dict[str, bytes]) -> Optional[EncodeResult]:
