@@ -194,14 +194,20 @@ class ShardedExporter(Exporter):
                 out.obsolete(entry.name)
 
     def warn_others(self, names: list[str], name: str) -> None:
-        """llm.c takes its shards by a glob (`-i '{name}_train_*.bin'`): a file of the
-        user's that it matches would be read as one."""
         stem = file_stem(name)
         for other in sorted(names):
-            if any(fnmatchcase(other, f"{stem}_{side}_*{self.suffix}") for side in SPLIT_ORDER):
-                print(f"corpusprep: warning: {name}: out_dir holds {other}, which llm.c's glob "
-                      f"({stem}_train_*{self.suffix}) would read as a shard; move it out of "
-                      "out_dir", file=sys.stderr)  # fmt: skip
+            if self.reads(other, stem):
+                print(f"corpusprep: warning: {name}: out_dir holds {other}, which "
+                      f"{self.reader(stem)} would read as a shard; move it out of out_dir",
+                      file=sys.stderr)  # fmt: skip
+
+    def reads(self, other: str, stem: str) -> bool:
+        """Whether the peer's loader takes the file `other` for a shard: llm.c takes its
+        shards by a glob (`-i '{name}_train_*.bin'`)."""
+        return any(fnmatchcase(other, f"{stem}_{side}_*{self.suffix}") for side in SPLIT_ORDER)
+
+    def reader(self, stem: str) -> str:
+        return f"llm.c's glob ({stem}_train_*{self.suffix})"
 
     def warn_short_tails(self, name: str) -> None:
         """One line for each split whose last shard is too short for the peer's loader (it

@@ -16,7 +16,6 @@ such a name is refused before any work.
 from __future__ import annotations
 
 import re
-import sys
 from typing import BinaryIO
 
 import numpy as np
@@ -51,12 +50,11 @@ class NpyExporter(ShardedExporter):
                 f"give a name without 'train' or 'val', e.g. name={fix or 'corpus'}"
             )
 
-    def warn_others(self, names: list[str], name: str) -> None:
-        for other in sorted(names):
-            if any(word in other for word in SPLIT_WORDS):
-                print(f"corpusprep: warning: {name}: out_dir holds {other}, which build-nanogpt's "
-                      "loader (every name in the folder with 'train' or 'val' in it) would read "
-                      "as a shard; move it out of out_dir", file=sys.stderr)  # fmt: skip
+    def reads(self, other: str, stem: str) -> bool:
+        return any(word in other for word in SPLIT_WORDS)
+
+    def reader(self, stem: str) -> str:
+        return "build-nanogpt's loader (every name in the folder with 'train' or 'val' in it)"
 
     def write_header(self, f: BinaryIO, count: int, dtype: np.dtype) -> None:
         header = {"descr": npy_format.dtype_to_descr(dtype), "fortran_order": False,
