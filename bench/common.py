@@ -7,6 +7,7 @@ Imported as `common`: Python puts the running script's folder (bench/) on sys.pa
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import os
@@ -541,6 +542,32 @@ def measure_sha256(paths: Sequence[Path]) -> float:
     return time.perf_counter() - start
 
 
+def measure_reading(paths: Sequence[Path]) -> float:
+    """Seconds one core takes to read the documents of these inputs with the libraries
+    corpusprep's reader uses and nothing else: each .jsonl.zst file decompressed
+    (zstandard) and every line parsed for its "text" (orjson where installed, as
+    corpusprep's reader); each .txt file of a folder read and decoded. Work the encoder's
+    ceiling leaves out (it starts from the texts in memory) and that no reader can."""
+    import zstandard
+
+    try:
+        from orjson import loads
+    except ImportError:
+        loads = json.loads
+    start = time.perf_counter()
+    for path in paths:
+        if Path(path).is_dir():
+            for file in sorted(Path(path).rglob("*.txt")):
+                file.read_bytes().decode("utf-8")
+            continue
+        with open(path, "rb") as raw:
+            stream = zstandard.ZstdDecompressor().stream_reader(raw)
+            for line in io.BufferedReader(stream, 1 << 20):
+                if line.strip():
+                    loads(line)["text"]
+    return time.perf_counter() - start
+
+
 class Ceilings:
     """The encoder's ceiling for each corpusprep method, measured right after each timed
     run of that method: this machine's speed drifts by a third over a benchmark, and a
@@ -560,6 +587,8 @@ class Ceilings:
         self.times: dict[str, list[float]] = {name: [] for name in methods}
         self.outside: dict[str, list[float]] = {name: [] for name in methods}
         self.hashing: dict[str, list[float]] = {name: [] for name in methods}
+        # documents: one core's time to read them (decompress, parse), once a round
+        self.reading: dict[int, float] = {}
         self.workers: dict[str, int] = {}
         self.encoders: dict[str, str] = {}
         self._measured: dict[tuple[int, str, int], float] = {}  # (round, encoder, workers)
@@ -582,6 +611,8 @@ class Ceilings:
         self.outside[name].append(run.seconds - manifest["seconds"]["total"])
         outputs = [out_dir / file for file in manifest.get("files", {})]
         self.hashing[name].append(measure_sha256([*self.inputs, *outputs]))
+        if self.documents and round_number not in self.reading:
+            self.reading[round_number] = measure_reading(self.inputs)
         self.encoders[name] = encoder
         self.workers[name] = workers
 
@@ -591,6 +622,10 @@ class Ceilings:
 
     def outside_seconds(self, name: str) -> float:
         return statistics.median(self.outside[name])
+
+    def reading_seconds(self) -> Optional[float]:
+        """One core's time to read the documents (median of the rounds); None: one text."""
+        return statistics.median(self.reading.values()) if self.reading else None
 
     def sha256_seconds(self, name: str) -> float:
         """One core's time to sha256 the input and outputs (median of the rounds)."""
@@ -611,7 +646,9 @@ def report_ceiling(label: str, corpusprep_seconds: float, ceilings: Ceilings, na
     that over the workers); then the most the whole process could reach with nothing but
     the encoder, the start-up and the sha256 (a target above it is out of reach without a
     faster start-up or a cheaper checksum), unless they add up to more than the run took
-    (a ceiling measured while the machine was slower), and bound nothing."""
+    (a ceiling measured while the machine was slower), and bound nothing. For documents a
+    third line adds reading them (decompressing, parsing), which the ceiling leaves out
+    and every method must do."""
     ceiling = ceilings.seconds(name)
     fraction = ceiling / corpusprep_seconds
     print(f"target: {label}: >= {target:.0%} of the encoder's in-process ceiling "
@@ -636,6 +673,16 @@ def report_ceiling(label: str, corpusprep_seconds: float, ceilings: Ceilings, na
           f"{ceiling / inside:.0%} of the time inside; the sha256 of the input and outputs "
           f"takes {sha256:.2f} s of a core, {sha256 / workers:.2f} s of {workers} cores; "
           f"{bound}")  # fmt: skip
+    reading = ceilings.reading_seconds()
+    if reading is not None:  # documents: reading them is work no method can leave out
+        cap = ceiling / (ceiling + outside + (sha256 + reading) / workers)
+        beyond = f": {target:.0%} is out of reach" if cap < target else ""
+        bound = (f"with nothing but the encoder, start-up, sha256 and reading, the whole "
+                 f"process would reach {cap:.0%}{beyond}" if not cap < fraction else
+                 "with them, more than the run took: they bound nothing here")  # fmt: skip
+        print(f"  {label}: reading the documents (decompressing and parsing, as corpusprep's "
+              f"reader does) takes {reading:.2f} s of a core, {reading / workers:.2f} s of "
+              f"{workers} cores, which the encoder's ceiling leaves out; {bound}")  # fmt: skip
 
 
 def paired(peer: Sequence[Run], ours: Sequence[Run]) -> list[float]:

@@ -31,6 +31,11 @@ def _bench_common():
 common = _bench_common()
 
 REPEAT = 2
+READING = re.compile(
+    r"^  .+: reading the documents \(decompressing and parsing, as corpusprep's "
+    r"reader does\) takes [\d.]+ s of a core, [\d.]+ s of \d+ cores, .*(reach "
+    r"\d+%|bound nothing here)(: 85% is out of reach)?$"
+)
 RUN = re.compile(r"^run (\d+)/\d+  (\S+)\s+(.*)$")
 CEILING = re.compile(r"^ceiling    (\S+)\s+([\d.]+) s  \(the encoder alone, \d+ workers\)$")
 TARGET = re.compile(
@@ -130,6 +135,66 @@ def test_the_reach_counts_start_up_and_the_sha256_share_and_says_when_they_bound
     # a run quicker than the three together (a ceiling taken in a slow moment): no reach
     line = _reported(2.0, 2.2, 1.9, 0.4, capsys)
     assert line.endswith("together they come to more than the run took: they bound nothing here")
+
+
+def test_documents_reading_is_measured_once_a_round_and_added_to_a_reach_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Decompressing and parsing the documents is work the encoder's ceiling leaves out
+    (it starts from texts in memory) and that every method must do: its share of the
+    cores goes into a second reach, on a line of its own; one text has no such line."""
+    read: list[list[Path]] = []
+
+    def fake_reading(paths) -> float:
+        read.append(list(paths))
+        return [0.6, 0.2, 0.4][len(read) - 1]
+
+    monkeypatch.setattr(common, "measure_ceiling", _returning([2.0] * 7))
+    monkeypatch.setattr(common, "measure_sha256", _returning([0.4] * 7))
+    monkeypatch.setattr(common, "measure_reading", fake_reading)
+    corpus, a, b = tmp_path / "c.jsonl.zst", tmp_path / "a", tmp_path / "b"
+    ceilings = common.Ceilings([corpus], True, {"a": (a, None), "b": (b, "tiktoken")})
+    for round_number in (1, 2, 3):
+        for name, folder in (("a", a), ("b", b)):
+            _manifest(folder, "splintr", 2.7)
+            ceilings.after(name, _run(3.0), round_number)
+    assert read == [[corpus]] * 3  # once a round, whatever the methods
+    assert ceilings.reading_seconds() == 0.4  # the median
+    capsys.readouterr()
+    common.report_ceiling("x", 3.0, ceilings, "a")
+    lines = capsys.readouterr().out.splitlines()
+    # 2.0 s of encoder, 0.3 s outside, (0.4 + 0.4) / 2 cores: 2.0 / 2.7
+    assert lines[2] == (
+        "  x: reading the documents (decompressing and parsing, as corpusprep's reader does) "
+        "takes 0.40 s of a core, 0.20 s of 2 cores, which the encoder's ceiling leaves out; "
+        "with nothing but the encoder, start-up, sha256 and reading, the whole process would "
+        "reach 74%: 85% is out of reach"
+    )
+    one_text = common.Ceilings([corpus], False, {"a": (a, None)})
+    one_text.after("a", _run(3.0), 1)
+    assert one_text.reading_seconds() is None and len(read) == 3
+    capsys.readouterr()
+    common.report_ceiling("x", 3.0, one_text, "a")
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+def test_reading_takes_the_documents_as_the_reader_does(tmp_path: Path) -> None:
+    """measure_reading really reads: every document of a .jsonl.zst file (a line without
+    its "text" fails, as it would in corpusprep), and every .txt file of a folder."""
+    zstandard = pytest.importorskip("zstandard")
+    lines = b"".join(json.dumps({"text": f"doc {i}"}).encode() + b"\n" for i in range(100))
+    good = tmp_path / "good.jsonl.zst"
+    good.write_bytes(zstandard.ZstdCompressor().compress(lines + b"\n"))
+    assert common.measure_reading([good]) >= 0
+    bad = tmp_path / "bad.jsonl.zst"
+    bad.write_bytes(zstandard.ZstdCompressor().compress(lines + b'{"body": "x"}\n'))
+    with pytest.raises(KeyError):
+        common.measure_reading([bad])
+    folder = tmp_path / "files"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "a.txt").write_bytes(b"\xff")  # not UTF-8: it was decoded
+    with pytest.raises(UnicodeDecodeError):
+        common.measure_reading([folder])
 
 
 def test_a_ratio_is_also_given_round_by_round(capsys: pytest.CaptureFixture) -> None:
@@ -255,3 +320,7 @@ def test_a_benchmark_measures_each_ceiling_right_after_its_method(
         assert low - 0.005 <= said / 100 <= high + 0.005, line.group(0)
         out_of_reach = line.group(8) is not None  # 84.6% prints as 85%
         assert said <= 85 if out_of_reach else said >= 85, line.group(0)
+    # documents: a second reach that adds reading them, under each fraction; one text: none
+    reading = [line for line in lines if READING.match(line)]
+    documents = script in ("bench_corpus.py", "bench_files.py")
+    assert len(reading) == (len(targets) if documents else 0), shown
