@@ -36,6 +36,7 @@ from corpusprep.overrides import (
     completing,
     guard_key_overrides,
     hydra_prints,
+    installing_completion,
 )
 from corpusprep.redact import RedactedLines, redact_override, redact_text
 
@@ -208,12 +209,33 @@ def main() -> None:
         sys.stdout = RedactedLines(sys.stdout)  # and one a config file holds
     if not completing(argv):  # a half-typed key is no mistake to print into the shell
         guard_key_overrides()
+    elif installing_completion(argv):
+        _complete_the_command()
     _guard_hydra_targets()
     _skip_mode_probe(argv)
     use_fast_yaml()
     global _KEPT_ARGV
     _KEPT_ARGV = argv  # kept by compose_cache.save if it may be
     _compose_and_run()
+
+
+def _complete_the_command() -> None:
+    """Hydra's bash script completes `python FILE.py` or an installed command, never
+    `python -m MODULE` (it looks for FILE): installed from `python -m corpusprep`, it
+    would register for `python` and complete nothing. It names the `corpusprep` command
+    instead (Hydra takes the name from argv[0]); where that is not on PATH, a warning."""
+    import shutil
+    import sysconfig
+
+    if sys.argv[0].endswith(".py"):
+        sys.argv[0] = "corpusprep"
+    if shutil.which("corpusprep") is None:
+        schemes = [sysconfig.get_default_scheme(), f"{os.name}_user"]
+        folders = [sysconfig.get_path("scripts", scheme) for scheme in schemes]
+        found = next((f for f in folders if os.path.exists(os.path.join(f, "corpusprep"))), None)
+        fix = f"add {found} to PATH" if found else "pip install corpusprep installs it"
+        print(f"corpusprep: warning: shell completion completes the corpusprep command, which "
+              f"is not on PATH; {fix}", file=sys.stderr)  # fmt: skip
 
 
 def _compose_and_run() -> None:

@@ -116,6 +116,18 @@ def completing(args: list[str]) -> bool:
         return False
 
 
+def installing_completion(args: list[str]) -> bool:
+    """-sc install=SHELL (or uninstall=): Hydra's script for the shell, named after the
+    command it completes."""
+    try:
+        ns = _hydra_args(args)
+    except (SystemExit, UserError):
+        return False
+    return bool(ns.shell_completion) and any(
+        o.startswith(("install=", "uninstall=")) for o in ns.overrides
+    )
+
+
 def hydra_prints(args: list[str]) -> bool:
     """Whether the command line asks Hydra to print the config, its overrides or its help
     instead of running (--cfg, --info, --help, --hydra-help, --shell-completion; `--cf job`
