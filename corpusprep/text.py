@@ -210,7 +210,8 @@ def _last_cut(rule: re.Pattern, window: bytes) -> Optional[int]:
 def _uncut(name: str, start: int, end: int, limit: int, rule: Optional[re.Pattern]) -> UserError:
     how = (
         "has no place where this tokenizer may cut it (for BPE: a newline between a "
-        "non-space character and a letter or digit)"
+        "non-space character and a letter or digit; for tiktoken also a space between two "
+        "ASCII letters)"
         if rule is not None
         else "is one text, and this tokenizer never cuts a text (it encodes it whole)"
     )

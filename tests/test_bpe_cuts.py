@@ -8,6 +8,7 @@ then on the real encodings available offline by comparing ids.
 
 from __future__ import annotations
 
+import json
 import random
 import re
 
@@ -15,13 +16,21 @@ import numpy as np
 import pytest
 import regex
 
-from corpusprep.tokenizers.tiktoken import CUT_AT, PROVEN_PATTERNS, TiktokenTokenizer, last_cut
+from corpusprep.tokenizers.tiktoken import (
+    CUT_AT,
+    PROVEN_PATTERNS,
+    WORD_CUT_AT,
+    TiktokenTokenizer,
+    last_cut,
+    last_word_cut,
+)
 
 ATOMS = [
     "a", "Z", "word", "It", "x1", "7", "123456", " ", "  ", "\t", "\n", "\n\n", "\r\n", " \n",
     "\n ", ".", ",", "!?", ":", ";", "'s", "'ll", "'", '"', "/", "//", "(", ")", "-", "é",
     "日本語", "ü", "e\u0301", "\u00a0", "\u2028", "😀", "<|endoftext|>", "#", "$", "\x0b",
     "a\nb", ".\nA", ":\n9", "/\nx", ")\nI", "'\ns", "!\n\n", "-\n/",
+    "a b", "Ab cD", "s ", " t", "ab  cd", "a\u0301 b", "x \u0301", "\u0301", "e's x",
 ]  # fmt: skip
 
 
@@ -30,24 +39,55 @@ def adversarial(rng: random.Random, n: int) -> str:
 
 
 CUT = re.compile(CUT_AT.decode())
+RULES = {"newline": CUT_AT, "word": WORD_CUT_AT}  # the shared rule; tiktoken's own
 
 
-def cuts(text: str) -> list[int]:
-    return [m.end() for m in CUT.finditer(text)]
+def cuts(text: str, rule: bytes = CUT_AT) -> list[int]:
+    return [m.end() for m in re.compile(rule.decode()).finditer(text)]
 
 
+@pytest.mark.parametrize("rule", sorted(RULES))
 @pytest.mark.parametrize("name", sorted(PROVEN_PATTERNS))
-def test_every_cut_keeps_the_pretokens(name):
+def test_every_cut_keeps_the_pretokens(name, rule):
     pat = regex.compile(PROVEN_PATTERNS[name])
     rng = random.Random(name)
     checked = 0
     for _ in range(2000):
         text = adversarial(rng, rng.randint(2, 120))
         whole = pat.findall(text)
-        for c in cuts(text):
+        found = cuts(text, RULES[rule])
+        for c in found:
             assert pat.findall(text[:c]) + pat.findall(text[c:]) == whole, (name, text, c)
             checked += 1
+        # every cut at once: each piece alone gives the pre-tokens the whole has there
+        bounds = [0, *found, len(text)]
+        pieces = [t for a, b in zip(bounds, bounds[1:]) for t in pat.findall(text[a:b])]
+        assert pieces == whole, (name, text, found)
     assert checked > 1000  # the generator does produce cut points
+
+
+def test_the_word_rule_cuts_before_a_space_between_ascii_letters():
+    """tiktoken's rule adds "letter|␣letter" to the newline rule: a text with no newline
+    (text8, a one-line dump) can be cut too. Not after the space ("a␣|b" splits " b")."""
+    assert cuts("ab cd", WORD_CUT_AT) == [2]
+    assert cuts("ab  cd", WORD_CUT_AT) == []  # two spaces: "\s+(?!\S)" takes the first
+    assert cuts("a1 b", WORD_CUT_AT) == [] and cuts("é b", WORD_CUT_AT) == []
+    assert cuts("x.\nA b", WORD_CUT_AT) == [3, 4]
+    for name in PROVEN_PATTERNS:  # control: a cut after the space is caught
+        pat = regex.compile(PROVEN_PATTERNS[name])
+        assert pat.findall("ab ") + pat.findall("cd") != pat.findall("ab cd")
+
+
+def test_last_word_cut_is_the_last_cut_of_the_word_rule():
+    assert last_word_cut("ab cd ef") == 5
+    assert last_word_cut("ab cd\nEf") == 6  # the newline's, later
+    assert last_word_cut("ab\ncd e") == 5 and last_word_cut("ab\ncd 1") == 3
+    assert last_word_cut("no_cut_here") == 0
+    assert last_word_cut("ab c") == 2 and last_word_cut("ab ") == 0 and last_word_cut(" b") == 0
+    rng = random.Random(5)
+    for _ in range(3000):
+        text = adversarial(rng, rng.randint(0, 60))
+        assert last_word_cut(text) == max([0, *cuts(text, WORD_CUT_AT)]), text
 
 
 @pytest.mark.parametrize("name", sorted(PROVEN_PATTERNS))
@@ -375,3 +415,43 @@ def test_encode_at_cuts_segments_are_the_held_texts_cut_at_their_last_cut(seed):
     segments = list(encode_at_cuts(lambda s: s, pieces, True, minimum))
     assert segments == list(plainly(pieces, minimum))
     assert "".join(segments) == text and len(segments) > 1
+
+
+TEXT8_WORDS = ["the", "of", "and", "one", "in", "a", "to", "zero", "nine", "two", "is",
+               "anarchism", "originated", "as", "term", "abuse"]  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["tiktoken", "auto"])
+def test_a_text_without_newlines_is_cut_between_words_as_nanogpt_encodes_it(
+    tmp_path, tiktoken_cache, backend
+):
+    """text8's shape: one line of words and single spaces, longer than
+    source.max_uncut_bytes. With only the newline rule it had no place to cut: refused (or,
+    under the limit, encoded whole by one worker, its memory growing with the text). Cut
+    between words into shards, it gives nanoGPT's files byte for byte, in the bound."""
+    from helpers import run_cli, same_files
+    from nanogpt_reference import prepare_bpe
+
+    rng = random.Random(8)
+    text = " ".join(rng.choice(TEXT8_WORDS) for _ in range(500_000))  # 2.6 MB, one line
+    (tmp_path / "text8").write_text(text)
+    (tmp_path / "ref").mkdir()
+    prepare_bpe(tmp_path / "text8", tmp_path / "ref")
+    r = run_cli("source=file", "source.path=text8", "tokenizer=tiktoken",
+                f"tokenizer.backend={backend}", "source.max_uncut_bytes=100000",
+                "shard_bytes=300000", "out_dir=out", "quiet=true", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    same_files(tmp_path / "ref", tmp_path / "out", names=("train.bin", "val.bin"))
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["shards"]["count"] >= 8
+
+
+def test_the_word_rule_is_tiktokens_alone(tiktoken_cache):
+    """The tokenizers that share the newline rule (sentencepiece, Hugging Face's ByteLevel
+    BPE, tokenizer=bpe's plan and training units) keep it: the word rule is proven for tiktoken's
+    patterns only."""
+    from corpusprep.sample import UNIT_END
+    from corpusprep.tokenizers.sentencepiece import SentencePieceTokenizer
+
+    assert TiktokenTokenizer("gpt2").cut_at == WORD_CUT_AT
+    assert UNIT_END.pattern == CUT_AT.decode() and SentencePieceTokenizer.cut_at == CUT_AT

@@ -281,7 +281,8 @@ BOUND = 1_000_000
 
 
 def test_bpe_text_without_a_cut(tmp_path: Path, tiktoken_cache: Path):
-    (tmp_path / "flat.txt").write_text("words without newline " * 230_000)  # 5 MB, no "\n"
+    # 5 MB with no "\n" and no space between two letters (words are cut there: test_bpe_cuts)
+    (tmp_path / "flat.txt").write_text("3.14 2.71 1.41 12 " * 280_000)
     result = _run(tmp_path, "source=file", "source.path=flat.txt", "tokenizer=tiktoken",
                   f"source.max_uncut_bytes={BOUND}", timeout=120)  # fmt: skip
     assert_one_line_error(result, "flat.txt", "from byte 0 to byte",

@@ -43,6 +43,13 @@ CUT_AT = rb"\n(?<=[\x21-\x7e]\n)(?=[0-9A-Za-z])"
 CUT_AT_TEXT = re.compile(CUT_AT.decode("ascii"))  # the same rule over decoded text
 _PREV_OK = frozenset(chr(c) for c in range(0x21, 0x7F))
 _NEXT_OK = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+# tiktoken's own rule adds the word rule: right before a space between two ASCII letters
+# ("of| the"). No pre-token of these patterns takes a space after a letter, so one ends
+# there; and " the" starts one the same way with or without the text before it (after two
+# spaces it would not: "\s+(?!\S)" takes the first). A text with no newline (text8, a
+# one-line dump) is cut too. The other tokenizers that share CUT_AT keep it alone.
+WORD_CUT_AT = CUT_AT + rb"|[A-Za-z](?= [A-Za-z])"
+_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 # Faster Rust cores gave ids identical to tiktoken's on these encodings (without a ranks
 # file), in tests/test_bpe_cuts.py; any other encoding stays on tiktoken. splintr (4x
 # tiktoken's speed on one core, ids straight into a buffer) and riptoken (2x).
@@ -349,7 +356,7 @@ class TiktokenTokenizer(Tokenizer):
 
     @property
     def cut_at(self) -> Optional[bytes]:
-        return CUT_AT if self._vocab()._pat_str in PROVEN_PATTERNS.values() else b""
+        return WORD_CUT_AT if self._vocab()._pat_str in PROVEN_PATTERNS.values() else b""
 
     @property
     def vocab_size(self) -> int:
@@ -407,7 +414,7 @@ class TiktokenTokenizer(Tokenizer):
         return self._enc().encode_to_numpy(text, disallowed_special=())
 
     def encode_pieces(self, pieces: Iterable[str]) -> Iterator[np.ndarray]:
-        return encode_at_cuts(self.encode, pieces, bool(self.cut_at), MIN_SEGMENT)
+        return encode_at_cuts(self.encode, pieces, bool(self.cut_at), MIN_SEGMENT, last_word_cut)
 
     def encode_documents(self, texts: list[str]) -> list[np.ndarray]:
         # a text shorter than MIN_SEGMENT is one encode(text) in encode_pieces, each a new
@@ -480,10 +487,13 @@ class TiktokenTokenizer(Tokenizer):
 
 
 def encode_at_cuts(
-    encode: Callable[[str], np.ndarray], pieces: Iterable[str], cuttable: bool, min_segment: int
-) -> Iterator[np.ndarray]:
+    encode: Callable[[str], np.ndarray], pieces: Iterable[str], cuttable: bool, min_segment: int,
+    last: Callable[[str], int] = None,
+) -> Iterator[np.ndarray]:  # fmt: skip
     """Encode a text arriving in pieces, in segments of at least `min_segment` characters
-    cut only where CUT_AT allows: the ids of encoding it whole. Not `cuttable`: it is."""
+    cut only where the rule allows (`last` finds a text's last cut, 0 if none: CUT_AT's,
+    last_cut, unless given): the ids of encoding it whole. Not `cuttable`: it is."""
+    last = last or last_cut
     if not cuttable:
         yield encode("".join(pieces))  # no proven cut: the text is encoded whole
         return
@@ -497,14 +507,14 @@ def encode_at_cuts(
         size += len(piece)
         if size < min_segment:
             continue
-        cut = last_cut(piece)
+        cut = last(piece)
         if cut:
             held[-1] = piece[:cut]
             yield encode("".join(held))
             rest = piece[cut:]
         else:  # no cut in the last piece: in all that is held
             text = "".join(held)
-            cut = last_cut(text)
+            cut = last(text)
             if not cut:
                 held = [text]
                 continue
@@ -549,16 +559,34 @@ _WHITE, _OTHER = (bytes(_marks(b)[kind] for b in range(256)) for kind in (0, 1))
 _UNMARKED_RUN = bytes(LONG_RUN_BYTES + 1)  # that many bytes with no mark of one kind
 
 
-def last_cut(text: str) -> int:
-    """The position right after the last "\\n" of `text` where CUT_AT allows a cut, or 0."""
+def last_cut(text: str, after: int = 0) -> int:
+    """The position right after the last "\\n" of `text` where CUT_AT allows a cut, or 0;
+    only a "\\n" at or after `after` is looked at."""
     end = len(text) - 1  # the "\n" needs a next character
     while True:
-        i = text.rfind("\n", 1, end)
+        i = text.rfind("\n", max(1, after), end)
         if i < 1:
             return 0
         if text[i - 1] in _PREV_OK and text[i + 1] in _NEXT_OK:
             return i + 1
         end = i
+
+
+def last_word_cut(text: str) -> int:
+    """The last cut of WORD_CUT_AT in `text`, or 0: one before a space between two ASCII
+    letters, looked for back from the end over the last WORD_WINDOW characters' spaces
+    (text of digits and spaces has many and none of these), or the newline rule's, if
+    later. Without a word cut there, the newline rule's last cut."""
+    at, word = len(text) - 1, 0  # the space needs a next character
+    while (i := text.rfind(" ", max(1, len(text) - WORD_WINDOW), at)) > 0:
+        if text[i - 1] in _LETTERS and text[i + 1] in _LETTERS:
+            word = i
+            break
+        at = i
+    return max(word, last_cut(text, word))
+
+
+WORD_WINDOW = 1 << 12  # words are never far apart in text that has them
 
 
 def blocks_at_cuts(text: str, size: int, last: Callable[[str], int] = last_cut,
