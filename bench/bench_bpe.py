@@ -105,7 +105,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         quicker = best["nanoGPT"] / best["corpusprep+fast"]
         print(f"corpusprep (tokenizer.backend=auto: {backend})/nanoGPT throughput: {quicker:.2f}x")
     print(f"corpusprep's own phases (last run): {corpusprep_phases(outs['corpusprep'])}")
-    label = f"BPE one text {args.mb} MB"
+    label = f"BPE one text {args.mb} MB" + ("" if args.corpus == "uneven" else f" ({args.corpus})")
     report_ratio(f"{label}, tiktoken, corpusprep/nanoGPT", ratio, target_ratio(args.mb),
                  (best["nanoGPT"], ceilings.seconds("corpusprep")),
                  paired(runs["nanoGPT"], runs["corpusprep"]))  # fmt: skip

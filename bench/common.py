@@ -11,6 +11,7 @@ import io
 import json
 import math
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -57,7 +58,7 @@ def stdlib_sources() -> list[Path]:
     return files
 
 
-CORPORA = ("uneven", "even")  # --corpus: what the benchmark text is made of
+CORPORA = ("uneven", "even", "words")  # --corpus: what the benchmark text is made of
 
 
 def _site_sources() -> list[Path]:
@@ -102,6 +103,8 @@ def corpus_documents(kind: str) -> list:
     even: the standard library alone (code that tokenizes evenly, a flattering corpus);
     uneven: the standard library and site-packages interleaved (code of very different
     styles), with prose and data files between them: shards of very different cost."""
+    if kind == "words":  # text8's shape: the uneven corpus as lowercase words, one line
+        return [_Words(item) for item in corpus_documents("uneven")]
     code: list = stdlib_sources()
     if kind == "even":
         return code
@@ -117,6 +120,18 @@ def corpus_documents(kind: str) -> list:
         if i % every == every - 1 and specials:
             out.append(specials.pop(0))
     return out + specials
+
+
+class _Words:
+    """A document as text8 has its text (enwik8 cleaned): lowercase a-z words, each
+    followed by one space, nothing else; read when needed."""
+
+    def __init__(self, item) -> None:
+        self.item = item
+
+    def read_bytes(self) -> bytes:
+        words = re.sub(rb"[^a-z]+", b" ", read_document(self.item).lower()).strip()
+        return words + b" " if words else b""
 
 
 def read_document(item) -> bytes:
@@ -398,7 +413,9 @@ def parse_args(
     parser.add_argument("--keep", action="store_true", help="keep the corpus and the outputs")
     parser.add_argument("--corpus", choices=CORPORA, default="uneven",
                         help="uneven (default): code of two kinds, prose and data files; "
-                        "even: the standard library alone")  # fmt: skip
+                        "even: the standard library alone; words: the uneven corpus as "
+                        "text8 has its text, lowercase words and single spaces, one "
+                        "line")  # fmt: skip
     args = parser.parse_args(argv)
     if args.mb < 1 or args.repeat < 1:
         parser.error("--mb and --repeat must be at least 1")

@@ -324,3 +324,29 @@ def test_a_benchmark_measures_each_ceiling_right_after_its_method(
     reading = [line for line in lines if READING.match(line)]
     documents = script in ("bench_corpus.py", "bench_files.py")
     assert len(reading) == (len(targets) if documents else 0), shown
+
+
+def test_the_words_corpus_has_text8s_shape() -> None:
+    """--corpus words: lowercase a-z words, one space after each, no newline (enwik8
+    cleaned, as text8 is), read lazily like the files it comes from."""
+    documents = common.corpus_documents("words")
+    text = b"".join(common.read_document(d) for d in documents[:50])
+    assert len(text) > 100_000 and re.fullmatch(rb"([a-z]+ )+", text)
+
+
+@pytest.mark.slow
+def test_bench_bpe_on_the_words_corpus_gives_nanogpts_files(
+    tmp_path: Path, tiktoken_cache: Path
+) -> None:
+    """One line of words (no newline) through bench_bpe.py: corpusprep's files are
+    nanoGPT's byte for byte, cut into shards between words."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "bench_bpe.py"), "--mb", "3", "--repeat", "1",
+         "--corpus", "words", "--workdir", str(tmp_path), "--keep"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "outputs identical: train.bin, val.bin" in done.stdout
+    assert "target: BPE one text 3 MB (words), tiktoken" in done.stdout
+    manifest = json.loads((tmp_path / "out-corpusprep-bpe" / "manifest.json").read_text())
+    assert manifest["shards"]["count"] > 1
