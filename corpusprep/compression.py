@@ -19,7 +19,7 @@ import lzma
 import os
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,6 +177,7 @@ class Stream:
     end: int = 0
     offset: int = 0
     lines: int = 0
+    ahead: bytes = b""  # read from f past `offset` already (a text piece looked for its cut)
 
 
 class Streams:
@@ -192,9 +193,10 @@ class Streams:
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._forget)
 
-    def take(self, file: InputFile, start: int) -> Stream:
+    def take(self, file: InputFile, start: int,
+             usable: Optional[Callable[[Stream], bool]] = None) -> Stream:  # fmt: skip
         """A stream of `file` at a line start at or before `start`, no line that starts at
-        or after `start` read from it yet."""
+        or after `start` read from it yet (`usable`: another test of the kept stream)."""
         try:
             stat = os.stat(file.path)
         except OSError as e:
@@ -203,14 +205,14 @@ class Streams:
                stat.st_mtime_ns, stat.st_ino)  # fmt: skip
         kept, self.kept = self.kept, None
         if kept is not None:
-            if kept.key == key and kept.end <= start:
+            if kept.key == key and kept.end <= start and (usable is None or usable(kept)):
                 return kept
             kept.f.close()
         return Stream(open_raw(file.path, file.compression, file.member, file.max_bytes), key)
 
-    def keep(self, stream: Stream, end: int, offset: int, lines: int) -> None:
+    def keep(self, stream: Stream, end: int, offset: int, lines: int, ahead: bytes = b"") -> None:
         """Keep `stream`, read through the lines that start before `end`."""
-        stream.end, stream.offset, stream.lines = end, offset, lines
+        stream.end, stream.offset, stream.lines, stream.ahead = end, offset, lines, ahead
         self.close()
         self.kept = stream
 

@@ -689,7 +689,7 @@ def eot_mode(requested: str, single: bool, tokenizer: Tokenizer) -> str:
 
 def plan(files: list[InputFile], shard_bytes: int, tokenizer: Tokenizer) -> list[Shard]:
     """Cut the files into shards: big files into pieces (where the tokenizer allows a cut;
-    after any newline for char and byte; a compressed JSONL file by position in its text,
+    after any newline for char and byte; a compressed file by position in its text,
     unless the tokenizer is as fast as decompressing), small files packed together, up to
     shard_bytes."""
     cut = tokenizer.cut_at
@@ -697,7 +697,10 @@ def plan(files: list[InputFile], shard_bytes: int, tokenizer: Tokenizer) -> list
     shard_bytes = balanced_shard_bytes(files, shard_bytes)
     shards, run, size = [], [], 0
     for file in files:
-        segments = get_format(file.format).plan(file, shard_bytes, boundary, not tokenizer.fast)
+        # a tokenizer that trains samples a long text by its place in it (Format.before),
+        # which a piece of a compressed text does not know: one piece, as it always was
+        pieces = not tokenizer.fast and not (tokenizer.needs_fit and file.format == "text")
+        segments = get_format(file.format).plan(file, shard_bytes, boundary, pieces)
         for start, end, nbytes in segments:
             if run and size + nbytes > shard_bytes:
                 shards.append(Shard(len(shards), tuple(run)))

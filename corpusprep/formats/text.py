@@ -6,7 +6,8 @@ source.doc_end, cut right after each occurrence of a string, which each document
 "\n\n" back, so the pieces are exactly the text's; the last may be empty).
 
 An uncompressed file is cut into shards where the tokenizer allows (a long document is
-read in parallel); a compressed one is one shard, streamed.
+read in parallel); a compressed one into pieces by position in its text, where the
+tokenizer costs more than decompressing (BPE; see _piece), else it is one shard, streamed.
 """
 
 from __future__ import annotations
@@ -18,11 +19,21 @@ from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Optional
 
-from corpusprep.compression import open_stream
+from corpusprep.compression import STREAMS, Stream, open_stream, reading_errors
 from corpusprep.errors import UserError
-from corpusprep.formats import SKIPPED, Census, Format, InputFile, Part, Segment
+from corpusprep.formats import (
+    SKIPPED,
+    STREAM_END,
+    Census,
+    Format,
+    InputFile,
+    Part,
+    Segment,
+    compressed_pieces,
+)
 from corpusprep.sample import Sampler
 from corpusprep.text import (
+    BLOCK,
     InvalidText,
     count_chars,
     decode,
@@ -49,9 +60,13 @@ class TextFormat(Format):
 
     def plan(self, file: InputFile, shard_bytes: int, boundary: Optional[re.Pattern],
              pieces: bool = False) -> list:  # fmt: skip
+        plain = not (file.doc_separator or file.doc_end or file.skip_invalid)
         if file.doc_separator:  # cut only right after a separator line: documents stay whole
             boundary = separator_line(file.doc_separator)
-        if not file.seekable or boundary is None or file.doc_end:  # doc_end: read in order
+        if not file.seekable:  # by position in its text: a BPE corpus's usual download
+            cut = pieces and plain and boundary is not None
+            return compressed_pieces(file, shard_bytes) if cut else [file.whole()]
+        if boundary is None or file.doc_end:  # doc_end: read in order
             return [file.whole()]
         if file.skip_invalid and not file.doc_separator:  # left out whole or used whole:
             return [file.whole()]  # decided on all of its bytes, whatever shard_bytes says
@@ -61,6 +76,9 @@ class TextFormat(Format):
         file = segment.file
         if file.seekable:
             yield from read_raw(file.path, segment.start, segment.end)
+            return
+        if segment.piece:
+            yield from _piece(segment)
             return
         with ExitStack() as stack:
             f = stack.enter_context(
@@ -117,7 +135,7 @@ class TextFormat(Format):
             digest = hashlib.sha256(data).digest()
             yield Part([text], whole=text, key=digest[:16], sha256=digest)
             return
-        last = not file.seekable or segment.end == file.size
+        last = segment.end == (file.size if file.seekable else STREAM_END)
         yield Part(self.text(segment), starts=segment.start == 0, ends=last)
 
     def scan(self, segment: Segment, sampler: Optional[Sampler] = None) -> Census:
@@ -156,6 +174,107 @@ class TextFormat(Format):
         with open(segment.file.path, "rb") as f:
             chars, _ = count_chars(f, segment.start)
         return chars if chars < cap else None
+
+
+# --- a piece of a compressed text ------------------------------------------------------------
+
+
+def _piece(segment: Segment) -> Iterator[tuple[int, bytes]]:
+    """A compressed text's piece, in (offset, bytes) pieces that decode on their own: its
+    text from the first cut at or after the piece's start (the start itself for the first
+    piece) to the first at or after its end (the text's end for the last). A cut is the
+    end of a match of the tokenizer's rule found with the text before it in view, so the
+    first at or after a place depends on the text alone: consecutive pieces meet exactly,
+    and one whose stretch holds no cut is empty. Read on from where this process stopped
+    reading the piece before (STREAMS), else decompressed from the start and skipped."""
+    file, start, end = segment.file, segment.start, segment.end
+    rule = re.compile(segment.cut_at or rb"\n")
+    # a kept stream: at the cut where the piece before this one ended, or far enough
+    # before this one's start to see the text before it
+    stream = STREAMS.take(file, start, lambda kept: kept.end == start
+                          or kept.offset + CONTEXT <= start)  # fmt: skip
+    text = _Text(stream)
+    kept = False
+    try:
+        with reading_errors(file.name, file.compression):
+            if start and stream.end != start:  # (else at the start, or at the cut)
+                text.skip_to(start)
+                for _ in text.through_cut(rule):  # the text before the piece's first cut
+                    pass
+            chunks = text.rest() if end == STREAM_END else text.through_cut(rule, end)
+            yield from raw_pieces(_Chunks(chunks), text.offset, None, file.name)
+            if end != STREAM_END:  # the next piece starts at this cut
+                STREAMS.keep(stream, end, text.offset, 0, text.ahead)
+                kept = True
+    finally:
+        if not kept:
+            stream.f.close()
+
+
+CONTEXT = 16  # bytes around a place that a cut's rule may look at (it looks at one or two)
+
+
+class _Text:
+    """A compressed text read on from a Stream: `offset` bytes of it taken, the last
+    CONTEXT of them at hand (a rule's lookbehind sees them), `ahead` read but not taken."""
+
+    def __init__(self, stream: Stream) -> None:
+        self.f, self.offset, self.ahead = stream.f, stream.offset, stream.ahead
+        self.behind, self.eof = b"", False
+
+    def _next(self) -> bytes:
+        """What comes next: more than CONTEXT bytes unless the text ends (a match near the
+        end of what is held may need the bytes after it)."""
+        data, self.ahead = self.ahead, b""
+        if len(data) <= CONTEXT and not self.eof:
+            more = self.f.read(BLOCK)
+            self.eof = not more
+            data += more
+        return data
+
+    def _take(self, data: bytes, n: int) -> bytes:
+        """Take the first n bytes of `data`, what _next gave; the rest comes next again."""
+        taken, self.ahead = data[:n], data[n:]
+        self.offset += n
+        self.behind = (self.behind + taken)[-CONTEXT:]
+        return taken
+
+    def skip_to(self, place: int) -> None:
+        while self.offset < place and (data := self._next()):
+            self._take(data, min(len(data), place - self.offset))
+
+    def rest(self) -> Iterator[bytes]:
+        while data := self._next():
+            yield self._take(data, len(data))
+
+    def through_cut(self, rule: re.Pattern, place: Optional[int] = None) -> Iterator[bytes]:
+        """The text up to `place` (none if already past it; from here if None), then on to
+        the end of the first match of `rule` that starts there or later, found with the
+        text before it in view (the text's end if none)."""
+        while place is not None and self.offset < place and (data := self._next()):
+            yield self._take(data, min(len(data), place - self.offset))
+        while data := self._next():
+            m = rule.search(self.behind + data, len(self.behind))
+            if m is not None:
+                n = m.end() - len(self.behind)
+            else:  # the last bytes may start a match that the next ones decide
+                n = len(data) if self.eof else len(data) - CONTEXT
+            if n:
+                yield self._take(data, n)
+            else:
+                self.ahead = data
+            if m is not None:
+                return
+
+
+class _Chunks:
+    """An iterator of bytes as a stream (raw_pieces reads one)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self.chunks = chunks
+
+    def read(self, size: int = -1) -> bytes:
+        return next(self.chunks, b"")
 
 
 # Bytes that are not UTF-8, each read as a lone surrogate (U+DC80..U+DCFF), which strict

@@ -1,0 +1,140 @@
+"""One compressed text (a .txt.gz, .txt.zst, a zip's member: enwik8, text8 and most
+downloads) was one shard, encoded by one worker whatever the machine. For a tokenizer that
+costs more than decompressing (BPE), it is now cut into pieces by position in its text, as
+compressed JSON Lines are: each piece runs from the first place the tokenizer may cut at or
+after its start to the first at or after its end, so the pieces meet exactly. The files
+are nanoGPT's, byte for byte, for any shard size and worker count."""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import random
+import zipfile
+from pathlib import Path
+
+import pytest
+from helpers import run_cli, same_files
+from nanogpt_reference import prepare_bpe
+
+WORDS = ["the", "of", "and", "one", "in", "a", "to", "zero", "nine", "two", "is", "term"]
+
+
+def _text(rng: random.Random, size: int) -> str:
+    """Prose with lines, stretches of words with no newline, and stretches with no place to
+    cut at all (digits and spaces): pieces that start or end inside those, or hold none."""
+    out, n = [], 0
+    while n < size:
+        kind = rng.random()
+        if kind < 0.5:
+            chunk = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 30))) + ".\n"
+        elif kind < 0.8:
+            chunk = " ".join(rng.choice(WORDS) for _ in range(rng.randint(100, 3000))) + " "
+        elif kind < 0.9:
+            chunk = "12 3.4 " * rng.randint(10, 6000)  # no cut for tiktoken's rules
+        else:
+            chunk = "Caf\u00e9 d\u00e9j\u00e0 \u65e5\u672c\r\nZ\r\n"  # non-ASCII, \r\n
+        out.append(chunk)
+        n += len(chunk)
+    return "".join(out)
+
+
+def _compress(path: Path, data: bytes, kind: str) -> Path:
+    if kind == "gz":
+        out = path.with_name(path.name + ".gz")
+        out.write_bytes(gzip.compress(data))
+    elif kind == "bz2":
+        out = path.with_name(path.name + ".bz2")
+        out.write_bytes(bz2.compress(data))
+    elif kind == "zst":
+        zstandard = pytest.importorskip("zstandard")
+        out = path.with_name(path.name + ".zst")
+        with open(out, "wb") as f, zstandard.ZstdCompressor().stream_writer(f) as w:
+            w.write(data)  # streamed: no content size in the header (a guessed size)
+    else:
+        out = path.with_name(path.stem + ".zip")
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr(path.name, data)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["gz", "zst", "zip", "bz2"])
+def test_a_compressed_text_is_cut_into_pieces_and_gives_nanogpts_files(
+    tmp_path: Path, tiktoken_cache: Path, kind: str
+) -> None:
+    rng = random.Random(kind)
+    text = _text(rng, 2_500_000)
+    plain = tmp_path / "corpus.txt"
+    plain.write_bytes(text.encode())
+    (tmp_path / "ref").mkdir()
+    prepare_bpe(plain, tmp_path / "ref")
+    packed = _compress(plain, plain.read_bytes(), kind)
+    for workers, shard_bytes in (("2", "200000"), ("1", "70000"), ("2", "1000000")):
+        out = f"out-{workers}-{shard_bytes}"
+        r = run_cli("source=file", f"source.path={packed.name}", "tokenizer=tiktoken",
+                    f"shard_bytes={shard_bytes}", f"executor.workers={workers}",
+                    "source.max_uncut_bytes=1000000", f"out_dir={out}", "quiet=true",
+                    cwd=tmp_path)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        same_files(tmp_path / "ref", tmp_path / out, names=("train.bin", "val.bin"))
+        manifest = json.loads((tmp_path / out / "manifest.json").read_text())
+        if shard_bytes != "1000000":  # (a size a stream does not record is a guess)
+            assert manifest["shards"]["count"] > 2, (out, manifest["shards"])
+        assert manifest["chars"] == len(text.replace("\r\n", "\n"))
+
+
+@pytest.mark.parametrize("split_by", ["document", "hash"])
+def test_compressed_text_documents_do_not_depend_on_the_pieces(
+    tmp_path: Path, tiktoken_cache: Path, split_by: str
+) -> None:
+    """source=files over compressed texts, each file a document spread over pieces: the
+    same files whatever the shard size and the workers (one piece each, or many)."""
+    rng = random.Random(split_by)
+    (tmp_path / "docs").mkdir()
+    for i in range(4):
+        data = _text(rng, rng.randint(50_000, 700_000)).encode()
+        _compress(tmp_path / "docs" / f"d{i}.txt", data, "gz")
+    outs = []
+    for workers, shard_bytes in (("1", "100000000"), ("2", "60000"), ("1", "60000")):
+        out = f"out-{workers}-{shard_bytes}"
+        r = run_cli("source=files", "source.glob=docs/*.txt.gz", "tokenizer=tiktoken",
+                    f"split_by={split_by}", "split=0.5", f"shard_bytes={shard_bytes}",
+                    f"executor.workers={workers}", f"out_dir={out}", "quiet=true",
+                    cwd=tmp_path)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        outs.append(tmp_path / out)
+    assert json.loads((outs[1] / "manifest.json").read_text())["shards"]["count"] > 4
+    for out in outs[1:]:
+        same_files(outs[0], out, names=("train.bin", "val.bin"))
+
+
+def test_a_truncated_compressed_text_is_one_line_naming_it(tmp_path: Path, tiktoken_cache) -> None:
+    data = gzip.compress(_text(random.Random(3), 1_500_000).encode())
+    (tmp_path / "cut.txt.gz").write_bytes(data[: len(data) * 2 // 3])
+    r = run_cli("source=file", "source.path=cut.txt.gz", "tokenizer=tiktoken",
+                "shard_bytes=100000", "out_dir=out", cwd=tmp_path)  # fmt: skip
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert "cut.txt.gz" in lines[0] and "truncated" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_compressed_text_with_no_cut_for_too_long_is_refused(tmp_path: Path, tiktoken_cache):
+    """source.max_uncut_bytes still bounds what a piece holds: a stretch with no cut that
+    runs across pieces is refused, naming the file, whichever piece finds it."""
+    data = ("a b\n" + "12 3.4 " * 100_000 + "x\nY").encode()
+    (tmp_path / "flat.txt.gz").write_bytes(gzip.compress(data))
+    r = run_cli("source=file", "source.path=flat.txt.gz", "tokenizer=tiktoken",
+                "shard_bytes=50000", "source.max_uncut_bytes=200000", "out_dir=out",
+                cwd=tmp_path)  # fmt: skip
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert "flat.txt.gz" in lines[0] and "source.max_uncut_bytes=200000" in lines[0]
+
+
+def test_an_empty_compressed_text_is_one_line(tmp_path: Path, tiktoken_cache: Path) -> None:
+    (tmp_path / "empty.txt.gz").write_bytes(gzip.compress(b""))
+    r = run_cli("source=file", "source.path=empty.txt.gz", "tokenizer=tiktoken",
+                "out_dir=out", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 1 and "empty.txt.gz" in r.stderr and "Traceback" not in r.stderr
