@@ -365,6 +365,7 @@ def test_slurm_single_node_same_bytes_and_resubmits(corpus):
                     "executor.poll_seconds=0.3", "out_dir=slurm", cwd=corpus,
                     env={**ENV, **env}, timeout=600, wrap=wrap)  # fmt: skip
         assert r.returncode == 0, r.stderr
+        assert r.stderr == "", r.stderr  # quiet: nothing from sacct either (no accounting here)
         same_as_reference(corpus, "slurm")
         flag = corpus / "slurm-failed.flag"
         r = run_cli(*ARGS, "executor=slurm", "executor.mem_gb=1", "executor.poll_seconds=0.3",
@@ -374,6 +375,7 @@ def test_slurm_single_node_same_bytes_and_resubmits(corpus):
                     timeout=600, wrap=wrap)  # fmt: skip
         assert r.returncode == 0, r.stderr
         assert "submitting it again" in r.stderr
+        assert all(line.startswith("corpusprep: ") for line in r.stderr.splitlines()), r.stderr
     same_as_reference(corpus, "slurm2")
 
 
@@ -496,8 +498,9 @@ def test_slurm_array_cancelled_mid_run_is_one_line_then_resumes(corpus, tmp_path
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-        lines = [line for line in err.splitlines() if "accounting storage" not in line]
+        lines = err.splitlines()
         assert proc.returncode == 1, err
+        assert all(line.startswith("corpusprep: ") for line in lines), err
         assert lines[-1].startswith("corpusprep: error: shard") and "without a result" in lines[-1]
         assert len(lines[-1]) < 600 and "Traceback" not in err, err
         r = run_cli(*ARGS, *slow, cwd=root, env={**ENV, **env}, timeout=600)

@@ -13,26 +13,18 @@ marker.
 
 from __future__ import annotations
 
-import logging
 import re
 import secrets
 import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from corpusprep.errors import UserError, checked_number
 from corpusprep.executors import Executor, R, T, checked_retries
-
-
-class _NoSacctNoise(logging.Filter):
-    """Clusters without accounting make submitit warn on every poll; say it once."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "sacct" not in record.getMessage()
-
 
 # a task Slurm no longer holds may still have its result file on its way (a shared file
 # system's cache): submitit waits this long for one
@@ -52,6 +44,17 @@ def _short(error: Exception, job: Any) -> Exception:
     shown = [line for line in shown if line] or [type(error).__name__]
     what = shown[-1] if len(rules) > 1 else shown[0]
     return SlurmTaskFailed(f"{what[:300]}; its log: {job.paths.stderr}")
+
+
+def _has_result(job: Any) -> bool:
+    """Whether a task's result file is there, asked of the file system alone. job.done() also
+    runs sacct every few seconds, and where accounting is off sacct said "Slurm accounting
+    storage is disabled" on the driver's stderr each time (quiet or not); a task that ended
+    without a result is found with squeue instead (_held), which every cluster answers."""
+    folder = job.paths.folder
+    with suppress(OSError):  # as submitit does: a network file system's cache is refreshed
+        folder.chmod(folder.stat().st_mode)
+    return job.paths.result_pickle.exists()
 
 
 def _held(jobs: Any) -> Optional[set[str]]:
@@ -138,7 +141,6 @@ class SlurmExecutor(Executor):
                 f"{key}: submitit refuses it ({said[:200]}); remove it, or name one of "
                 "submitit's slurm_* parameters (+executor.slurm.account=x)"
             ) from None
-        logging.getLogger("submitit").addFilter(_NoSacctNoise())
         return executor
 
     def run(
@@ -164,7 +166,7 @@ class SlurmExecutor(Executor):
         try:
             while pending:
                 for i, job in list(pending.items()):
-                    if job.done():
+                    if _has_result(job):  # (job.result() then waits for nothing)
                         del pending[i]
                         try:
                             yield i, job.result()
@@ -181,8 +183,9 @@ class SlurmExecutor(Executor):
                             ),
                         )
                 if pending and time.monotonic() - asked >= max(self.poll_seconds, 5):
-                    # submitit learns that a task ended without a result only from sacct,
-                    # which a cluster without accounting lacks: it waited for ever
+                    # a task that ended without a result file (cancelled, out of time or
+                    # memory, its node lost): submitit would learn it only from sacct, which
+                    # a cluster without accounting lacks (the run waited for ever)
                     asked = time.monotonic()
                     held = _held(pending.values())
                     for i, job in pending.items():
