@@ -40,6 +40,21 @@ class SlowCharTokenizer(CharTokenizer):
             yield ids
 
 
+class StallCharTokenizer(SlowCharTokenizer):
+    """Slow, and stalls for as long as the file named by $CP_TEST_STALL exists: read where
+    the task runs, not a setting, so that a re-run without it is the same run (a resume)
+    whose tasks go on, while an earlier run's tasks stay stalled until cancelled."""
+
+    def encode_pieces(self, pieces):
+        import os
+
+        flag = os.environ.get("CP_TEST_STALL")
+        for ids in super().encode_pieces(pieces):
+            while flag and os.path.exists(flag):
+                time.sleep(0.1)
+            yield ids
+
+
 class CrashOnceCharTokenizer(CharTokenizer):
     """Kills its worker process (no exception, no cleanup) the first time anything is
     encoded, once per `flag` file: a worker or node dying mid-shard."""

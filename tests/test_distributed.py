@@ -509,6 +509,65 @@ def test_slurm_array_cancelled_mid_run_is_one_line_then_resumes(corpus, tmp_path
     same_as_reference(root, "out")
 
 
+def _squeue(env, *args):
+    """squeue's lines (no header), for the jobs Slurm still holds (pending, running,
+    completing)."""
+    r = subprocess.run(["squeue", "--noheader", *args], env=env, capture_output=True, text=True,
+                       timeout=60)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    return r.stdout.split("\n")[:-1]
+
+
+def _gone(env, job, timeout=60):
+    """Whether Slurm lets go of every task of array `job` within `timeout` (a cancelled
+    task is COMPLETING for a few seconds)."""
+    deadline = time.monotonic() + timeout
+    while _squeue(env, "--array", f"--jobs={job}"):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
+STALLING = ["tokenizer._target_=fault_tokenizers.StallCharTokenizer", "+tokenizer.delay=0.02",
+            "executor=slurm", "executor.mem_gb=1", "executor.poll_seconds=0.3",
+            "out_dir=out"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_slurm_interrupted_run_cancels_its_own_array(corpus, tmp_path):
+    """Ctrl-C or SIGTERM: the driver cancels its array's tasks before it ends."""
+    import shutil
+
+    root = tmp_path / "interrupted"
+    shutil.copytree(corpus / "corpus", root / "corpus")
+    stall = root / "stall.flag"
+    stall.touch()  # every task stalls: the array never ends by itself
+    with slurm_cluster([]) as env:
+        full = {**os.environ, **ENV, **env, "CP_TEST_STALL": str(stall)}
+        for stop, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "corpusprep", *ARGS, *STALLING], cwd=root, env=full,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                start_new_session=True)  # fmt: skip
+            try:
+                deadline = time.monotonic() + 300
+                while not (running := _squeue(full, "--states=RUNNING", "--format=%F")):
+                    assert proc.poll() is None, proc.communicate()
+                    assert time.monotonic() < deadline, "the array never ran"
+                    time.sleep(0.2)
+                proc.send_signal(stop)
+                _, err = proc.communicate(timeout=120)
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+            assert proc.returncode == code, err
+            assert all(line.startswith("corpusprep: ") for line in err.splitlines()), err
+            assert _gone(full, running[0]), f"{stop!r}: the array still runs"
+    assert not (root / "out" / ".corpusprep-work").exists()
+
+
 def test_a_slurm_task_error_is_said_in_a_line():
     """submitit's error for a task that raised holds the task's whole traceback: the run's
     one-line error said it all, escaped, in 2 KB. Now the exception and the log's path."""
