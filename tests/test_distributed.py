@@ -434,6 +434,122 @@ def test_slurm_submits_each_array_into_a_new_folder_of_its_own(tmp_path, monkeyp
         assert len(folder.parent.name) >= 16  # not guessable
 
 
+def _fake_squeue(tmp_path, monkeypatch, listing):
+    """squeue printing `listing` (lines of "%F|%U|%k": job, user id, comment), and scancel
+    noting its arguments in tmp_path/scancel.log, first on PATH."""
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tmp_path / "listing").write_text("".join(f"{line}\n" for line in listing))
+    for name, does in (("squeue", f"cat {tmp_path / 'listing'}"),
+                       ("scancel", f'echo "$@" >> {tmp_path / "scancel.log"}')):  # fmt: skip
+        (tools / name).write_text(f"#!/bin/sh\necho {name} >> {tmp_path / 'asked.log'}\n{does}\n")
+        (tools / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+
+
+def _driver(out_dir, monkeypatch):
+    """A Slurm executor attached to out_dir's work folder, and the comment it submits with."""
+    submitit = pytest.importorskip("submitit")
+    from corpusprep.executors.slurm import SlurmExecutor
+
+    asked = {}
+
+    class Recording:
+        def __init__(self, folder, cluster):
+            pass
+
+        def update_parameters(self, **params):
+            asked.update(params)
+
+    monkeypatch.setattr(submitit, "AutoExecutor", Recording)
+    executor = SlurmExecutor()
+    executor.attach(out_dir / ".corpusprep-work" / "key")
+    executor._executor()
+    return executor, asked["slurm_comment"]
+
+
+def test_slurm_rerun_cancels_only_the_arrays_of_a_dead_driver_in_its_out_dir(
+    tmp_path, monkeypatch, capsys
+):
+    """A driver records a secret in out_dir's work folder before it submits, and its arrays
+    carry a comment made of it and of out_dir. A re-run cancels the jobs of this user that
+    squeue shows with that comment, and no others: not another user's (root may cancel
+    them), not those of the user's other out_dirs, whose record a stranger may copy here."""
+    me, other = os.getuid(), os.getuid() + 1
+    dead, mark = _driver(tmp_path / "out", monkeypatch)
+    dead.record.parent.mkdir(parents=True)
+    _fake_squeue(tmp_path, monkeypatch, [])
+    dead._take_over()  # nothing recorded before it: squeue is not even asked
+    assert not (tmp_path / "asked.log").exists()
+    elsewhere, theirs = _driver(tmp_path / "elsewhere", monkeypatch)
+    assert len({mark, theirs}) == 2 and mark.startswith("corpusprep-")
+    assert dead.secret not in mark  # squeue shows comments to every user
+    listing = [f"11|{me}|{mark}", f"12|{other}|{mark}", f"13|{me}|{theirs}", f"14|{me}|(null)",
+               f"15|{me}|{mark}x", f"16|{me}|the user's own comment {mark}",
+               f"{mark}|{me}|{mark}", f"17|{me}|corpusprep"]  # fmt: skip
+    (tmp_path / "tools").rename(tmp_path / "tools0")
+    _fake_squeue(tmp_path, monkeypatch, listing)
+    rerun, _ = _driver(tmp_path / "out", monkeypatch)
+    rerun._take_over()
+    assert (tmp_path / "scancel.log").read_text().split() == [f"--user={me}", "11", "16"]
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("corpusprep: cancelled Slurm job 11, 16,"), err
+    assert rerun.secret in rerun.record.read_text()  # for the run after it
+    # a record copied from the user's other out_dir (job 13 runs there): nothing cancelled
+    (tmp_path / "scancel.log").unlink()
+    elsewhere.record.parent.mkdir(parents=True)
+    elsewhere._take_over()
+    rerun.record.write_bytes(elsewhere.record.read_bytes())
+    again, _ = _driver(tmp_path / "out", monkeypatch)
+    again._take_over()
+    assert not (tmp_path / "scancel.log").exists() and capsys.readouterr().err == ""
+
+
+def test_slurm_record_planted_in_the_work_folder_is_never_trusted(tmp_path, monkeypatch, capsys):
+    """The work folder may come from a stranger: a record that is not one corpusprep wrote
+    (not JSON, another shape, too big, a FIFO that would block its reader, a folder) gets
+    nothing cancelled, and the driver records its own."""
+    import threading
+
+    me = os.getuid()
+    executor, mark = _driver(tmp_path / "out", monkeypatch)
+    record = executor.record
+    record.parent.mkdir(parents=True)
+    _fake_squeue(tmp_path, monkeypatch, [f"11|{me}|{mark}", f"12|{me}|corpusprep"])
+    secret = executor.secret  # what a record naming job 11 must hold: planted by others
+    plants = [b"", b"not json", b"[]", b"[" * 150, b'"%s"' % secret.encode(), b'{"secret": 7}',
+              b'{"secret": "%s"}' % secret.upper().encode(),
+              b'{"secret": ["%s"]}' % secret.encode(),
+              b'{"secret": "%s", "pad": "%s"}' % (secret.encode(), b"x" * 300),
+              b'{"job": 11, "token": "corpusprep"}']  # fmt: skip
+    for plant in [*plants, "fifo", "huge"]:
+        rerun, _ = _driver(tmp_path / "out", monkeypatch)
+        record.unlink(missing_ok=True)
+        if plant == "fifo":
+            os.mkfifo(record)
+        elif plant == "huge":
+            with open(record, "wb") as f:
+                f.truncate(1 << 40)  # sparse: a terabyte that is never read
+        else:
+            record.write_bytes(plant)
+        took = threading.Thread(target=rerun._take_over, daemon=True)
+        took.start()
+        took.join(timeout=30)
+        assert not took.is_alive(), plant
+        assert not (tmp_path / "asked.log").exists(), plant
+        assert record.is_file() and rerun.secret in record.read_text(), plant
+    assert capsys.readouterr().err == ""
+    record.write_text(json.dumps({"secret": secret}))  # the record itself: job 11 goes
+    _driver(tmp_path / "out", monkeypatch)[0]._take_over()
+    assert (tmp_path / "scancel.log").read_text().split() == [f"--user={me}", "11"]
+    record.unlink()
+    record.mkdir()
+    from corpusprep.errors import UserError
+
+    with pytest.raises(UserError, match="is a folder where corpusprep keeps"):
+        _driver(tmp_path / "out", monkeypatch)[0]._take_over()
+
+
 @pytest.mark.slow
 def test_slurm_never_reads_a_result_pickle_left_in_the_work_folder(corpus, tmp_path):
     """A work folder kept by a failed run (a resume needs it), with result pickles planted
@@ -532,6 +648,59 @@ def _gone(env, job, timeout=60):
 STALLING = ["tokenizer._target_=fault_tokenizers.StallCharTokenizer", "+tokenizer.delay=0.02",
             "executor=slurm", "executor.mem_gb=1", "executor.poll_seconds=0.3",
             "out_dir=out"]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_slurm_rerun_cancels_the_array_of_a_killed_driver(corpus, tmp_path):
+    """A driver killed with SIGKILL (or its login node lost) leaves its job array running:
+    a re-run (the same command) submitted the missing shards again beside it, and the old
+    tasks ran on, doing the same shards. Now the re-run cancels it first, in one line, and
+    leaves alone another user's job that carries the same comment."""
+    import shutil
+
+    root = tmp_path / "killed"
+    shutil.copytree(corpus / "corpus", root / "corpus")
+    shutil.copytree(corpus / "reference", root / "reference")
+    stall = root / "stall.flag"
+    with slurm_cluster([]) as env:
+        full = {**os.environ, **ENV, **env}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "corpusprep", *ARGS, *STALLING, "executor.max_parallel=1"],
+            cwd=root, env={**full, "CP_TEST_STALL": str(stall)}, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+        try:
+            _wait_for_markers(root / "out", proc, count=1, timeout=300)
+            stall.touch()  # the array's tasks stall from here on: it would never end
+            ((old, comment),) = {tuple(line.split("|", 1)) for line in
+                                 _squeue(full, "--format=%F|%k")}  # fmt: skip
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        try:
+            # another user's job with the same comment (squeue shows it to all): held, so
+            # that it takes no CPU
+            r = subprocess.run(["sbatch", "--parsable", "--hold", "--uid=nobody",
+                                f"--comment={comment}", "--chdir=/tmp", "--output=/dev/null",
+                                "--mem=10M", "--wrap=true"],
+                               env=full, capture_output=True, text=True, check=True)  # fmt: skip
+            theirs = r.stdout.strip().split(";")[0]
+            assert _squeue(full, "--array", f"--jobs={old}"), "the old array already ended"
+            r = run_cli(*ARGS, *STALLING, cwd=root, env={**ENV, **env}, timeout=600)
+            assert r.returncode == 0, r.stderr
+            lines = r.stderr.splitlines()
+            assert all(line.startswith("corpusprep: ") for line in lines), r.stderr
+            said = [line for line in lines if "cancelled" in line]
+            assert len(said) == 1 and f"cancelled Slurm job {old}," in said[0], r.stderr
+            assert "resuming:" in r.stderr
+            assert _gone(full, old, timeout=30), "the killed driver's array still runs"
+            assert _squeue(full, f"--jobs={theirs}"), "another user's job was cancelled"
+        finally:
+            subprocess.run(["scancel", "--user=nobody"], env=full, capture_output=True)
+            subprocess.run(["scancel", old], env=full, capture_output=True)
+    same_as_reference(root, "out")
 
 
 @pytest.mark.slow

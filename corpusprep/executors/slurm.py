@@ -8,11 +8,15 @@ guessable and come again, and submitit unpickles whatever result file it finds u
 job's id). Slurm does not rerun a task that failed:
 corpusprep submits the failed shards again (retries), and a re-run of the whole command
 after a crash, a timeout or a cancelled job redoes only the shards with no completion
-marker.
+marker. A driver killed outright leaves its array running: the next run in its out_dir
+cancels it before submitting its own (SlurmExecutor._take_over).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 import secrets
 import subprocess
@@ -23,6 +27,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
+from corpusprep._paths import read_regular
 from corpusprep.errors import UserError, checked_number
 from corpusprep.executors import Executor, R, T, checked_retries
 
@@ -44,6 +49,59 @@ def _short(error: Exception, job: Any) -> Exception:
     shown = [line for line in shown if line] or [type(error).__name__]
     what = shown[-1] if len(rules) > 1 else shown[0]
     return SlurmTaskFailed(f"{what[:300]}; its log: {job.paths.stderr}")
+
+
+# in out_dir/.corpusprep-work while a driver's arrays may run: the secret its comment is made of
+RECORD = "slurm-arrays.json"
+
+
+def _comment(secret: str, record: Path) -> str:
+    """The comment on every array a driver submits, made of the secret it records and of its
+    out_dir: squeue shows comments to every user, never the secret; and a record copied from
+    another out_dir makes another comment, so none of that out_dir's jobs match it."""
+    where = os.path.realpath(record.parent)
+    return "corpusprep-" + hashlib.sha256(f"{secret}\0{where}".encode()).hexdigest()[:32]
+
+
+def _recorded(record: Path) -> Optional[str]:
+    """The secret an earlier driver recorded, if the file is one corpusprep writes: the work
+    folder may come from a stranger (a FIFO would block, a huge file fill the memory)."""
+    try:
+        data = json.loads(read_regular(record, 200))
+    except (OSError, ValueError):
+        return None
+    secret = data.get("secret") if isinstance(data, dict) else None
+    return secret if isinstance(secret, str) and re.fullmatch("[0-9a-f]{32}", secret) else None
+
+
+def _cancel_commented(comment: str) -> Optional[str]:
+    """Cancel the jobs of this user that Slurm holds with `comment` among their comment's
+    words; the line that says so, if there were any."""
+    uid = str(os.getuid())
+    try:
+        r = subprocess.run(["squeue", "--noheader", f"--user={uid}", "--format=%F|%U|%k"],
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    ids = set()
+    for line in r.stdout.splitlines() if r.returncode == 0 else []:
+        job, user, said = (line.split("|", 2) + ["", ""])[:3]
+        if job.isdigit() and user == uid and comment in said.split():
+            ids.add(job)
+    if not ids:
+        return None
+    named = ", ".join(sorted(ids, key=int))
+    try:  # --user too: root (or a Slurm operator) may cancel anyone's jobs
+        r = subprocess.run(["scancel", f"--user={uid}", *sorted(ids)], capture_output=True,
+                           text=True, timeout=60)  # fmt: skip
+        why = r.stderr.strip().splitlines()[0] if r.returncode and r.stderr.strip() else ""
+    except (OSError, subprocess.SubprocessError) as e:
+        why = str(e)
+    if why:
+        return (f"corpusprep: warning: an earlier run in this out_dir left Slurm job {named} "
+                f"running; scancel failed ({why[:200]})")  # fmt: skip
+    return (f"corpusprep: cancelled Slurm job {named}, left running by an earlier run in this "
+            "out_dir (its driver was killed or lost)")  # fmt: skip
 
 
 def _has_result(job: Any) -> bool:
@@ -94,9 +152,12 @@ class SlurmExecutor(Executor):
                                            above=True)  # fmt: skip
         self.extra = dict(slurm or {})  # any other submitit slurm_* parameter
         self.folder: Optional[Path] = None
+        self.record = Path(RECORD)  # in out_dir's work folder, once attached
+        self.secret = secrets.token_hex(16)
 
     def attach(self, work: Path) -> None:
         self.folder = work / "slurm"
+        self.record = work.parent / RECORD  # the same for every run in out_dir
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "slurm", "partition": self.partition, "max_parallel": self.max_parallel}
@@ -128,6 +189,10 @@ class SlurmExecutor(Executor):
             "name": "corpusprep",
             **{k if k.startswith("slurm_") else f"slurm_{k}": v for k, v in self.extra.items()},
         }
+        comment = _comment(self.secret, self.record)
+        if params.get("slurm_comment"):  # +executor.slurm.comment=x: ours goes after it
+            comment = f"{params['slurm_comment']} {comment}"
+        params["slurm_comment"] = comment
         if self.partition:
             params["slurm_partition"] = self.partition
         try:
@@ -143,10 +208,36 @@ class SlurmExecutor(Executor):
             ) from None
         return executor
 
+    def _take_over(self) -> None:
+        """Before this driver submits: cancel the arrays an earlier driver in this out_dir
+        left running (killed, or its login node lost: a live one would hold out_dir's lock),
+        which carry the comment its record makes; then record this driver's own secret."""
+        from corpusprep.writer import _remove_planted, _write_atomic
+
+        old = _recorded(self.record)
+        if old is not None and old != self.secret:
+            said = _cancel_commented(_comment(old, self.record))
+            if said:  # even with quiet=true: jobs on the cluster were stopped
+                print(said, file=sys.stderr)
+        if self.record.is_symlink() or (self.record.exists() and not self.record.is_file()):
+            _remove_planted(self.record, "its record of the Slurm arrays running")
+        _write_atomic(self.record, json.dumps({"secret": self.secret}).encode(),
+                      secrets.token_hex(8))  # fmt: skip
+
     def run(
         self, fn: Callable[[T], R], tasks: Sequence[T]
     ) -> Iterator[tuple[int, Union[R, BaseException]]]:
         executor = self._executor()
+        self._take_over()
+        try:
+            yield from self._run(executor, fn, tasks)
+        finally:  # every array of this driver has ended, or was cancelled
+            with suppress(OSError):
+                self.record.unlink()
+
+    def _run(
+        self, executor: Any, fn: Callable[[T], R], tasks: Sequence[T]
+    ) -> Iterator[tuple[int, Union[R, BaseException]]]:
         from submitit.core.utils import FailedJobError
 
         try:
