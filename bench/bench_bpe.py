@@ -1,6 +1,6 @@
 """Benchmark corpusprep's GPT-2 BPE path against nanoGPT's method on the same input.
 
-    python bench/bench_bpe.py [--mb 50] [--repeat 1] [--workdir DIR] [--keep]
+    python bench/bench_bpe.py [--mb 50] [--repeat 1] [--workdir DIR] [--keep] [--gzip]
 
 1. builds a corpus of --mb megabytes (10**6 bytes) from this Python's standard library
    sources, repeated, or reuses one already in --workdir (the same corpus as bench_char.py);
@@ -22,10 +22,15 @@ holds them; the children inherit this process's environment.
 
 from __future__ import annotations
 
+import argparse
+import gzip
 import importlib.util
 import json
 import os
+import shlex
+import shutil
 import sys
+from pathlib import Path
 from typing import Optional
 
 from common import (
@@ -55,26 +60,50 @@ def target_ratio(mb: int) -> float:
     return 2.0 if mb >= 200 else 1.8
 
 
+def _gzip_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gzip", action="store_true",
+                        help="the corpus as one .txt.gz file, as texts are downloaded: nanoGPT's "
+                        "method gunzips it first, corpusprep reads it as it is")  # fmt: skip
+
+
+def _gzipped(corpus: Path) -> Path:
+    """The corpus gzipped (level 6, gzip's default), made once."""
+    packed = corpus.with_name(corpus.name + ".gz")
+    if not packed.is_file() or packed.stat().st_mtime < corpus.stat().st_mtime:
+        partial = packed.with_name(packed.name + ".partial")
+        with open(corpus, "rb") as src, gzip.open(partial, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        partial.replace(packed)
+    return packed
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    args = parse_args(__doc__.split("\n\n")[0], default_mb=50, argv=argv)
+    args = parse_args(__doc__.split("\n\n")[0], default_mb=50, argv=argv, more=_gzip_option)
     workdir, temporary = open_workdir(args.workdir)
     cache = os.environ.get("TIKTOKEN_CACHE_DIR", "(unset: tiktoken downloads into a temp dir)")
     corpus, size = prepare_corpus(workdir, args.mb, args.repeat, [f"tiktoken   {cache}"],
                                   args.corpus)  # fmt: skip
     outs = {"nanoGPT": workdir / "out-nanogpt-bpe", "corpusprep": workdir / "out-corpusprep-bpe"}
+    source = _gzipped(corpus) if args.gzip else corpus
+    nanogpt = [sys.executable, str(NANOGPT), "bpe", str(corpus), str(outs["nanoGPT"])]
+    if args.gzip:  # its prepare.py reads a plain file: gunzipped first, in the timed run
+        plain = workdir / "nanogpt-input.txt"
+        nanogpt[3] = str(plain)
+        nanogpt = ["sh", "-c", f"gzip -dc {shlex.quote(str(source))} > "
+                   f"{shlex.quote(str(plain))} && exec {shlex.join(nanogpt)}"]  # fmt: skip
     # an optional faster backend: auto picks the fastest installed
     fast = any(importlib.util.find_spec(m) is not None for m in ("splintr", "riptoken"))
     if fast:
         outs["corpusprep+fast"] = workdir / "out-corpusprep-fast"
 
     commands = {  # the reference first: the others are compared against it
-        "nanoGPT": [sys.executable, str(NANOGPT), "bpe", str(corpus), str(outs["nanoGPT"])],
+        "nanoGPT": nanogpt,
         "corpusprep": [
             sys.executable,
             "-m",
             "corpusprep",
             "source=file",
-            f"source.path={corpus}",
+            f"source.path={source}",
             "tokenizer=tiktoken",
             "tokenizer.encoding=gpt2",
             "tokenizer.backend=tiktoken",  # the same encoder as nanoGPT's; a faster one below
@@ -105,7 +134,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         quicker = best["nanoGPT"] / best["corpusprep+fast"]
         print(f"corpusprep (tokenizer.backend=auto: {backend})/nanoGPT throughput: {quicker:.2f}x")
     print(f"corpusprep's own phases (last run): {corpusprep_phases(outs['corpusprep'])}")
-    label = f"BPE one text {args.mb} MB" + ("" if args.corpus == "uneven" else f" ({args.corpus})")
+    kinds = ([args.corpus] if args.corpus != "uneven" else []) + (["gzip"] if args.gzip else [])
+    label = f"BPE one text {args.mb} MB" + (f" ({', '.join(kinds)})" if kinds else "")
     report_ratio(f"{label}, tiktoken, corpusprep/nanoGPT", ratio, target_ratio(args.mb),
                  (best["nanoGPT"], ceilings.seconds("corpusprep")),
                  paired(runs["nanoGPT"], runs["corpusprep"]))  # fmt: skip

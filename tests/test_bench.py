@@ -350,3 +350,19 @@ def test_bench_bpe_on_the_words_corpus_gives_nanogpts_files(
     assert "target: BPE one text 3 MB (words), tiktoken" in done.stdout
     manifest = json.loads((tmp_path / "out-corpusprep-bpe" / "manifest.json").read_text())
     assert manifest["shards"]["count"] > 1
+
+
+@pytest.mark.slow
+def test_bench_bpe_on_a_gzipped_text_cuts_it_into_pieces(tmp_path: Path, tiktoken_cache) -> None:
+    """--gzip: corpusprep reads the .txt.gz as it is (in pieces, on every worker), nanoGPT's
+    method gunzips it first; the same files."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "bench_bpe.py"), "--mb", "3", "--repeat", "1",
+         "--gzip", "--workdir", str(tmp_path), "--keep"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "outputs identical: train.bin, val.bin" in done.stdout
+    assert "target: BPE one text 3 MB (gzip), tiktoken" in done.stdout
+    manifest = json.loads((tmp_path / "out-corpusprep-bpe" / "manifest.json").read_text())
+    assert manifest["source"]["path"].endswith(".txt.gz") and manifest["shards"]["count"] > 1
