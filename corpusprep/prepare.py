@@ -68,6 +68,7 @@ from corpusprep.shards import (
 from corpusprep.sources import Source
 from corpusprep.split import permutation, split_point, val_document_count, val_documents
 from corpusprep.tokenizers import NOWHERE, Tokenizer
+from corpusprep.tokenizers.tiktoken import ONE_BYTE_CUTS
 from corpusprep.writer import (
     GrowingDigest,
     OutputWriter,
@@ -697,9 +698,11 @@ def plan(files: list[InputFile], shard_bytes: int, tokenizer: Tokenizer) -> list
     shard_bytes = balanced_shard_bytes(files, shard_bytes)
     shards, run, size = [], [], 0
     for file in files:
-        # a tokenizer that trains samples a long text by its place in it (Format.before),
-        # which a piece of a compressed text does not know: one piece, as it always was
-        pieces = not tokenizer.fast and not (tokenizer.needs_fit and file.format == "text")
+        # a compressed text in pieces: for a rule whose matches are one byte (see
+        # ONE_BYTE_CUTS), and not for a tokenizer that trains, whose sample takes a long
+        # text by its place in it (Format.before), which such a piece does not know
+        text_pieces = cut in ONE_BYTE_CUTS and not tokenizer.needs_fit
+        pieces = not tokenizer.fast and (file.format != "text" or text_pieces)
         segments = get_format(file.format).plan(file, shard_bytes, boundary, pieces)
         for start, end, nbytes in segments:
             if run and size + nbytes > shard_bytes:

@@ -455,3 +455,20 @@ def test_the_word_rule_is_tiktokens_alone(tiktoken_cache):
 
     assert TiktokenTokenizer("gpt2").cut_at == WORD_CUT_AT
     assert UNIT_END.pattern == CUT_AT.decode() and SentencePieceTokenizer.cut_at == CUT_AT
+
+
+def test_the_one_byte_rules_match_one_byte():
+    """Compressed texts are cut into pieces only by rules each of whose matches is one
+    byte (ONE_BYTE_CUTS): the first cut at or after a place then never precedes the first
+    at or after an earlier one, so pieces found from either side meet exactly."""
+    from corpusprep.tokenizers.tiktoken import ONE_BYTE_CUTS
+
+    rng = random.Random(11)
+    for rule in ONE_BYTE_CUTS:
+        found = 0
+        for _ in range(500):
+            raw = adversarial(rng, rng.randint(1, 80)).encode()
+            for m in re.finditer(rule, raw):
+                assert m.end() - m.start() == 1, (rule, raw, m)
+                found += 1
+        assert found > 100

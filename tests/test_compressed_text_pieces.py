@@ -138,3 +138,38 @@ def test_an_empty_compressed_text_is_one_line(tmp_path: Path, tiktoken_cache: Pa
     r = run_cli("source=file", "source.path=empty.txt.gz", "tokenizer=tiktoken",
                 "out_dir=out", cwd=tmp_path)  # fmt: skip
     assert r.returncode == 1 and "empty.txt.gz" in r.stderr and "Traceback" not in r.stderr
+
+
+def _segments(path: Path, pieces: int):
+    from corpusprep.formats import STREAM_END, InputFile, Segment
+    from corpusprep.tokenizers.tiktoken import WORD_CUT_AT
+
+    file = InputFile(str(path), "text", "gzip", path.stat().st_size)
+    step = -(-file.whole()[2] // pieces)
+    cuts = [i * step for i in range(pieces)] + [STREAM_END]
+    return [Segment(file, a, b, b - a, WORD_CUT_AT) for a, b in zip(cuts, cuts[1:])]
+
+
+@pytest.mark.parametrize("fresh", [False, True])
+def test_pieces_inside_a_long_stretch_without_a_cut_are_empty_and_meet_exactly(
+    tmp_path: Path, fresh: bool
+) -> None:
+    """A stretch with no cut longer than several pieces: the pieces whose start and end
+    fall inside it are empty, whether a process reads on from the piece before (fresh
+    False) or each piece is read on its own, as another worker would (True); together
+    the pieces are the text, each byte once."""
+    from corpusprep.compression import STREAMS
+    from corpusprep.formats.text import FORMAT
+
+    text = ("one two\n" * 3000 + "12 3.4 " * 8000 + "x\nYes and no " * 3000).encode()
+    path = tmp_path / "t.txt.gz"
+    path.write_bytes(gzip.compress(text))
+    segments = _segments(path, 16)
+    read = []
+    for segment in segments:
+        if fresh:
+            STREAMS.close()
+        read.append(b"".join(raw for _, raw in FORMAT.raw(segment)))
+    STREAMS.close()
+    assert b"".join(read) == text
+    assert any(not r for r in read[1:-1])  # some pieces lie inside the stretch

@@ -201,7 +201,12 @@ def _piece(segment: Segment) -> Iterator[tuple[int, bytes]]:
                 text.skip_to(start)
                 for _ in text.through_cut(rule):  # the text before the piece's first cut
                     pass
-            chunks = text.rest() if end == STREAM_END else text.through_cut(rule, end)
+            if end == STREAM_END:
+                chunks = text.rest()
+            elif text.offset > end:  # its first cut lies past its end: that is its last
+                chunks = iter(())  # too (a match is one byte: it starts at or after `end`)
+            else:
+                chunks = text.through_cut(rule, end)
             yield from raw_pieces(_Chunks(chunks), text.offset, None, file.name)
             if end != STREAM_END:  # the next piece starts at this cut
                 STREAMS.keep(stream, end, text.offset, 0, text.ahead)
@@ -248,9 +253,9 @@ class _Text:
             yield self._take(data, len(data))
 
     def through_cut(self, rule: re.Pattern, place: Optional[int] = None) -> Iterator[bytes]:
-        """The text up to `place` (none if already past it; from here if None), then on to
-        the end of the first match of `rule` that starts there or later, found with the
-        text before it in view (the text's end if none)."""
+        """The text up to `place` (not past it; from here if None), then on to the end of
+        the first match of `rule` that starts there or later, found with the text before
+        it in view (the text's end if none)."""
         while place is not None and self.offset < place and (data := self._next()):
             yield self._take(data, min(len(data), place - self.offset))
         while data := self._next():

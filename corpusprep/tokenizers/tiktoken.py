@@ -49,6 +49,10 @@ _NEXT_OK = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuv
 # spaces it would not: "\s+(?!\S)" takes the first). A text with no newline (text8, a
 # one-line dump) is cut too. The other tokenizers that share CUT_AT keep it alone.
 WORD_CUT_AT = CUT_AT + rb"|[A-Za-z](?= [A-Za-z])"
+# Rules whose every match is one byte: the first cut at or after a place then never comes
+# before the first at or after an earlier place, which a compressed text's pieces need
+# (formats/text.py); a plugin's rule may match more, and its compressed text stays whole.
+ONE_BYTE_CUTS = (CUT_AT, WORD_CUT_AT)
 _LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 # Faster Rust cores gave ids identical to tiktoken's on these encodings (without a ranks
 # file), in tests/test_bpe_cuts.py; any other encoding stays on tiktoken. splintr (4x
