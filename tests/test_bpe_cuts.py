@@ -472,3 +472,57 @@ def test_the_one_byte_rules_match_one_byte():
                 assert m.end() - m.start() == 1, (rule, raw, m)
                 found += 1
         assert found > 100
+
+
+def test_last_word_cut_finds_a_cut_far_back():
+    """A word cut further back than the last few KB is still the last cut: a text whose
+    pieces each end a few KB past their last word ("ab cd" then digits, a period of 8 KB,
+    with 64 KB pieces) was held whole, its memory growing with it, not with
+    source.max_uncut_bytes."""
+    from corpusprep.tokenizers.tiktoken import MIN_SEGMENT, encode_at_cuts
+
+    filler = "12 " * 3000
+    assert last_word_cut("ab cd" + filler) == 2
+    assert last_word_cut("x.\nab cd" + filler) == 5 and last_word_cut("x.\nA" + filler) == 3
+    rng = random.Random(9)
+    for _ in range(200):
+        text = adversarial(rng, rng.randint(0, 20)) + filler[: rng.randint(0, 9000)]
+        assert last_word_cut(text) == max([0, *cuts(text, WORD_CUT_AT)]), text[:40]
+    period = ("ab cd" + filler)[:8192]
+    text = (period * 800)[2:]  # 6.5 MB, as a segment: from a cut
+    pieces = [text[i : i + 65536] for i in range(0, len(text), 65536)]
+    segments = list(encode_at_cuts(lambda s: s, pieces, True, MIN_SEGMENT, last_word_cut))
+    assert "".join(segments) == text
+    assert max(map(len, segments)) < MIN_SEGMENT + 2 * 65536, [len(s) for s in segments]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_encode_at_cuts_with_the_word_rule_cuts_at_the_last_cut_of_all_held(seed):
+    """As test_encode_at_cuts_segments_are_the_held_texts_cut_at_their_last_cut, for the
+    word rule, with stretches without a cut longer than a piece and than WORD_WINDOW."""
+    from corpusprep.tokenizers.tiktoken import encode_at_cuts
+
+    def plainly(pieces, minimum):
+        held = ""
+        for piece in pieces:
+            held += piece
+            if len(held) >= minimum and (cut := max([0, *cuts(held, WORD_CUT_AT)])):
+                yield held[:cut]
+                held = held[cut:]
+        if held:
+            yield held
+
+    rng = random.Random(seed)
+    text = "".join(
+        adversarial(rng, 30) if rng.random() < 0.7 else "1 " * rng.randint(10, 6000)
+        for _ in range(60)
+    )
+    pieces, at = [], 0
+    while at < len(text):
+        step = rng.choice([1, 5, 40, 300, 5000])
+        pieces.append(text[at : at + step])
+        at += step
+    minimum = rng.choice([1, 16, 200, 9000])
+    segments = list(encode_at_cuts(lambda s: s, pieces, True, minimum, last_word_cut))
+    assert segments == list(plainly(pieces, minimum))
+    assert "".join(segments) == text and len(segments) > 1

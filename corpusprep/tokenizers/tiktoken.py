@@ -506,6 +506,7 @@ def encode_at_cuts(
     # looked for in the last piece first.
     held: list[str] = []
     size = 0
+    clean = 0  # held[0]'s first characters, searched already and without a cut
     for piece in pieces:
         held.append(piece)
         size += len(piece)
@@ -516,18 +517,22 @@ def encode_at_cuts(
             held[-1] = piece[:cut]
             yield encode("".join(held))
             rest = piece[cut:]
-        else:  # no cut in the last piece: in all that is held
-            text = "".join(held)
-            cut = last(text)
+        else:  # no cut in the last piece: in all that is held, past what was searched
+            text = "".join(held)  # (a cut near its end needs the characters after it)
+            skip = max(clean - _SEARCHED_AGAIN, 0)
+            cut = last(text[skip:]) if skip else last(text)
             if not cut:
-                held = [text]
+                held, clean = [text], len(text)
                 continue
+            cut += skip
             yield encode(text[:cut])
             rest = text[cut:]
-        held, size = [rest], len(rest)
+        held, size, clean = [rest], len(rest), 0
     if size:
         yield encode("".join(held))
 
+
+_SEARCHED_AGAIN = 8  # characters before the end of a text searched again with what follows
 
 # riptoken (0.2.4) encodes a pre-token of this many bytes or more with another merge order
 # than tiktoken's (ids differ on "." * 500, " " * 500, "a" * 5002: tests/test_bpe_cuts.py).
@@ -578,19 +583,22 @@ def last_cut(text: str, after: int = 0) -> int:
 
 def last_word_cut(text: str) -> int:
     """The last cut of WORD_CUT_AT in `text`, or 0: one before a space between two ASCII
-    letters, looked for back from the end over the last WORD_WINDOW characters' spaces
-    (text of digits and spaces has many and none of these), or the newline rule's, if
-    later. Without a word cut there, the newline rule's last cut."""
-    at, word = len(text) - 1, 0  # the space needs a next character
-    while (i := text.rfind(" ", max(1, len(text) - WORD_WINDOW), at)) > 0:
-        if text[i - 1] in _LETTERS and text[i + 1] in _LETTERS:
-            word = i
-            break
-        at = i
+    letters, looked for back from the end in stretches that double from WORD_WINDOW
+    characters (the last is usually near the end; text of digits and spaces has many
+    spaces and none of these), or the newline rule's, if later. A word cut further back
+    counts too: were it missed, encode_at_cuts would hold all the text after it."""
+    high, size, word = len(text), WORD_WINDOW, 0
+    while high > 0 and not word:
+        low = max(high - size, 0)
+        # a letter before `high` is matched with the two characters after it in view
+        for m in _WORD_CUT_TEXT.finditer(text, low, min(high + 2, len(text))):
+            word = m.end()
+        high, size = low, size * 2
     return max(word, last_cut(text, word))
 
 
 WORD_WINDOW = 1 << 12  # words are never far apart in text that has them
+_WORD_CUT_TEXT = re.compile(r"[A-Za-z](?= [A-Za-z])")  # WORD_CUT_AT's word rule, over text
 
 
 def blocks_at_cuts(text: str, size: int, last: Callable[[str], int] = last_cut,
