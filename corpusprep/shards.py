@@ -545,6 +545,10 @@ def encode_part(task, part, doc, key, position, writers, starts, keys, eot) -> N
         encode = tokenizer.encode_continued if i == 0 and continues else tokenizer.encode_pieces
         for ids in encode(text for _, text in group):
             out.write(ids)
+    if part.ends and pending_eot is None and not part.starts:  # an empty last piece (of a
+        pending_eot = _end_side(task, part, doc, key, position)  # compressed text) ends it
+        if pending_eot not in writers:
+            pending_eot = None
     if part.ends and pending_eot is not None:
         writers[pending_eot].write(tokenizer.document_specials()[1])
         if task.rules.eot == "append":
@@ -622,6 +626,16 @@ def _held_first(parts: Iterator[Part], batch: Optional[_Batch]) -> Iterator[Part
     except Exception:
         batch.flush()
         raise
+
+
+def _end_side(task: EncodeTask, part: Part, doc: int, key, position: list[int]) -> str:
+    """The side where a document whose text came before this (empty) part ends: its
+    own side (split by document or hash), else where its last character went."""
+    if task.rules.split_by in ("head", "tail"):
+        return "train"
+    if task.rules.split_by in KEYED:
+        return _document_side(task, doc, part.key if part.key is not None else key)
+    return "train" if position[0] <= task.rules.split_char else "val"
 
 
 def _document_side(task: EncodeTask, doc: int, key: bytes) -> str:

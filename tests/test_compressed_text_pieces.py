@@ -14,6 +14,7 @@ import random
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import run_cli, same_files
 from nanogpt_reference import prepare_bpe
@@ -43,7 +44,7 @@ def _text(rng: random.Random, size: int) -> str:
 def _compress(path: Path, data: bytes, kind: str) -> Path:
     if kind == "gz":
         out = path.with_name(path.name + ".gz")
-        out.write_bytes(gzip.compress(data))
+        out.write_bytes(gzip.compress(data, mtime=0))  # the same sha256 (keys) every run
     elif kind == "bz2":
         out = path.with_name(path.name + ".bz2")
         out.write_bytes(bz2.compress(data))
@@ -173,3 +174,49 @@ def test_pieces_inside_a_long_stretch_without_a_cut_are_empty_and_meet_exactly(
     STREAMS.close()
     assert b"".join(read) == text
     assert any(not r for r in read[1:-1])  # some pieces lie inside the stretch
+
+
+def test_a_compressed_text_with_long_cutless_stretches_gives_nanogpts_files(
+    tmp_path: Path, tiktoken_cache: Path
+) -> None:
+    """The CLI over pieces inside a stretch with no cut, on 1 and 2 workers: nanoGPT's
+    files, not a stretch twice."""
+    text = "ab cd " * 100 + "12 " * 3000 + "ef gh " * 100
+    (tmp_path / "t.txt").write_text(text)
+    (tmp_path / "ref").mkdir()
+    prepare_bpe(tmp_path / "t.txt", tmp_path / "ref")
+    (tmp_path / "t.txt.gz").write_bytes(gzip.compress(text.encode()))
+    for workers in ("1", "2"):
+        r = run_cli("source=file", "source.path=t.txt.gz", "tokenizer=tiktoken",
+                    "shard_bytes=500", f"executor.workers={workers}", f"out_dir=o{workers}",
+                    "quiet=true", cwd=tmp_path)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        same_files(tmp_path / "ref", tmp_path / f"o{workers}", names=("train.bin", "val.bin"))
+
+
+@pytest.mark.parametrize("split_by", ["document", "hash", "position"])
+def test_a_document_whose_last_piece_is_empty_still_ends_with_its_eot(
+    tmp_path: Path, tiktoken_cache: Path, split_by: str
+) -> None:
+    """A compressed text whose last stretch holds no cut: its last pieces are empty (the
+    piece before runs to the text's end). The empty last piece ends the document, and
+    its end-of-text token was dropped with it: one eot short, other files than one piece
+    each gives."""
+    (tmp_path / "docs").mkdir()
+    for i in range(6):
+        text = "ab cd " * (2000 + 500 * i) + "1 2 " * (6000 + 1000 * i)  # no cut at the end
+        data = gzip.compress(text.encode(), mtime=0)  # the same keys (sha256) every run
+        (tmp_path / "docs" / f"d{i}.txt.gz").write_bytes(data)
+    outs = []
+    for workers, shard_bytes in (("1", "100000000"), ("2", "3000"), ("1", "3000")):
+        out = f"out-{workers}-{shard_bytes}"
+        r = run_cli("source=files", "source.glob=docs/*.txt.gz", "tokenizer=tiktoken",
+                    f"split_by={split_by}", "split=0.5", f"shard_bytes={shard_bytes}",
+                    f"executor.workers={workers}", f"out_dir={out}", "quiet=true",
+                    cwd=tmp_path)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        outs.append(tmp_path / out)
+    ids = [np.fromfile(outs[0] / name, dtype=np.uint16) for name in ("train.bin", "val.bin")]
+    assert sum(int((a == 50256).sum()) for a in ids) == 6
+    for out in outs[1:]:
+        same_files(outs[0], out, names=("train.bin", "val.bin"))
