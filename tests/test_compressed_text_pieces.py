@@ -220,3 +220,59 @@ def test_a_document_whose_last_piece_is_empty_still_ends_with_its_eot(
     assert sum(int((a == 50256).sum()) for a in ids) == 6
     for out in outs[1:]:
         same_files(outs[0], out, names=("train.bin", "val.bin"))
+
+
+def _read_pieces(path: Path, bounds: list[int], order: list[int], fresh: bool) -> list[bytes]:
+    """Each piece's bytes, read in `order` by one process (kept streams), or each from a
+    fresh stream (`fresh`: as workers that never read the piece before)."""
+    from corpusprep.compression import STREAMS
+    from corpusprep.formats import InputFile, Segment
+    from corpusprep.formats.text import FORMAT
+    from corpusprep.tokenizers.tiktoken import WORD_CUT_AT
+
+    file = InputFile(str(path), "text", "gzip", path.stat().st_size)
+    segments = [Segment(file, a, b, b - a, WORD_CUT_AT) for a, b in zip(bounds, bounds[1:])]
+    got: dict[int, bytes] = {}
+    STREAMS.close()
+    try:
+        for i in order:
+            if fresh:
+                STREAMS.close()
+            got[i] = b"".join(data for _, data in FORMAT.raw(segments[i]))
+    finally:
+        STREAMS.close()
+    return [got[i] for i in range(len(segments))]
+
+
+def test_pieces_meet_exactly_in_any_order_and_from_any_stream(tmp_path: Path) -> None:
+    """Random texts and piece bounds (pieces inside a stretch with no cut, past the text's
+    end, next to "\r\n" or a multibyte character), read in any order, by one process
+    reading on or each from a fresh stream: together they are the text, each byte once."""
+    from corpusprep.formats import STREAM_END
+
+    path = tmp_path / "t.txt.gz"
+    rng = random.Random(4)
+    atoms = [
+        "ab",
+        " ",
+        "  ",
+        "cd",
+        "\n",
+        "\r",
+        "\r\n",
+        "x.",
+        "\nA",
+        "\u00e9",
+        "\u65e5",
+        "12",
+        "a b",
+    ]
+    for _ in range(300):
+        text = "".join(rng.choice(atoms) for _ in range(rng.randint(0, 60))).encode()
+        path.write_bytes(gzip.compress(text, mtime=0))
+        inner = sorted(rng.randint(1, len(text) + 5) for _ in range(rng.randint(0, 7)))
+        order = list(range(len(inner) + 1))
+        rng.shuffle(order)
+        for fresh in (False, True):
+            got = _read_pieces(path, [0, *inner, STREAM_END], order, fresh)
+            assert b"".join(got) == text, (text, inner, order, fresh)
