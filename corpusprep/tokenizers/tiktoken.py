@@ -53,7 +53,6 @@ WORD_CUT_AT = CUT_AT + rb"|[A-Za-z](?= [A-Za-z])"
 # before the first at or after an earlier place, which a compressed text's pieces need
 # (formats/text.py); a plugin's rule may match more, and its compressed text stays whole.
 ONE_BYTE_CUTS = (CUT_AT, WORD_CUT_AT)
-_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 # Faster Rust cores gave ids identical to tiktoken's on these encodings (without a ranks
 # file), in tests/test_bpe_cuts.py; any other encoding stays on tiktoken. splintr (4x
 # tiktoken's speed on one core, ids straight into a buffer) and riptoken (2x).
@@ -492,7 +491,7 @@ class TiktokenTokenizer(Tokenizer):
 
 def encode_at_cuts(
     encode: Callable[[str], np.ndarray], pieces: Iterable[str], cuttable: bool, min_segment: int,
-    last: Callable[[str], int] = None,
+    last: Optional[Callable[[str], int]] = None,
 ) -> Iterator[np.ndarray]:  # fmt: skip
     """Encode a text arriving in pieces, in segments of at least `min_segment` characters
     cut only where the rule allows (`last` finds a text's last cut, 0 if none: CUT_AT's,
