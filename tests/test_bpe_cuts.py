@@ -526,3 +526,23 @@ def test_encode_at_cuts_with_the_word_rule_cuts_at_the_last_cut_of_all_held(seed
     segments = list(encode_at_cuts(lambda s: s, pieces, True, minimum, last_word_cut))
     assert segments == list(plainly(pieces, minimum))
     assert "".join(segments) == text and len(segments) > 1
+
+
+def test_a_stretch_without_a_cut_is_searched_once_not_with_every_piece():
+    """A text with no cut, arriving in 64 KB pieces: each character is looked at about once
+    (the held text was joined and searched again with every piece, which made a stretch
+    of source.max_uncut_bytes cost its square: 50 MB of one line took 13 s, nanoGPT 3 s);
+    the segments are the text, cut at its last cut as before."""
+    from corpusprep.tokenizers.tiktoken import encode_at_cuts
+
+    looked: list[int] = []
+
+    def counted(text: str) -> int:
+        looked.append(len(text))
+        return last_word_cut(text)
+
+    text = "12 3.4 " * 600_000 + "ab cd " + "7 " * 1000  # 4.2 MB without a cut, then one
+    pieces = [text[i : i + 65536] for i in range(0, len(text), 65536)]
+    segments = list(encode_at_cuts(lambda s: s, pieces, True, 1 << 20, counted))
+    assert segments == [text[: text.index("b cd") + 1], text[text.index("b cd") + 1 :]]
+    assert sum(looked) < 1.2 * len(text), (sum(looked), len(text))

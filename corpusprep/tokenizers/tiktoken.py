@@ -501,34 +501,39 @@ def encode_at_cuts(
         yield encode("".join(pieces))  # no proven cut: the text is encoded whole
         return
     # Pieces are held in a list and joined once per segment (adding each to one string
-    # copied the segment again for every piece: ~8 copies of each character), the cut
-    # looked for in the last piece first.
+    # copied the segment again for every piece: ~8 copies of each character). The last
+    # cut is looked for where no search has looked yet: a stretch with no cut (up to
+    # source.max_uncut_bytes) is searched and copied once, not again with every piece.
     held: list[str] = []
     size = 0
-    clean = 0  # held[0]'s first characters, searched already and without a cut
+    searched = 0  # the held text's first characters: no cut there (but in the last few)
     for piece in pieces:
         held.append(piece)
         size += len(piece)
         if size < min_segment:
             continue
-        cut = last(piece)
-        if cut:
-            held[-1] = piece[:cut]
-            yield encode("".join(held))
-            rest = piece[cut:]
-        else:  # no cut in the last piece: in all that is held, past what was searched
-            text = "".join(held)  # (a cut near its end needs the characters after it)
-            skip = max(clean - _SEARCHED_AGAIN, 0)
-            cut = last(text[skip:]) if skip else last(text)
-            if not cut:
-                held, clean = [text], len(text)
-                continue
-            cut += skip
-            yield encode(text[:cut])
-            rest = text[cut:]
-        held, size, clean = [rest], len(rest), 0
+        start = max(searched - _SEARCHED_AGAIN, 0)  # a cut's rule looks a character past it
+        region = _last_chars(held, size - start)
+        cut = last(region)
+        if not cut:
+            searched = size
+            continue
+        text = region if start == 0 else "".join(held)
+        yield encode(text[: start + cut])
+        rest = text[start + cut :]
+        held, size, searched = [rest], len(rest), 0
     if size:
         yield encode("".join(held))
+
+
+def _last_chars(held: list[str], n: int) -> str:
+    """The last n characters of the text held in pieces, joined from the pieces they span."""
+    k, spanned = len(held), 0
+    while spanned < n:
+        k -= 1
+        spanned += len(held[k])
+    joined = "".join(held[k:]) if k < len(held) - 1 else held[k]
+    return joined[spanned - n :] if spanned > n else joined
 
 
 _SEARCHED_AGAIN = 8  # characters before the end of a text searched again with what follows
