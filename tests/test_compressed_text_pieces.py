@@ -276,3 +276,40 @@ def test_pieces_meet_exactly_in_any_order_and_from_any_stream(tmp_path: Path) ->
         for fresh in (False, True):
             got = _read_pieces(path, [0, *inner, STREAM_END], order, fresh)
             assert b"".join(got) == text, (text, inner, order, fresh)
+
+
+@pytest.mark.parametrize("kind", ["gz", "zst"])
+def test_a_compressed_file_of_lines_is_cut_into_pieces_at_line_ends(
+    tmp_path: Path, tiktoken_cache: Path, kind: str
+) -> None:
+    """source.format=lines (a document per line, as datasets reads a .txt file) over a
+    compressed file: pieces that take the lines starting in them, whatever the tokenizer's
+    own rule (tiktoken would cut between words, inside a line): the files of the same
+    lines uncompressed, for any shard size and workers."""
+    rng = random.Random(kind)
+    lines = []
+    for _ in range(40_000):
+        n = rng.choice([0, 1, 3, 8, 30])
+        lines.append(" ".join(rng.choice(WORDS) for _ in range(n)))
+    ends = ["\n", "\r\n", "\r"]
+    data = "".join(line + rng.choice(ends) for line in lines).encode()
+    plain = tmp_path / "lines.txt"
+    plain.write_bytes(data)
+    packed = _compress(plain, data, kind)
+    outs = []
+    for path, workers, shard_bytes in ((plain, "1", "100000000"), (packed, "2", "30000"),
+                                       (packed, "1", "30000")):  # fmt: skip
+        out = f"out-{path.name}-{workers}"
+        r = run_cli("source=file", f"source.path={path.name}", "source.format=lines",
+                    "tokenizer=tiktoken", "split_by=hash", f"shard_bytes={shard_bytes}",
+                    f"executor.workers={workers}", f"out_dir={out}", "quiet=true",
+                    cwd=tmp_path)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        outs.append(tmp_path / out)
+        manifest = json.loads((tmp_path / out / "manifest.json").read_text())
+        # universal newlines: "\r" then "\n" is one line end (an empty line less)
+        read = data.decode().replace("\r\n", "\n").replace("\r", "\n")
+        assert manifest["documents"]["total"] == read.count("\n")
+    assert json.loads((outs[1] / "manifest.json").read_text())["shards"]["count"] > 4
+    for out in outs[1:]:
+        same_files(outs[0], out, names=("train.bin", "val.bin"))

@@ -5,13 +5,17 @@ last line. source=hf reads a dataset's .txt files so; source.format=lines reads 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from corpusprep.errors import UserError
-from corpusprep.formats import SKIPPED, Format, InputFile, Part, Segment
+from corpusprep.formats import SKIPPED, Format, InputFile, Part, Segment, compressed_pieces
 from corpusprep.formats.text import FORMAT as TEXT
-from corpusprep.formats.text import MARKED, marking_invalid
+from corpusprep.formats.text import MARKED, marking_invalid, piece_of
 from corpusprep.text import decode, plan_shards
+
+_LINE_END = re.compile(rb"\n")  # universal newlines: "\r\n" and "\r" end lines too, but a
+# cut right after "\n" is never inside one
 
 
 class LinesFormat(Format):
@@ -19,16 +23,20 @@ class LinesFormat(Format):
 
     def plan(self, file: InputFile, shard_bytes: int, boundary, pieces: bool = False) -> list:
         """Cut after any line end (every line is a document of its own, whatever the
-        tokenizer); a compressed file is one shard, streamed."""
+        tokenizer); a compressed file into pieces by position in its text (each taking
+        the lines that start in it), or, for a tokenizer as fast as decompressing, one
+        shard, streamed."""
         if not file.seekable:
-            return [file.whole()]
+            return compressed_pieces(file, shard_bytes) if pieces else [file.whole()]
         return [(a, b, b - a) for a, b in plan_shards(file.path, file.size, shard_bytes)]
 
     def parts(self, segment: Segment) -> Iterator[Part]:
         file = segment.file
         read = marking_invalid if file.skip_invalid else decode
         line = ""  # the line not yet ended
-        for offset, raw in TEXT.raw(segment):  # pieces that end where a character does
+        # pieces that end where a character does; a compressed file's piece after line ends
+        chunks = piece_of(segment, _LINE_END) if segment.piece else TEXT.raw(segment)
+        for offset, raw in chunks:
             *ended, line = (line + read(raw, file.name, offset)).split("\n")
             for text in ended:
                 yield _document(text, file.skip_invalid)

@@ -7,7 +7,7 @@ source.doc_end, cut right after each occurrence of a string, which each document
 
 An uncompressed file is cut into shards where the tokenizer allows (a long document is
 read in parallel); a compressed one into pieces by position in its text, where the
-tokenizer costs more than decompressing (BPE; see _piece), else it is one shard, streamed.
+tokenizer costs more than decompressing (BPE; see piece_of), else it is one shard, streamed.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class TextFormat(Format):
             yield from read_raw(file.path, segment.start, segment.end)
             return
         if segment.piece:
-            yield from _piece(segment)
+            yield from piece_of(segment)
             return
         with ExitStack() as stack:
             f = stack.enter_context(
@@ -179,16 +179,17 @@ class TextFormat(Format):
 # --- a piece of a compressed text ------------------------------------------------------------
 
 
-def _piece(segment: Segment) -> Iterator[tuple[int, bytes]]:
+def piece_of(segment: Segment, rule: Optional[re.Pattern] = None) -> Iterator[tuple[int, bytes]]:
     """A compressed text's piece, in (offset, bytes) pieces that decode on their own: its
     text from the first cut at or after the piece's start (the start itself for the first
     piece) to the first at or after its end (the text's end for the last). A cut is the
     end of a match of the tokenizer's rule found with the text before it in view, so the
     first at or after a place depends on the text alone: consecutive pieces meet exactly,
     and one whose stretch holds no cut is empty. Read on from where this process stopped
-    reading the piece before (STREAMS), else decompressed from the start and skipped."""
+    reading the piece before (STREAMS), else decompressed from the start and skipped.
+    `rule`: where it may be cut (one byte a match), if not the tokenizer's (segment.cut_at)."""
     file, start, end = segment.file, segment.start, segment.end
-    rule = re.compile(segment.cut_at or rb"\n")
+    rule = rule or re.compile(segment.cut_at or rb"\n")
     # a kept stream: at the cut where the piece before this one ended, or far enough
     # before this one's start to see the text before it
     stream = STREAMS.take(file, start, lambda kept: kept.end == start
