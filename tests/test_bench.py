@@ -334,18 +334,24 @@ def test_the_words_corpus_has_text8s_shape() -> None:
     assert len(text) > 100_000 and re.fullmatch(rb"([a-z]+ )+", text)
 
 
+def _bench_bpe(tmp_path: Path, *more: str) -> subprocess.CompletedProcess:
+    """bench_bpe.py on 3 MB, once, with `more` options; it must succeed."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "bench_bpe.py"), "--mb", "3", "--repeat", "1",
+         *more, "--workdir", str(tmp_path), "--keep"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
 @pytest.mark.slow
 def test_bench_bpe_on_the_words_corpus_gives_nanogpts_files(
     tmp_path: Path, tiktoken_cache: Path
 ) -> None:
     """One line of words (no newline) through bench_bpe.py: corpusprep's files are
     nanoGPT's byte for byte, cut into shards between words."""
-    done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "bench_bpe.py"), "--mb", "3", "--repeat", "1",
-         "--corpus", "words", "--workdir", str(tmp_path), "--keep"],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = _bench_bpe(tmp_path, "--corpus", "words")
     assert "outputs identical: train.bin, val.bin" in done.stdout
     assert "target: BPE one text 3 MB (words), tiktoken" in done.stdout
     manifest = json.loads((tmp_path / "out-corpusprep-bpe" / "manifest.json").read_text())
@@ -356,12 +362,7 @@ def test_bench_bpe_on_the_words_corpus_gives_nanogpts_files(
 def test_bench_bpe_on_a_gzipped_text_cuts_it_into_pieces(tmp_path: Path, tiktoken_cache) -> None:
     """--gzip: corpusprep reads the .txt.gz as it is (in pieces, on every worker), nanoGPT's
     method gunzips it first; the same files."""
-    done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "bench_bpe.py"), "--mb", "3", "--repeat", "1",
-         "--gzip", "--workdir", str(tmp_path), "--keep"],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = _bench_bpe(tmp_path, "--gzip")
     assert "outputs identical: train.bin, val.bin" in done.stdout
     assert "target: BPE one text 3 MB (gzip), tiktoken" in done.stdout
     manifest = json.loads((tmp_path / "out-corpusprep-bpe" / "manifest.json").read_text())

@@ -85,6 +85,21 @@ def test_a_compressed_text_is_cut_into_pieces_and_gives_nanogpts_files(
         assert manifest["chars"] == len(text.replace("\r\n", "\n"))
 
 
+def _runs_over_docs(tmp_path: Path, split_by: str, shard_bytes: str) -> list[Path]:
+    """source=files over docs/*.txt.gz: one piece a file on one worker, then `shard_bytes`
+    pieces on two workers and on one; the three output folders."""
+    outs = []
+    for workers, size in (("1", "100000000"), ("2", shard_bytes), ("1", shard_bytes)):
+        out = f"out-{workers}-{size}"
+        r = run_cli("source=files", "source.glob=docs/*.txt.gz", "tokenizer=tiktoken",
+                    f"split_by={split_by}", "split=0.5", f"shard_bytes={size}",
+                    f"executor.workers={workers}", f"out_dir={out}", "quiet=true",
+                    cwd=tmp_path)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        outs.append(tmp_path / out)
+    return outs
+
+
 @pytest.mark.parametrize("split_by", ["document", "hash"])
 def test_compressed_text_documents_do_not_depend_on_the_pieces(
     tmp_path: Path, tiktoken_cache: Path, split_by: str
@@ -96,15 +111,7 @@ def test_compressed_text_documents_do_not_depend_on_the_pieces(
     for i in range(4):
         data = _text(rng, rng.randint(50_000, 700_000)).encode()
         _compress(tmp_path / "docs" / f"d{i}.txt", data, "gz")
-    outs = []
-    for workers, shard_bytes in (("1", "100000000"), ("2", "60000"), ("1", "60000")):
-        out = f"out-{workers}-{shard_bytes}"
-        r = run_cli("source=files", "source.glob=docs/*.txt.gz", "tokenizer=tiktoken",
-                    f"split_by={split_by}", "split=0.5", f"shard_bytes={shard_bytes}",
-                    f"executor.workers={workers}", f"out_dir={out}", "quiet=true",
-                    cwd=tmp_path)  # fmt: skip
-        assert r.returncode == 0, r.stderr
-        outs.append(tmp_path / out)
+    outs = _runs_over_docs(tmp_path, split_by, "60000")
     assert json.loads((outs[1] / "manifest.json").read_text())["shards"]["count"] > 4
     for out in outs[1:]:
         same_files(outs[0], out, names=("train.bin", "val.bin"))
@@ -207,15 +214,7 @@ def test_a_document_whose_last_piece_is_empty_still_ends_with_its_eot(
         text = "ab cd " * (2000 + 500 * i) + "1 2 " * (6000 + 1000 * i)  # no cut at the end
         data = gzip.compress(text.encode(), mtime=0)  # the same keys (sha256) every run
         (tmp_path / "docs" / f"d{i}.txt.gz").write_bytes(data)
-    outs = []
-    for workers, shard_bytes in (("1", "100000000"), ("2", "3000"), ("1", "3000")):
-        out = f"out-{workers}-{shard_bytes}"
-        r = run_cli("source=files", "source.glob=docs/*.txt.gz", "tokenizer=tiktoken",
-                    f"split_by={split_by}", "split=0.5", f"shard_bytes={shard_bytes}",
-                    f"executor.workers={workers}", f"out_dir={out}", "quiet=true",
-                    cwd=tmp_path)  # fmt: skip
-        assert r.returncode == 0, r.stderr
-        outs.append(tmp_path / out)
+    outs = _runs_over_docs(tmp_path, split_by, "3000")
     ids = [np.fromfile(outs[0] / name, dtype=np.uint16) for name in ("train.bin", "val.bin")]
     assert sum(int((a == 50256).sum()) for a in ids) == 6
     for out in outs[1:]:

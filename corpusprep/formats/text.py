@@ -242,7 +242,7 @@ class _Text:
         """Take the first n bytes of `data`, what _next gave; the rest comes next again."""
         taken, self.ahead = data[:n], data[n:]
         self.offset += n
-        self.behind = (self.behind + taken)[-CONTEXT:]
+        self.behind = (self.behind + taken[-CONTEXT:])[-CONTEXT:]  # not a block's copy
         return taken
 
     def skip_to(self, place: int) -> None:

@@ -48,7 +48,8 @@ _NEXT_OK = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuv
 # there; and " the" starts one the same way with or without the text before it (after two
 # spaces it would not: "\s+(?!\S)" takes the first). A text with no newline (text8, a
 # one-line dump) is cut too. The other tokenizers that share CUT_AT keep it alone.
-WORD_CUT_AT = CUT_AT + rb"|[A-Za-z](?= [A-Za-z])"
+_WORD_RULE = rb"[A-Za-z](?= [A-Za-z])"
+WORD_CUT_AT = CUT_AT + rb"|" + _WORD_RULE
 # Rules whose every match is one byte: the first cut at or after a place then never comes
 # before the first at or after an earlier place, which a compressed text's pieces need
 # (formats/text.py); a plugin's rule may match more, and its compressed text stays whole.
@@ -602,7 +603,7 @@ def last_word_cut(text: str) -> int:
 
 
 WORD_WINDOW = 1 << 12  # words are never far apart in text that has them
-_WORD_CUT_TEXT = re.compile(r"[A-Za-z](?= [A-Za-z])")  # WORD_CUT_AT's word rule, over text
+_WORD_CUT_TEXT = re.compile(_WORD_RULE.decode("ascii"))  # the word rule over decoded text
 
 
 def blocks_at_cuts(text: str, size: int, last: Callable[[str], int] = last_cut,
