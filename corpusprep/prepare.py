@@ -462,6 +462,7 @@ def encode(run: Run) -> None:
             fresh = written.following(hashing.once_started(fresh), todo)
         elif hashing is not None:
             fresh = hashing.once_started(fresh)
+        fresh = _within_max_bytes(fresh, run.files, list(done.values()))
         # read to the end: the bar closes drawn full, even for one shard
         try:
             fresh = list(_progress(fresh, [t.shard for t in todo], "encode", run.settings.quiet))
@@ -480,6 +481,29 @@ def encode(run: Run) -> None:
         run.results = [done[t.shard.index] for t in tasks]
         _check_unchanged(run.before)
     run.parts = parts
+
+
+def _within_max_bytes(results: Iterable[EncodeResult], files: list[InputFile],
+                      done: list[EncodeResult]) -> Iterator[EncodeResult]:  # fmt: skip
+    """The shards' results, stopping the run as soon as the text read of a file whose
+    shards are capped apart (Parquet) adds up to more than source.max_bytes: each shard
+    stops at the cap by itself, but a file cut into many shards would pass any cap."""
+    caps = {f.name: f.max_bytes for f in files if f.capped_in_shards}
+    read: dict[str, int] = dict.fromkeys(caps, 0)
+
+    def add(result: EncodeResult) -> None:
+        for name in caps.keys() & result.read_bytes.keys():
+            read[name] += result.read_bytes[name]
+            if read[name] > caps[name]:
+                from corpusprep.formats.parquet import past_max_bytes
+
+                raise past_max_bytes(name, caps[name])
+
+    for result in done:
+        add(result)
+    for result in results:
+        add(result)
+        yield result
 
 
 def choose_sides(run: Run) -> None:

@@ -170,6 +170,9 @@ class EncodeResult:
     val_bytes: Optional[int] = None  # the UTF-8 bytes of the val ids it wrote; None: not counted
     # the sha256 of each small text file it read whole (the driver does not read them)
     digests: dict[str, bytes] = field(default_factory=dict)
+    # the bytes of text it read of each Parquet file that source.max_bytes caps (the
+    # driver adds them up over the file's shards)
+    read_bytes: dict[str, int] = field(default_factory=dict)
 
     @property
     def docs(self) -> int:
@@ -346,14 +349,17 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
     doc = task.first_doc - 1
     position = [task.first_char]
     chars, skipped = [0], 0  # chars: a list, added to as the pieces are read
-    digests = {}
+    digests, read_bytes = {}, {}
     # whole short documents go a batch at a time (split by document, hash or stream)
     batch = _Batch(task, writers, starts, keys, eot) if task.rules.split_by != "position" else None
     done = False
     try:
         for segment in task.shard.segments:
             key = task.doc_keys.get(segment.file.name)
+            read = None
             for part in _held_first(get_format(segment.file.format).parts(segment), batch):
+                if part.read is not None:
+                    read = part.read
                 doc += part.starts
                 skipped += part.skipped
                 if part.skipped:  # counted, and nothing to write or key a side by
@@ -369,6 +375,9 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
                 if batch is not None:  # what came before it is written first
                     batch.flush()
                 encode_part(task, part, doc, key, position, writers, starts, keys, eot)
+            if segment.file.capped_in_shards:  # (0 for no rows: the driver needs each)
+                name = segment.file.name
+                read_bytes[name] = read_bytes.get(name, 0) + (read or 0)
         if batch is not None:
             batch.flush()
         done = True
@@ -379,7 +388,7 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
     result = EncodeResult(chars=chars[0], skipped=skipped,
                           ids_seen=None if seen is None else seen.packed(),
                           val_bytes=None if sizes is None else val_bytes,
-                          digests=digests)  # fmt: skip
+                          digests=digests, read_bytes=read_bytes)  # fmt: skip
     for side in SIDES:
         if side in writers:
             setattr(result, f"{side}_tokens", writers[side].tokens)
@@ -432,6 +441,7 @@ def _write_marker(marker: str, result: EncodeResult, key_hash: str) -> None:
     record["key_hash"] = key_hash
     record["val_bytes"] = result.val_bytes
     record["sha256"] = {name: digest.hex() for name, digest in result.digests.items()}
+    record["read_bytes"] = result.read_bytes
     with _in_place(marker) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(json.dumps(record))  # json.dump is pure Python: 1,000 files' digests a shard
 
@@ -498,6 +508,16 @@ def finished(task: EncodeTask, itemsize: int, hashes: dict[str, bytes]) -> Optio
             val_bytes is None or _count(val_bytes)
         ):
             return None
+        # the text read of each file source.max_bytes caps: the driver needs it to add up
+        # (a marker without it, from a run without the cap or an older version: not taken)
+        read_bytes = record.get("read_bytes", {})
+        capped = {s.file.name for s in task.shard.segments if s.file.capped_in_shards}
+        if (
+            not isinstance(read_bytes, dict)
+            or not capped <= read_bytes.keys()
+            or not all(isinstance(k, str) and _count(v) for k, v in read_bytes.items())
+        ):
+            return None
         with os.fdopen(open_regular_fd(f"{task.marker}.keys"), "rb") as f:
             keys = np.fromfile(f, dtype="<u8")
         # a key per document where the split keys them; else none (one text: its document)
@@ -506,7 +526,7 @@ def finished(task: EncodeTask, itemsize: int, hashes: dict[str, bytes]) -> Optio
             return None
         result = EncodeResult(**counts, train_keys=keys[:split].astype(np.uint64),
                               val_keys=keys[split:].astype(np.uint64),
-                              val_bytes=val_bytes)  # fmt: skip
+                              val_bytes=val_bytes, read_bytes=read_bytes)  # fmt: skip
         for side in SIDES:
             target = getattr(task, side)
             tokens = getattr(result, f"{side}_tokens")

@@ -110,6 +110,72 @@ def test_max_bytes_caps_the_text_a_parquet_file_decodes_to(tmp_path):
     assert not (tmp_path / "out" / "train.bin").exists()
 
 
+def _row_groups(path, groups: int, rows: int = 100, size: int = 10_000) -> int:
+    """A Parquet file of `groups` row groups, each `rows` distinct texts of `size` bytes;
+    returns the bytes of text the file holds."""
+    texts = [(f"row {i} " + "text " * size)[:size] for i in range(groups * rows)]
+    pq.write_table(pa.table({"text": texts}), path, row_group_size=rows)
+    return groups * rows * size
+
+
+@pytest.mark.parametrize("shard_bytes", ["1", "1000000", "100000000"])
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_max_bytes_caps_a_parquet_files_whole_text_however_it_is_sharded(
+    tmp_path, shard_bytes, workers
+):
+    """source.max_bytes is the cap on the whole file's text, whatever the shards: a file
+    of 10 row groups of 1 MB each used to pass a 3 MB cap, each of its shards (one per
+    row group or two) holding less than that."""
+    path = tmp_path / "groups.parquet"
+    total = _row_groups(path, groups=10)
+    common = ("source=file", f"source.path={path}", "tokenizer=char", "quiet=true",
+              f"shard_bytes={shard_bytes}", f"executor.workers={workers}")  # fmt: skip
+    result = run_cli(*common, f"source.max_bytes={total // 3}", f"out_dir={tmp_path}/out",
+                     cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(result, "groups.parquet", f"source.max_bytes={total // 3}")
+    assert not (tmp_path / "out" / "train.bin").exists()
+    # at the cap exactly it passes, as an uncompressed file of that size does
+    result = run_cli(*common, f"source.max_bytes={total}", f"out_dir={tmp_path}/ok",
+                     cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "ok" / "train.bin").exists()
+
+
+def test_a_resume_adds_up_the_text_its_finished_shards_read(tmp_path):
+    """A re-run takes the finished shards' counts from their markers: a cap that the
+    whole file passes only because most of it was read by an earlier run still fails.
+    A marker written without the cap has no counts: its shard is read again."""
+    import os
+
+    path = tmp_path / "groups.parquet"
+    total = _row_groups(path, groups=10)
+    flag = tmp_path / "fail"
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]),
+           "CORPUSPREP_PLUGIN_PACKAGES": "fault_tokenizers"}  # fmt: skip
+    args = ("source=file", f"source.path={path}", "shard_bytes=1", "executor.workers=1",
+            "tokenizer._target_=fault_tokenizers.FailWhileFlagCharTokenizer",
+            f"+tokenizer.flag={flag}", "+tokenizer.fail_after=800", "out_dir=out")  # fmt: skip
+
+    def crash(*cap: str) -> None:
+        flag.touch()
+        result = run_cli(*args, *cap, cwd=tmp_path, env=env)
+        assert result.returncode != 0 and "injected failure" in result.stderr
+        flag.unlink()
+        work = next((tmp_path / "out" / ".corpusprep-work").iterdir())
+        assert len(list(work.glob("*.done"))) >= 5  # most of the file read
+
+    for first in ((), (f"source.max_bytes={total}",)):  # uncapped, then capped
+        crash(*first)
+        result = run_cli(*args, f"source.max_bytes={total // 3}", cwd=tmp_path, env=env)
+        resuming = [line for line in result.stderr.splitlines() if "resuming" in line]
+        assert len(resuming) == bool(first), result.stderr
+        result.stderr = result.stderr.replace("".join(f"{line}\n" for line in resuming), "")
+        assert_one_line_error(result, "groups.parquet", f"source.max_bytes={total // 3}")
+    crash(f"source.max_bytes={total}")  # at the cap exactly, resumed: it passes
+    result = run_cli(*args, f"source.max_bytes={total}", cwd=tmp_path, env=env)
+    assert result.returncode == 0 and "resuming" in result.stderr, result.stderr
+
+
 def _with_invalid_utf8(path, row: int, rows: int = 3000) -> None:
     values = [b"good document %d" % i for i in range(rows)]
     values[row] = b"bad \xff text"

@@ -49,6 +49,13 @@ class InputFile:
         return f"{self.path}!{self.member}" if self.member else self.path
 
     @property
+    def capped_in_shards(self) -> bool:
+        """Whether source.max_bytes caps text its shards read apart (Parquet's row groups;
+        a compressed file's pieces each count from the start of its text): each shard
+        stops at the cap, and the driver adds up what they read (Part.read)."""
+        return self.max_bytes is not None and self.format == "parquet"
+
+    @property
     def seekable(self) -> bool:
         return self.compression == "none"
 
@@ -116,6 +123,9 @@ class Part:
     skipped: bool = False  # an invalid document left out (source.skip_invalid): no text
     key: Optional[bytes] = None  # its key where not its text's: a small text file's sha256
     sha256: Optional[bytes] = None  # a small text file read whole: its bytes' whole digest
+    # Parquet, when source.max_bytes caps its text: the bytes of text its segment has read
+    # so far (the driver adds them up over the file's shards)
+    read: Optional[int] = None
 
 
 SKIPPED = Part((), starts=False, ends=False, skipped=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any, Optional
 
 from corpusprep.errors import UserError
@@ -98,15 +99,18 @@ class ParquetFormat(Format):
                     batches = _batches(pf, file, group, pages)
                 for values in batches:
                     texts, decoded = _texts(values, file, row, decoded)
+                    # the count so far goes with the batch's first row (source.max_bytes)
+                    read = decoded if file.max_bytes is not None else None
                     for value in texts:
                         if value is SKIPPED:  # not UTF-8, and source.skip_invalid
                             row += 1
-                            yield SKIPPED
-                            continue
-                        if len(value) * 4 > limit and len(value.encode()) > limit:
-                            raise _too_long(file, f"row {row}", limit)
-                        row += 1
-                        yield Part([value], whole=value)
+                            yield SKIPPED if read is None else replace(SKIPPED, read=read)
+                        else:
+                            if len(value) * 4 > limit and len(value.encode()) > limit:
+                                raise _too_long(file, f"row {row}", limit)
+                            row += 1
+                            yield Part([value], whole=value, read=read)
+                        read = None
         except UserError:
             raise
         except Exception as e:
@@ -169,10 +173,7 @@ def _texts(column: Any, file: InputFile, row: int, decoded: int) -> tuple[list, 
 
         decoded += int(pc.sum(pc.binary_length(column)).as_py() or 0)
         if decoded > file.max_bytes:
-            raise UserError(
-                f"{file.name}: its text is more than source.max_bytes={file.max_bytes} bytes; "
-                "raise source.max_bytes (or set it to null) if the file is genuine"
-            )
+            raise past_max_bytes(file.name, file.max_bytes)
     try:
         texts = column.to_pylist()
     except UnicodeDecodeError:  # which row: each decoded on its own
@@ -213,6 +214,14 @@ def _text_bytes(group: Any, column: Optional[int]) -> int:
     if column is not None and column < group.num_columns:
         return group.column(column).total_uncompressed_size
     return group.total_byte_size
+
+
+def past_max_bytes(name: str, cap: int) -> UserError:
+    """A Parquet file whose text (in one shard, or summed over its shards) is past the cap."""
+    return UserError(
+        f"{name}: its text is more than source.max_bytes={cap} bytes; "
+        "raise source.max_bytes (or set it to null) if the file is genuine"
+    )
 
 
 def _too_long(file: InputFile, where: str, limit: int, what: str = "a text") -> UserError:
