@@ -325,7 +325,7 @@ class OutputWriter:
         with disk_errors(self.out_dir, self.needed):
             for folder in (self.out_dir / WORK, self._work):  # not a link leading elsewhere
                 if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
-                    _remove_planted(folder, "its work folder")
+                    remove_planted(folder, "its work folder")
                 folder.mkdir(exist_ok=True)
             # a resume takes only regular files and folders (an executor's logs: slurm/): a
             # link planted under a key that can be worked out (the input's stat, the
@@ -410,7 +410,7 @@ class OutputWriter:
         self._held.__enter__()
         self._journaled = True  # from here the files a journal names are its own
         with disk_errors(self.out_dir, self.needed):
-            _write_atomic(self.out_dir / JOURNAL, json.dumps(journal).encode(), self._tag)
+            write_atomic(self.out_dir / JOURNAL, json.dumps(journal).encode(), self._tag)
         with disk_errors(self.out_dir, committing=True):  # a folder, a rename: an inode
             _apply(self.out_dir, journal)
         self.committed = True
@@ -585,7 +585,7 @@ def _acquire_lock(folder: Path, label: str, made: Optional[list[Path]] = None) -
         except _NotALockFile:  # a symlink, FIFO or folder planted in its place: not ours
             if attempt > 2:
                 raise
-            _remove_planted(path, "corpusprep's lock file")
+            remove_planted(path, "corpusprep's lock file")
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -629,7 +629,7 @@ class _NotALockFile(Exception):
     """What is at the lock's name is not a regular file (a symlink, a FIFO, a folder)."""
 
 
-def _remove_planted(path: Path, what: str) -> None:
+def remove_planted(path: Path, what: str) -> None:
     """A symlink or special file a stranger's folder holds where this run keeps one of its
     own: it goes (a link, never what it leads to). A folder there is the user's to remove."""
     if path.is_dir() and not path.is_symlink():  # (macOS's unlink says EPERM, not EISDIR)
@@ -931,7 +931,9 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _write_atomic(path: Path, data: bytes, tag: str) -> None:
+def write_atomic(path: Path, data: bytes, tag: str) -> None:
+    """`data` at `path` whole or not at all: written beside it under a name `tag` makes
+    this run's, synced, then renamed over it."""
     tmp = path.with_name(f".{path.name.lstrip('.')}.{tag}.tmp")
     try:
         with open(tmp, "wb") as f:

@@ -265,9 +265,9 @@ def _complete_and_alone(out, previous) -> None:
     assert sorted(p.name for p in out.iterdir()) == sorted([*manifest["files"], "manifest.json"])
 
 
-# _write_atomic: the journal; _apply: the renames (the signal arrives in whichever thread
+# write_atomic: the journal; _apply: the renames (the signal arrives in whichever thread
 # the kernel picks: a hashing thread is alive); remove_stale_work: the tidying after them
-@pytest.mark.parametrize("where", ["_write_atomic", "_apply", "remove_stale_work"])
+@pytest.mark.parametrize("where", ["write_atomic", "_apply", "remove_stale_work"])
 def test_ctrl_c_from_the_journal_on_says_the_new_outputs_are_complete(tmp_path, previous,
                                                                       where):  # fmt: skip
     r = _interrupted_at(tmp_path, where)

@@ -124,7 +124,7 @@ def test_a_journal_that_cannot_be_written_leaves_no_temporary_file(tmp_path, mon
 
     monkeypatch.setattr(writer.os, "fsync", failing_fsync)
     with pytest.raises(OSError):
-        writer._write_atomic(tmp_path / ".corpusprep-commit.json", b"{}", "tag")
+        writer.write_atomic(tmp_path / ".corpusprep-commit.json", b"{}", "tag")
     assert list(tmp_path.iterdir()) == []  # neither the temporary file nor the journal
 
 

@@ -212,7 +212,7 @@ class SlurmExecutor(Executor):
         """Before this driver submits: cancel the arrays an earlier driver in this out_dir
         left running (killed, or its login node lost: a live one would hold out_dir's lock),
         which carry the comment its record makes; then record this driver's own secret."""
-        from corpusprep.writer import _remove_planted, _write_atomic
+        from corpusprep.writer import remove_planted, write_atomic
 
         old = _recorded(self.record)
         if old is not None and old != self.secret:
@@ -220,8 +220,8 @@ class SlurmExecutor(Executor):
             if said:  # even with quiet=true: jobs on the cluster were stopped
                 print(said, file=sys.stderr)
         if self.record.is_symlink() or (self.record.exists() and not self.record.is_file()):
-            _remove_planted(self.record, "its record of the Slurm arrays running")
-        _write_atomic(self.record, json.dumps({"secret": self.secret}).encode(),
+            remove_planted(self.record, "its record of the Slurm arrays running")
+        write_atomic(self.record, json.dumps({"secret": self.secret}).encode(),
                       secrets.token_hex(8))  # fmt: skip
 
     def run(
