@@ -190,7 +190,8 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
 
 def read_inputs(run: Run) -> Optional[dict[str, Any]]:
     """The input files (a download first); the previous manifest if out_dir is up to date."""
-    run.files = run.source.files(progress=not run.settings.quiet)
+    run.files = _without_outputs(run.source.files(progress=not run.settings.quiet),
+                                 run.settings.out_dir)  # fmt: skip
     run.clock.lap("source")
     # what every input is before anything reads it: a change from here on fails the run
     run.before = {f.path: os.stat(f.path) for f in run.files}
@@ -209,6 +210,37 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
     elif run.settings.force and (made := _read_manifest(Path(run.settings.out_dir))):
         run.replacing = replacing(run, made, input_checked=False)  # force: no hashing
     return None
+
+
+def _without_outputs(files: list[InputFile], out_dir: str) -> list[InputFile]:
+    """The input files less the ones out_dir's last run wrote (its manifest and the files
+    it lists): a glob over the folder that holds out_dir read them as input, and a re-run
+    failed on manifest.json or was never up to date. Only files inside out_dir count (a
+    manifest is a stranger's as much as the folder)."""
+    manifest = _read_manifest(Path(out_dir))
+    if manifest is None:
+        return files
+    folder = os.path.realpath(out_dir)
+    ours = {os.path.realpath(os.path.join(folder, name))
+            for name in [*manifest["files"], "manifest.json"] if isinstance(name, str)}  # fmt: skip
+    ours = {p for p in ours if p.startswith(folder + os.sep)}
+    names = {os.path.basename(p) for p in ours}  # most files need no realpath
+    left = {f.path for f in files if os.path.basename(f.path) in names
+            and os.path.realpath(f.path) in ours}  # fmt: skip
+    if not left:
+        return files
+    if len(left) == len({f.path for f in files}):
+        raise UserError(
+            f"{min(left)}: a file corpusprep wrote in out_dir={out_dir} (its manifest lists "
+            "it), not a corpus; read other files, or write to another out_dir"
+        )
+    shown = ", ".join(os.path.relpath(p, folder) for p in sorted(left)[:3]) + ", ..." * (
+        len(left) > 3
+    )
+    print(f"corpusprep: note: left out {len(left)} file{'s' * (len(left) > 1)} in out_dir="
+          f"{out_dir} that its last run wrote ({shown}): never read as input",
+          file=sys.stderr)  # fmt: skip
+    return [f for f in files if f.path not in left]
 
 
 def replacing(run: Run, made: dict[str, Any], input_checked: bool) -> Optional[str]:

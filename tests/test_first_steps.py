@@ -299,6 +299,37 @@ def test_a_shard_bytes_that_makes_thousands_of_shards_is_warned(tmp_path):
     assert r.returncode == 0 and "shard_bytes" not in r.stderr, r.stderr
 
 
+def test_a_glob_over_the_folder_holding_out_dir_never_reads_its_outputs(tmp_path):
+    """out_dir inside the corpus folder and `source.glob='corpus/**/*'`: the second run
+    read the first's manifest.json as JSON Lines and failed on it ("not valid JSON"). The
+    files out_dir's last run wrote are left out, with a note: a re-run is up to date."""
+    corpus = tmp_path / "corpus"
+    (corpus / "sub").mkdir(parents=True)
+    (corpus / "a.txt").write_text("first document\n" * 300)
+    (corpus / "sub" / "b.txt").write_text("second document\n" * 300)
+    args = ("source=files", "source.glob=corpus/**/*", "out_dir=corpus/out")
+    first = run_cli(*args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    made = (corpus / "out" / "train.bin").read_bytes()
+    again = run_cli(*args, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "up to date" in again.stdout + again.stderr
+    assert "left out" in again.stderr and "corpus/out" in again.stderr
+    assert (corpus / "out" / "train.bin").read_bytes() == made
+    # a file of the user's in out_dir is still read; one of ours named alone is refused
+    (corpus / "out" / "c.txt").write_text("third document\n" * 300)
+    third = run_cli(*args, "quiet=true", cwd=tmp_path)
+    assert third.returncode == 0, third.stderr
+    manifest = json.loads((corpus / "out" / "manifest.json").read_text())
+    assert manifest["documents"]["total"] == 3
+    assert [Path(f["path"]).name for f in manifest["source"]["files"]] == ["a.txt", "c.txt",
+                                                                           "b.txt"]  # fmt: skip
+    alone = run_cli("source=file", "source.path=corpus/out/train.bin", "out_dir=corpus/out",
+                    cwd=tmp_path)  # fmt: skip
+    assert alone.returncode == 1 and "Traceback" not in alone.stderr
+    assert "train.bin" in alone.stderr and "out_dir" in alone.stderr
+
+
 def test_the_summary_reads_well(tmp_path, seeded_cache):
     r = run_cli("dataset=shakespeare_char", "split=0.9999999", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
