@@ -423,6 +423,12 @@ def test_progress_on_a_terminal(tmp_path):
 A, B = b'{"text": "a"}\n', b'{"text": "b"}\n'
 BAD = {  # lines of d.jsonl, extra overrides, what the one-line error must say
     "glob matches nothing": ([], ["source.glob=nothing/*.jsonl"], ["matches no file"]),
+    # a folder named as the glob: the pattern that reads the files in it
+    "glob names a folder": (
+        [A],
+        ["source.glob=sub"],
+        ["matches a folder", "source.glob='sub/**/*'"],
+    ),  # fmt: skip
     "malformed json": ([A, b'{"text": "b"\n'], [], ["d.jsonl:2:", "not valid JSON"]),
     "missing field": ([A, b'{"body": "b"}\n'], [], ["d.jsonl:2:", "no field 'text'", "body"]),
     "not a string": ([b'{"text": 7}\n'], [], ["d.jsonl:1:", "int, not a string"]),
@@ -443,6 +449,7 @@ BAD = {  # lines of d.jsonl, extra overrides, what the one-line error must say
 def test_bad_corpora(tmp_path, case):
     lines, extra, fragments = BAD[case]
     (tmp_path / "d.jsonl").write_bytes(b"".join(lines))
+    (tmp_path / "sub").mkdir()
     glob = [] if any(e.startswith("source.glob") for e in extra) else ["source.glob=d.jsonl"]
     r = run_cli("source=files", *glob, *extra, "out_dir=out", cwd=tmp_path)
     assert_one_line_error(r, *fragments)

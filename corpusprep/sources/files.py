@@ -49,6 +49,15 @@ class FilesSource(Source):
             else:
                 listed = [(m, None) for m in globlib.glob(pattern) if os.path.isfile(m)]
             matches = [(m, r) for m, r in listed if not any(fnmatch(m, x) for x in self.exclude)]
+            if not matches and not listed and any(map(os.path.isdir, globlib.glob(pattern))):
+                folder = next(filter(os.path.isdir, sorted(globlib.glob(pattern))))
+                wanted = pattern.rstrip("/")  # 'corpus/**' is folders: 'corpus/**/*' files
+                wanted += "/*" if wanted.endswith("**") else "/**/*"
+                raise UserError(
+                    f"source.glob={pattern!r}: matches a folder ({folder}), not files; for "
+                    f"the files in it use source.glob='{wanted}' (or the pattern that "
+                    "matches them)"
+                )
             if not matches:
                 raise UserError(
                     f"source.glob={pattern!r}: matches no file (from {os.getcwd()}); "
