@@ -1,11 +1,15 @@
 """Benchmark corpusprep on a corpus of documents against llm.c's and nanoGPT's methods.
 
     python bench/bench_corpus.py [--mb 200] [--repeat 1] [--workdir DIR] [--keep]
-                                 [--doc-bytes N]
+                                 [--doc-bytes N] [--parquet]
 
 1. builds a corpus of about --mb megabytes (10**6 bytes) of JSON Lines, one document per
-   standard-library .py file ({"text": ...}), repeated, in 8 zstd files
-   corpus_0000.jsonl.zst ..., or reuses the one already in --workdir;
+   standard-library .py file ({"text": ...}), repeated, in 2 zstd files
+   corpus_0000.jsonl.zst ..., or reuses the one already in --workdir; with --parquet the
+   same documents (each one once: a line of its number first) in 2 Parquet files
+   corpus_0000.parquet ..., written as Hugging Face `datasets` writes a dataset
+   (Dataset.to_parquet: pyarrow's ParquetWriter, a row group per 1,000 rows, snappy), the
+   form FineWeb and the Hub's datasets come in;
 2. runs, each in its own process on the same files, as a user would:
    corpusprep   python -m corpusprep source=files ... tokenizer=tiktoken eot=prepend
    llm.c        bench/peer_llmc.py: dev/data/fineweb.py's method (a Pool, one document
@@ -34,7 +38,8 @@ import shutil
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -62,6 +67,7 @@ from common import (
 BENCH = Path(__file__).resolve().parent
 FILES = 2  # corpus files: as few as the workers, the usual case (each a ~1 GB file in real corpora)
 ZSTD_LEVEL = 3
+PARQUET_ROWS = 1000  # rows per row group: datasets' writer_batch_size (Dataset.to_parquet)
 CORPUS_RECORD = "corpus.json"  # what was built: reused only if it still matches
 EOT = 50256  # gpt2's <|endoftext|>; encode_ordinary never makes it, so it only separates
 TARGET_MEMORY = 300 * MB  # corpusprep's peak memory (PSS of the process tree), below
@@ -103,16 +109,18 @@ def _cut(text: str, size: int) -> Iterator[str]:
 
 
 def ensure_corpus(workdir: Path, mb: int, kind: str = "uneven", files: int = FILES,
-                  doc_bytes: int = 0) -> tuple[list[Path], dict, bool]:  # fmt: skip
+                  doc_bytes: int = 0, parquet: bool = False,
+                  ) -> tuple[list[Path], dict, bool]:  # fmt: skip
     """Write the corpus files unless the record says they are there, of the right size.
-    One document at a time through a streaming compressor: this process stays small (its
-    peak RSS is the floor of the children's ru_maxrss, see common.run_measured)."""
+    One document at a time through a streaming compressor (Parquet: a row group at a
+    time): this process stays small (its peak RSS is the floor of the children's
+    ru_maxrss, see common.run_measured)."""
     import zstandard
 
     record_path = workdir / CORPUS_RECORD
-    paths = [workdir / f"corpus_{i:04d}.jsonl.zst" for i in range(files)]
+    paths = [workdir / f"corpus_{i:04d}{suffix(parquet)}" for i in range(files)]
     wanted = {"mb": mb, "files": files, "zstd_level": ZSTD_LEVEL, "python": sys.version,
-              "corpus": kind, "doc_bytes": doc_bytes}  # fmt: skip
+              "corpus": kind, "doc_bytes": doc_bytes, "parquet": parquet}  # fmt: skip
     try:
         record = json.loads(record_path.read_text(encoding="utf-8"))
         sizes = record["sizes"]
@@ -123,19 +131,23 @@ def ensure_corpus(workdir: Path, mb: int, kind: str = "uneven", files: int = FIL
     except (OSError, ValueError, KeyError):
         pass
     record_path.unlink(missing_ok=True)
-    for old in workdir.glob("corpus_*.jsonl.zst*"):  # the glob must match only this corpus
+    for old in workdir.glob("corpus_*"):  # the glob must match only this corpus
         old.unlink()
     target = mb * MB
     docs = size = 0
     lines = json_lines(target, kind, doc_bytes)
+    if parquet:  # each document once (each row a text of its own, as in a real dataset)
+        lines = (json.dumps({"text": f"# document {k}\n{json.loads(line)['text']}"},
+                            ensure_ascii=False).encode("utf-8") + b"\n"
+                 for k, line in enumerate(lines))  # fmt: skip
     line: Optional[bytes] = next(lines)
     compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
     for i, path in enumerate(paths):
         partial = path.with_name(path.name + ".partial")
-        with open(partial, "wb") as raw, compressor.stream_writer(raw) as f:
+        with _corpus_writer(partial, parquet, compressor) as write:
             # file i takes the documents that start before (i + 1) / files of the target
             while line is not None and (size < target * (i + 1) // files or i == files - 1):
-                f.write(line)
+                write(line)
                 docs += 1
                 size += len(line)
                 line = next(lines, None)
@@ -144,6 +156,35 @@ def ensure_corpus(workdir: Path, mb: int, kind: str = "uneven", files: int = FIL
               "sizes": {p.name: p.stat().st_size for p in paths}}  # fmt: skip
     record_path.write_text(json.dumps(record, indent=1), encoding="utf-8")
     return paths, record, False
+
+
+def suffix(parquet: bool) -> str:
+    return ".parquet" if parquet else ".jsonl.zst"
+
+
+@contextmanager
+def _corpus_writer(path: Path, parquet: bool, compressor) -> Iterator[Callable[[bytes], None]]:
+    """write(json_line) into a corpus file: the line itself into a zstd stream, or its
+    text into a Parquet file, a row group per PARQUET_ROWS rows."""
+    if not parquet:
+        with open(path, "wb") as raw, compressor.stream_writer(raw) as f:
+            yield f.write
+        return
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows: list[str] = []
+    with pq.ParquetWriter(path, pa.schema([("text", pa.string())])) as writer:
+
+        def write(line: bytes) -> None:
+            rows.append(json.loads(line)["text"])
+            if len(rows) == PARQUET_ROWS:
+                writer.write_table(pa.table({"text": rows}))
+                rows.clear()
+
+        yield write
+        if rows:
+            writer.write_table(pa.table({"text": rows}))
 
 
 # --- the check: the same documents, whatever the order and the split ------------------------
@@ -235,13 +276,12 @@ def check_same_tokens(made: dict[str, Documents], corpus_docs: int) -> Optional[
 # --- the run -----------------------------------------------------------------------------------
 
 
-def report_targets(best: dict[str, float], runs: dict[str, list[Run]], mb: int,
+def report_targets(best: dict[str, float], runs: dict[str, list[Run]], label: str,
                    ceilings: Ceilings) -> None:  # fmt: skip
     """One line per target: ahead of llm.c by 1.2x with its own encoder and 2x with the
     faster one, >= 85% of each encoder's ceiling, faster than every peer, and memory judged
     on the tree's PSS (the RSS sum, which counts pages shared with forked workers twice,
     beside it)."""
-    label = f"documents {mb} MB"
     backend = ceilings.encoders["corpusprep"]
     report_ratio(f"{label}, tiktoken, corpusprep/llm.c", best["llm.c"] / best["cp-tiktoken"],
                  1.2, (best["llm.c"], ceilings.seconds("cp-tiktoken")),
@@ -270,11 +310,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         parser.add_argument("--doc-bytes", type=int, default=0, metavar="N",
                             help="cut each file into documents of about N characters at line "
                             "ends (0, the default: a whole file per document)")  # fmt: skip
+        parser.add_argument("--parquet", action="store_true",
+                            help="the documents in Parquet files, as datasets writes them "
+                            "(FineWeb's and the Hub's form), not JSON Lines in zstd")  # fmt: skip
 
     args = parse_args(__doc__.split("\n\n")[0], default_mb=200, argv=argv, more=doc_bytes)
     workdir, temporary = open_workdir(args.workdir)
     t = time.perf_counter()
-    paths, corpus, reused = ensure_corpus(workdir, args.mb, args.corpus, doc_bytes=args.doc_bytes)
+    paths, corpus, reused = ensure_corpus(workdir, args.mb, args.corpus, doc_bytes=args.doc_bytes,
+                                          parquet=args.parquet)  # fmt: skip
     how = "reused" if reused else f"built in {time.perf_counter() - t:.1f} s"
     size = corpus["json_bytes"]
     have_datasets = importlib.util.find_spec("datasets") is not None
@@ -287,9 +331,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"python     {sys.executable} ({sys.version.split()[0]})")
     print(f"corpusprep {corpusprep_origin(workdir)}")
     print(f"machine    {os.cpu_count()} cores")
-    print(f"corpus     {workdir}/corpus_*.jsonl.zst: {len(paths)} files, {corpus['documents']:,} "
-          f"documents, {size:,} bytes of JSON, {sum(corpus['sizes'].values()):,} "
-          f"compressed ({how})")  # fmt: skip
+    print(f"corpus     {workdir}/corpus_*{suffix(args.parquet)}: {len(paths)} files, "
+          f"{corpus['documents']:,} documents, {size:,} bytes of JSON, "
+          f"{sum(corpus['sizes'].values()):,} compressed ({how})")  # fmt: skip
     print(f"repeat     {args.repeat} (the median time counts)")
     print(f"tiktoken   {os.environ.get('TIKTOKEN_CACHE_DIR', '(unset: tiktoken downloads)')}")
     if not have_datasets:
@@ -304,7 +348,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             "-m",
             "corpusprep",
             "source=files",
-            f"source.glob={workdir}/corpus_*.jsonl.zst",
+            f"source.glob={workdir}/corpus_*{suffix(args.parquet)}",
             "tokenizer=tiktoken",
             "eot=prepend",
             "split_by=document",
@@ -380,7 +424,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             ratio = best[peer] / best["corpusprep"]
             print(f"corpusprep/{peer} throughput: {ratio:.2f}x")
     print(f"corpusprep's own phases (last run): {corpusprep_phases(outs['corpusprep'])}")
-    report_targets(best, runs, args.mb, ceilings)
+    report_targets(best, runs, f"documents{' (parquet)' * args.parquet} {args.mb} MB", ceilings)
     print_memory_notes()
 
     clean_up(workdir, temporary, args.keep, outs)

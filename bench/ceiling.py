@@ -4,7 +4,7 @@ start-up in the timed part). Every bench script runs it next to corpusprep and p
 corpusprep's whole-process throughput as a fraction of it.
 
     python bench/ceiling.py ENCODER WORKERS --text FILE
-    python bench/ceiling.py ENCODER WORKERS --jsonl FILE.jsonl.zst ...
+    python bench/ceiling.py ENCODER WORKERS --jsonl FILE.jsonl.zst|FILE.parquet ...
     python bench/ceiling.py ENCODER WORKERS --files FOLDER     (each .txt file a document)
 
 ENCODER: tiktoken | riptoken | splintr (GPT-2 BPE) | char (corpusprep's char tokenizer, fitted on
@@ -19,7 +19,6 @@ one JSON line: seconds, bytes, tokens.
 
 from __future__ import annotations
 
-import io
 import json
 import multiprocessing as mp
 import os
@@ -49,16 +48,9 @@ def _pieces_of_text(text: str, size: int = PIECE) -> list[list[str]]:
 
 
 def _pieces_of_documents(paths: list[str]) -> list[list[str]]:
-    import zstandard
+    from common import document_texts  # (bench/ is this script's folder: on sys.path)
 
-    def texts():
-        for path in paths:
-            with open(path, "rb") as raw:
-                for line in io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw)):
-                    if line.strip():
-                        yield json.loads(line)["text"]
-
-    return _batched(texts())
+    return _batched(text for path in paths for text in document_texts(Path(path)))
 
 
 def _batched(texts) -> list[list[str]]:

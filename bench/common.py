@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 NANOGPT = REPO / "tests" / "nanogpt_reference.py"
@@ -559,14 +559,32 @@ def measure_sha256(paths: Sequence[Path]) -> float:
     return time.perf_counter() - start
 
 
+def document_texts(path: Path, loads: Callable[[bytes], Any] = json.loads) -> Iterator[str]:
+    """The documents' texts of a bench corpus file, in order: JSON Lines in zstd (each
+    line parsed with `loads`), or Parquet (its text column, read with pyarrow in batches,
+    as corpusprep's reader does)."""
+    if str(path).endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        for batch in pq.ParquetFile(path).iter_batches(1024, columns=["text"]):
+            yield from batch.column(0).to_pylist()
+        return
+    import zstandard
+
+    with open(path, "rb") as raw:
+        stream = zstandard.ZstdDecompressor().stream_reader(raw)
+        for line in io.BufferedReader(stream, 1 << 20):
+            if line.strip():
+                yield loads(line)["text"]
+
+
 def measure_reading(paths: Sequence[Path]) -> float:
     """Seconds one core takes to read the documents of these inputs with the libraries
     corpusprep's reader uses and nothing else: each .jsonl.zst file decompressed
     (zstandard) and every line parsed for its "text" (orjson where installed, as
-    corpusprep's reader); each .txt file of a folder read and decoded. Work the encoder's
-    ceiling leaves out (it starts from the texts in memory) and that no reader can."""
-    import zstandard
-
+    corpusprep's reader); each Parquet file's text column read by pyarrow; each .txt file
+    of a folder read and decoded. Work the encoder's ceiling leaves out (it starts from
+    the texts in memory) and that no reader can."""
     try:
         from orjson import loads
     except ImportError:
@@ -577,11 +595,8 @@ def measure_reading(paths: Sequence[Path]) -> float:
             for file in sorted(Path(path).rglob("*.txt")):
                 file.read_bytes().decode("utf-8")
             continue
-        with open(path, "rb") as raw:
-            stream = zstandard.ZstdDecompressor().stream_reader(raw)
-            for line in io.BufferedReader(stream, 1 << 20):
-                if line.strip():
-                    loads(line)["text"]
+        for _ in document_texts(path, loads):
+            pass
     return time.perf_counter() - start
 
 

@@ -1,6 +1,7 @@
-"""llm.c's FineWeb method (dev/data/fineweb.py), on local JSONL.zst files, for bench_corpus.py.
+"""llm.c's FineWeb method (dev/data/fineweb.py), on local JSONL.zst or Parquet files, for
+bench_corpus.py.
 
-    python bench/peer_llmc.py OUT_DIR FILE.jsonl.zst ...
+    python bench/peer_llmc.py OUT_DIR FILE.jsonl.zst|FILE.parquet ...
 
 Written from the method's description, not copied: the main process streams the documents
 (one JSON object per line) and a multiprocessing.Pool of os.cpu_count() workers tokenizes
@@ -9,7 +10,9 @@ them with pool.imap(tokenize, docs, chunksize=16), where tokenize is
 is prepended). The results come back in document order and are written as they arrive.
 
 Differences from the real script, none of which makes it slower:
-- the documents come from local JSONL.zst files, not from a Hugging Face dataset;
+- the documents come from local JSONL.zst files, not from a Hugging Face dataset, or
+  from local Parquet files (FineWeb's own form) read by pyarrow's iter_batches, not
+  through `datasets`, which first converts them to an Arrow file;
 - the output is one flat file, OUT_DIR/tokens.bin (uint16, no header), not shards of
   10^8 tokens with a 256-int32 header and the first shard as val. So it needs no
   10^8-token buffer in memory (200 MB) and does no train/val split;
@@ -46,6 +49,13 @@ def tokenize(doc: dict) -> np.ndarray:
 def documents(paths: list[str]) -> Iterator[dict]:
     """Every document of the files, in order, one at a time."""
     for path in paths:
+        if path.endswith(".parquet"):  # the text column, a batch of rows at a time
+            import pyarrow.parquet as pq
+
+            for batch in pq.ParquetFile(path).iter_batches(1024, columns=["text"]):
+                for text in batch.column(0).to_pylist():
+                    yield {"text": text}
+            continue
         with open(path, "rb") as raw:
             stream = zstandard.ZstdDecompressor().stream_reader(raw)
             for line in io.BufferedReader(stream, 1 << 16):

@@ -1,8 +1,9 @@
-"""nanoGPT's data/openwebtext/prepare.py, on local JSONL.zst files, for bench_corpus.py.
+"""nanoGPT's data/openwebtext/prepare.py, on local JSONL.zst or Parquet files, for
+bench_corpus.py.
 
-    python bench/peer_nanogpt_owt.py OUT_DIR FILE.jsonl.zst ...
+    python bench/peer_nanogpt_owt.py OUT_DIR FILE.jsonl.zst|FILE.parquet ...
 
-The script's steps, unchanged: load_dataset (here the "json" builder on the given files
+The script's steps, unchanged: load_dataset (here the "json" or "parquet" builder on the given files
 instead of the Hub's openwebtext), train_test_split(test_size=0.0005, seed=2357,
 shuffle=True), .map(process, num_proc=...) where process is encode_ordinary with the
 end-of-text token appended, then train.bin / val.bin written through np.memmap in 1024
@@ -32,7 +33,8 @@ num_proc_load_dataset = num_proc
 if __name__ == "__main__":
     out_dir, data_files = sys.argv[1], sys.argv[2:]
     os.makedirs(out_dir, exist_ok=True)
-    dataset = load_dataset("json", data_files=data_files, num_proc=num_proc_load_dataset)
+    builder = "parquet" if data_files[0].endswith(".parquet") else "json"
+    dataset = load_dataset(builder, data_files=data_files, num_proc=num_proc_load_dataset)
 
     # owt by default only contains the 'train' split, so create a test split
     split_dataset = dataset["train"].train_test_split(test_size=0.0005, seed=2357, shuffle=True)

@@ -367,3 +367,34 @@ def test_bench_bpe_on_a_gzipped_text_cuts_it_into_pieces(tmp_path: Path, tiktoke
     assert "target: BPE one text 3 MB (gzip), tiktoken" in done.stdout
     manifest = json.loads((tmp_path / "out-corpusprep-bpe" / "manifest.json").read_text())
     assert manifest["source"]["path"].endswith(".txt.gz") and manifest["shards"]["count"] > 1
+
+
+@pytest.mark.slow
+def test_bench_corpus_on_parquet_files_as_datasets_writes_them(
+    tmp_path: Path, tiktoken_cache: Path
+) -> None:
+    """--parquet: the documents in Parquet files of 1,000-row row groups, as Hugging Face
+    datasets writes a dataset; corpusprep, llm.c's method (pyarrow's batches) and
+    nanoGPT's (datasets' parquet builder) make the same documents (of about 3 KB, as
+    FineWeb's: several row groups a file)."""
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("zstandard")
+    import pyarrow.parquet as pq
+
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "bench_corpus.py"), "--mb", "8", "--repeat", "1",
+         "--parquet", "--doc-bytes", "3000", "--workdir", str(tmp_path), "--keep"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "same tokens: yes" in done.stdout
+    assert "target: documents (parquet) 8 MB, tiktoken" in done.stdout
+    files = sorted(tmp_path.glob("corpus_*.parquet"))
+    assert len(files) == 2 and not list(tmp_path.glob("corpus_*.jsonl.zst"))
+    meta = pq.ParquetFile(files[0]).metadata
+    assert meta.num_row_groups > 1 and meta.row_group(0).num_rows == 1000
+    manifest = json.loads((tmp_path / "out-corpusprep-corpus" / "manifest.json").read_text())
+    assert (
+        manifest["documents"]["total"]
+        == json.loads((tmp_path / "corpus.json").read_text())["documents"]
+    )
