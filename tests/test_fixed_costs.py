@@ -1522,3 +1522,51 @@ def test_an_interrupt_between_thread_starts_stops_the_started_ones(tmp_path: Pat
     else:
         digests = prepare_module._hashes(files, threads=2)  # one thread does it all
         assert sorted(hashed) == sorted(paths) and sorted(digests) == sorted(map(str, paths))
+
+
+# --- what a worker imports ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cap", [[], ["source.max_bytes=100000000"]])
+def test_reading_parquet_never_imports_pandas(tmp_path: Path, cap: list[str]):
+    """pandas took 0.3-0.4 s and 30-50 MB in every worker that read a Parquet file as
+    datasets writes one (each row group's texts in a dictionary page): pyarrow imports it
+    to convert a Python or numpy value (pa.scalar, pa.array), which fill_null(x, 0) did."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = tmp_path / "docs.parquet"
+    with pq.ParquetWriter(path, pa.schema([("text", pa.string())])) as writer:
+        for group in range(3):  # a row group per 1,000 rows, as Dataset.to_parquet writes
+            writer.write_table(pa.table({"text": [f"document {group} {i}" for i in range(1000)]}))
+    assert "RLE_DICTIONARY" in pq.ParquetFile(path).metadata.row_group(0).column(0).encodings
+    run = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "corpusprep", "source=file",
+         f"source.path={path}", "tokenizer=byte", "quiet=true", "shard_bytes=1",
+         f"out_dir={tmp_path / 'out'}", *cap],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in run.stderr.splitlines()
+                if line.startswith("import time:")}  # fmt: skip
+    assert "pyarrow.parquet" in imported  # (the workers' imports are in it too)
+    assert "pandas" not in imported
+
+
+def test_lengths_and_indices_from_arrows_buffers_are_pyarrows():
+    """What the dictionary reader takes from the buffers, against pyarrow's own values:
+    sliced arrays (an offset into the buffers), nulls, 64-bit offsets, unsigned indices."""
+    pa = pytest.importorskip("pyarrow")
+    from corpusprep.formats.parquet import _lengths, _values
+
+    for kind in (pa.string(), pa.large_string(), pa.binary(), pa.large_binary()):
+        raw = ["a", None, "ccc", "", "dd", "é"] * 3
+        texts = pa.array([v if v is None or "binary" not in str(kind) else v.encode()
+                          for v in raw], kind)  # fmt: skip
+        for piece in (texts, texts.slice(2, 9), texts.slice(5)):
+            expected = [0 if v is None else len(v if isinstance(v, bytes) else v.encode())
+                        for v in piece.to_pylist()]  # fmt: skip
+            assert _lengths(piece).tolist() == expected
+    for kind in (pa.int8(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16()):
+        indices = pa.array([1, None, 3, 0, None, 2, 2, 100, None], kind)
+        for piece in (indices, indices.slice(1, 6), indices.slice(7)):
+            assert _values(piece).tolist() == [v or 0 for v in piece.to_pylist()]
