@@ -82,6 +82,54 @@ def test_long_texts_the_footers_average_hides_are_read_a_few_at_a_time(tmp_path)
     assert peak < 700e6, f"{peak / 1e6:.0f} MB"  # before: 1.26 GB; pyarrow holds 7x a batch
 
 
+# reads every document of a Parquet file as a worker does; prints the most memory pyarrow
+# held at once (its pool's peak: the texts, pages and dictionaries it decoded)
+POOL_PEAK = """
+import sys
+import pyarrow as pa
+from corpusprep.formats import InputFile, Segment
+from corpusprep.formats.parquet import FORMAT
+file = InputFile(path=sys.argv[1], format="parquet", compression="none", size=0)
+texts = [part.whole for planned in FORMAT.plan(file, 1, None)
+         for part in FORMAT.parts(Segment(file, *planned))]
+print(sum(map(len, texts)), pa.default_memory_pool().max_memory())
+"""
+
+
+def test_a_row_group_written_as_datasets_writes_it_costs_its_dictionary_once(tmp_path):
+    """datasets (Dataset.to_parquet) writes each 1,000 rows as a row group whose texts are
+    all in its dictionary page, an entry per row. Read as indices into the dictionary
+    (which is for texts many rows share), in batches as big as two of its pages, pyarrow
+    held 5x the row group's text; read as texts a few MB at a time, 2.5x."""
+    path = tmp_path / "datasets.parquet"
+    with pq.ParquetWriter(path, pa.schema([("text", pa.string())])) as writer:
+        for group in range(2):
+            writer.write_table(pa.table({"text": [f"{group} {i} " + "word " * 4000
+                                                  for i in range(1000)]}))  # fmt: skip
+    meta = pq.ParquetFile(path).metadata
+    assert "RLE_DICTIONARY" in meta.row_group(0).column(0).encodings
+    text = meta.row_group(0).column(0).total_uncompressed_size  # about 20 MB
+    done = subprocess.run([sys.executable, "-c", POOL_PEAK, str(path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    chars, peak = map(int, done.stdout.split())
+    assert chars == sum(len(t) for t in pq.read_table(path).column("text").to_pylist())
+    assert peak < 3 * text, f"{peak / text:.1f}x"
+
+
+def test_pages_tell_a_dictionary_of_shared_texts_from_one_of_a_text_a_row(tmp_path):
+    from corpusprep.formats.parquet_pages import read_pages
+
+    shared, own = tmp_path / "shared.parquet", tmp_path / "own.parquet"
+    pq.write_table(pa.table({"text": ["same text"] * 5000 + ["other"] * 5000}), shared)
+    pq.write_table(pa.table({"text": [f"text {i}" for i in range(10_000)]}), own)
+    for path, expected in ((shared, True), (own, False)):
+        meta = pq.ParquetFile(path).metadata.row_group(0)
+        pages = read_pages(str(path), meta, 0)
+        assert pages is not None and pages.dictionary_only
+        assert pages.shared is expected
+
+
 def test_a_dictionary_typed_column_gives_pyarrows_texts(tmp_path):
     """Its dictionary holds every text of the row group: rows are read as indices into it
     and expanded a few at a time, as pyarrow's own reading gives them."""

@@ -14,6 +14,7 @@ from corpusprep.formats import SKIPPED, Format, InputFile, Part, Segment
 from corpusprep.formats.parquet_pages import Pages, read_pages
 
 BATCH_ROWS = 1024
+BATCH_BYTES = 1 << 22  # the most text a batch of rows holds (a text longer than this: alone)
 
 
 # pyarrow reads a row group's column whole first by default (pre_buffer): in pieces instead
@@ -90,7 +91,7 @@ class ParquetFormat(Format):
                 if rows and pages is not None and pages.text_at_least > limit * rows:
                     where = f"row {row}" if rows == 1 else f"rows {row}-{row + rows - 1}"
                     raise _too_long(file, where, limit, "one text at least is")  # not read
-                if pages is not None and pages.dictionary_only:  # every row an index
+                if pages is not None and pages.shared:  # rows sharing dictionary entries
                     if by_index is None:
                         by_index = _open(file, read_dictionary=[file.text_field],
                                          metadata=pf.metadata)  # fmt: skip
@@ -121,10 +122,15 @@ class ParquetFormat(Format):
 
 def _batches(pf: Any, file: InputFile, group: int, pages: Optional[Pages]) -> Iterator[Any]:
     """A row group's texts in arrays of at most BATCH_ROWS rows, as many as the pages'
-    headers show cannot hold more than source.max_uncut_bytes (or two of the largest
-    pages, which pyarrow holds anyway); a row at a time if the headers cannot be read."""
-    limit = file.max_uncut_bytes
-    batch = 1 if pages is None else pages.rows_within(max(limit, 2 * pages.largest), BATCH_ROWS)
+    headers show cannot hold more than BATCH_BYTES (or source.max_uncut_bytes, if less; or
+    two of the largest data pages, which pyarrow holds anyway); a row at a time if the
+    headers cannot be read. (A dictionary page is held anyway too, but its rows are
+    expanded batch by batch: a batch as big as it would hold its text twice.)"""
+    if pages is None:
+        batch = 1
+    else:
+        held = 0 if pages.dictionary_only else 2 * pages.largest
+        batch = pages.rows_within(max(min(file.max_uncut_bytes, BATCH_BYTES), held), BATCH_ROWS)
     for values in pf.iter_batches(batch, row_groups=[group], columns=[file.text_field]):
         yield values.column(0)
 
@@ -137,7 +143,7 @@ def _dictionary_batches(pf: Any, file: InputFile, group: int) -> Iterator[Any]:
     import numpy as np
     import pyarrow.compute as pc
 
-    lengths, seen, limit = None, None, file.max_uncut_bytes
+    lengths, seen, limit = None, None, min(file.max_uncut_bytes, BATCH_BYTES)
     for values in pf.iter_batches(BATCH_ROWS, row_groups=[group], columns=[file.text_field]):
         column = values.column(0)
         dictionary = column.dictionary

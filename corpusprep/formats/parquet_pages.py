@@ -37,6 +37,15 @@ class Pages:
     dictionary_only: bool  # a dictionary page, and every data page indices into it
     largest: int  # the largest page, decompressed
     text_at_least: int  # the text the pages that store each row's text surely hold
+    entries: int = 0  # the dictionary page's entries (0: none, or not known)
+
+    @property
+    def shared(self) -> bool:
+        """Whether its rows are indices into a dictionary whose entries they share: more
+        than two rows an entry (a text stored once for many rows), or entries not known.
+        Else (datasets writes each row group's texts as a dictionary of its own, each
+        entry one row's) the rows read as plain texts cost no more than the dictionary."""
+        return self.dictionary_only and not 0 < sum(self.rows) <= 2 * self.entries
 
     def rows_within(self, budget: int, most: int) -> int:
         """The most rows (up to `most`, at least 1) that any run of that many rows in the
@@ -78,11 +87,13 @@ def read_pages(path: str, group: Any, column: Optional[int]) -> Optional[Pages]:
     position = min(offsets)
     end, found = position + chunk.total_compressed_size, []
     dictionary, entry, least = 0, 0, 1 << 62  # its size, longest and shortest entries
+    entries = 0  # its entries, as its header says
     try:
         with open(path, "rb") as f:
             for _ in range(MAX_PAGES):
                 if position >= end:
-                    return _summarized(found, dictionary, entry, least if dictionary else 0)
+                    return _summarized(found, dictionary, entry, least if dictionary else 0,
+                                       entries)  # fmt: skip
                 header, length = _page_header(f, position, end)
                 plain, packed = header.get(UNCOMPRESSED_SIZE, -1), header.get(COMPRESSED_SIZE, -1)
                 if not all(isinstance(n, int) and n >= 0 for n in (plain, packed)):
@@ -94,6 +105,7 @@ def read_pages(path: str, group: Any, column: Optional[int]) -> Optional[Pages]:
                     page = f.read(packed)
                     found_lengths = _entry_lengths(page, plain, header, chunk.compression)
                     shortest, longest = found_lengths or (0, plain)
+                    entries += _entries(header) if found_lengths else 0
                     entry, least = max(entry, longest), min(least, shortest)
                 elif kind != INDEX_PAGE:
                     rows = _rows(header)
@@ -107,7 +119,7 @@ def read_pages(path: str, group: Any, column: Optional[int]) -> Optional[Pages]:
 
 
 def _summarized(found: list[tuple[Any, int, int]], dictionary: int, entry: int,
-            least: int) -> Pages:  # fmt: skip
+                least: int, entries: int = 0) -> Pages:  # fmt: skip
     """The pages found (kind, rows, size); the dictionary page's size, its longest entry's
     (its size if unknown) and its shortest entry's (0 if unknown)."""
     rows, each, together, text = [], [], [], 0
@@ -125,7 +137,8 @@ def _summarized(found: list[tuple[Any, int, int]], dictionary: int, entry: int,
         together.append(size if kind in (PLAIN, DELTA_LENGTH_BYTE_ARRAY) else n * row_most)
     kinds = {kind for kind, _, _ in found}
     largest = max([dictionary, *(size for _, _, size in found)])
-    return Pages(rows, each, together, bool(dictionary) and kinds <= {"indices"}, largest, text)
+    return Pages(rows, each, together, bool(dictionary) and kinds <= {"indices"}, largest, text,
+                 entries)  # fmt: skip
 
 
 def _entry_lengths(
@@ -135,13 +148,13 @@ def _entry_lengths(
     length and its bytes), decompressed as pyarrow would; None if it cannot be read here."""
     import pyarrow as pa
 
-    details = header.get(DICTIONARY_PAGE_HEADER)
-    count = details.get(NUM_VALUES) if isinstance(details, dict) else None
-    if not isinstance(count, int) or count < 0 or compression not in CODECS:
+    count = _entries(header)
+    if count < 0 or compression not in CODECS:
         return None
     try:
         codec = CODECS[compression]
-        data = bytes(pa.Codec(codec).decompress(page, size)) if codec else page
+        # (a memoryview: a dictionary page may be a row group's whole text, not copied)
+        data = memoryview(pa.Codec(codec).decompress(page, size) if codec else page)
         if count > len(data) // 4:  # the writer's word: each entry takes 4 bytes at least
             return None
         lengths, position = [], 0
@@ -151,6 +164,13 @@ def _entry_lengths(
         return (min(lengths), max(lengths)) if lengths and position <= len(data) else None
     except (pa.ArrowException, ValueError, OSError):
         return None
+
+
+def _entries(header: dict) -> int:
+    """A dictionary page's entries, as its header says (-1 if it does not)."""
+    details = header.get(DICTIONARY_PAGE_HEADER)
+    count = details.get(NUM_VALUES) if isinstance(details, dict) else None
+    return count if isinstance(count, int) and count >= 0 else -1
 
 
 def _rows(header: dict) -> Optional[int]:
