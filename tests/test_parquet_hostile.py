@@ -367,3 +367,23 @@ def test_a_dictionary_page_that_lies_about_its_entries_costs_no_more_than_its_by
     assert _entry_lengths(page, len(page), {7: {1: 2}}, "UNCOMPRESSED") == (1, 3)
     assert _entry_lengths(page, len(page), {7: {1: 1 << 40}}, "UNCOMPRESSED") is None
     assert time.perf_counter() - start < 1  # not 2**40 steps
+
+
+@pytest.mark.parametrize(
+    "values",
+    [list(range(3000)), [i / 7 for i in range(3000)], [i % 2 == 0 for i in range(3000)]],
+    ids=["int", "float", "bool"],
+)
+def test_a_dictionary_encoded_column_that_is_not_text_says_which_column_to_set(values, tmp_path):
+    """pyarrow writes numbers as dictionary indices too: such a column is named as not a
+    string, with the key to set, not an AttributeError of pyarrow's (`no attribute
+    'dictionary'`), as a plain (undictionaried) one is."""
+    for name, how in (("dict", {}), ("plain", {"use_dictionary": False})):
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(pa.table({"text": values}), path, row_group_size=1000, **how)
+        result = run_cli("source=file", f"source.path={path}", "tokenizer=char",
+                         "executor.workers=1", f"out_dir={tmp_path}/{name}", "quiet=true",
+                         cwd=tmp_path)  # fmt: skip
+        kind = type(values[0]).__name__
+        assert_one_line_error(result, f"{name}.parquet: row 0: 'text' is {kind}, not a string",
+                              "set source.text_field")  # fmt: skip

@@ -146,6 +146,9 @@ def _dictionary_batches(pf: Any, file: InputFile, group: int) -> Iterator[Any]:
     lengths, seen, limit = None, None, min(file.max_uncut_bytes, BATCH_BYTES)
     for values in pf.iter_batches(BATCH_ROWS, row_groups=[group], columns=[file.text_field]):
         column = values.column(0)
+        if not hasattr(column, "dictionary"):  # read_dictionary holds for text alone: a
+            yield column  # number's indices come expanded; _texts names its type
+            continue
         dictionary = column.dictionary
         held = (dictionary.buffers()[1].address, len(dictionary))  # the batches share it
         if held != seen:  # its entries' lengths: once per dictionary, not per batch
