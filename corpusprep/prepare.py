@@ -397,7 +397,10 @@ def scan(run: Run) -> None:
     rule = run.tokenizer.sample_rule(run.single)  # a tokenizer that trains: its sample
     # one plain text for BPE: its characters counted from its bytes, without decoding
     count = count_characters if _countable(run) else partial(scan_shard, rule=rule)
-    scans = _progress(run.executor.map(count, shards), shards, "scan", quiet)
+    # the scan reads the whole text too: stopped there by a file's cap, not only by the
+    # encode pass after it (each shard under the cap, it read any multiple of it)
+    scans = _within_max_bytes(run.executor.map(count, shards), run.files, [])
+    scans = _progress(scans, shards, "scan", quiet)
     try:
         if rule is not None:  # merged as they come: memory holds about one sample
             merger = Merger(rule.chars)
@@ -515,11 +518,12 @@ def encode(run: Run) -> None:
     run.parts = parts
 
 
-def _within_max_bytes(results: Iterable[EncodeResult], files: list[InputFile],
-                      done: list[EncodeResult]) -> Iterator[EncodeResult]:  # fmt: skip
-    """The shards' results, stopping the run as soon as the text read of a file whose
-    shards are capped apart (Parquet) adds up to more than source.max_bytes: each shard
-    stops at the cap by itself, but a file cut into many shards would pass any cap."""
+def _within_max_bytes(results: Iterable[Any], files: list[InputFile],
+                      done: list[EncodeResult]) -> Iterator[Any]:  # fmt: skip
+    """The shards' results (EncodeResult; ScanResult in the scan pass), stopping the run
+    as soon as the text read of a file whose shards are capped apart (Parquet) adds up to
+    more than source.max_bytes: each shard stops at the cap by itself, but a file cut into
+    many shards would pass any cap."""
     caps = {f.name: f.max_bytes for f in files if f.capped_in_shards}
     read: dict[str, int] = dict.fromkeys(caps, 0)
 

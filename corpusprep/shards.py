@@ -65,19 +65,27 @@ class ScanResult:
     docs: int  # documents that start in this shard
     skipped: int  # invalid documents left out (source.skip_invalid)
     sample: Optional[Sample] = None  # the shard's training units (a tokenizer that trains)
+    # the bytes of text it read of each Parquet file that source.max_bytes caps (the
+    # driver adds them up over the file's shards, as EncodeResult.read_bytes)
+    read_bytes: dict[str, int] = field(default_factory=dict)
 
 
 def scan_shard(shard: Shard, rule: Optional[SampleRule] = None) -> ScanResult:
     total = Census()
     sampler = Sampler(rule) if rule is not None else None
+    read_bytes: dict[str, int] = {}
     for segment in shard.segments:
         census = get_format(segment.file.format).scan(segment, sampler)
+        if segment.file.capped_in_shards:  # (0 for no rows: the driver needs each)
+            name = segment.file.name
+            read_bytes[name] = read_bytes.get(name, 0) + census.read
         total.chars += census.chars
         total.docs += census.docs
         total.skipped += census.skipped
         total.seen |= census.seen
     sample = sampler.result() if sampler is not None else None
-    return ScanResult(total.chars, "".join(sorted(total.seen)), total.docs, total.skipped, sample)
+    return ScanResult(total.chars, "".join(sorted(total.seen)), total.docs, total.skipped, sample,
+                      read_bytes)  # fmt: skip
 
 
 def count_characters(shard: Shard) -> ScanResult:

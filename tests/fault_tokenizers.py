@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from corpusprep.tokenizers.byte import ByteTokenizer
 from corpusprep.tokenizers.char import CharTokenizer
 from corpusprep.tokenizers.tiktoken import TiktokenTokenizer
 
@@ -108,6 +109,26 @@ class FailWhileFlagCharTokenizer(CharTokenizer):
 
     def __init__(self, flag: str = "", fail_after: int = 3, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.flag = flag
+        self.fail_after = fail_after
+
+    def encode_pieces(self, pieces):
+        import os
+
+        global _calls
+        for ids in super().encode_pieces(pieces):
+            _calls += 1
+            if _calls > self.fail_after and os.path.exists(self.flag):
+                raise RuntimeError("injected failure while encoding")
+            yield ids
+
+
+class FailWhileFlagByteTokenizer(ByteTokenizer):
+    """FailWhileFlagCharTokenizer's failure on the byte tokenizer, which learns nothing:
+    a run of documents that has no scan pass (split_by=document), only the encode pass."""
+
+    def __init__(self, flag: str = "", fail_after: int = 3) -> None:
+        super().__init__()
         self.flag = flag
         self.fail_after = fail_after
 

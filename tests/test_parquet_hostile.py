@@ -192,7 +192,8 @@ def test_max_bytes_caps_a_parquet_files_whole_text_however_it_is_sharded(
 def test_a_resume_adds_up_the_text_its_finished_shards_read(tmp_path):
     """A re-run takes the finished shards' counts from their markers: a cap that the
     whole file passes only because most of it was read by an earlier run still fails.
-    A marker written without the cap has no counts: its shard is read again."""
+    A marker written without the cap has no counts: its shard is read again. (The byte
+    tokenizer: char's scan pass, which reads every shard again, stops such a run first.)"""
     import os
 
     path = tmp_path / "groups.parquet"
@@ -201,7 +202,7 @@ def test_a_resume_adds_up_the_text_its_finished_shards_read(tmp_path):
     env = {"PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]),
            "CORPUSPREP_PLUGIN_PACKAGES": "fault_tokenizers"}  # fmt: skip
     args = ("source=file", f"source.path={path}", "shard_bytes=1", "executor.workers=1",
-            "tokenizer._target_=fault_tokenizers.FailWhileFlagCharTokenizer",
+            "tokenizer._target_=fault_tokenizers.FailWhileFlagByteTokenizer",
             f"+tokenizer.flag={flag}", "+tokenizer.fail_after=800", "out_dir=out")  # fmt: skip
 
     def crash(*cap: str) -> None:
@@ -222,6 +223,33 @@ def test_a_resume_adds_up_the_text_its_finished_shards_read(tmp_path):
     crash(f"source.max_bytes={total}")  # at the cap exactly, resumed: it passes
     result = run_cli(*args, f"source.max_bytes={total}", cwd=tmp_path, env=env)
     assert result.returncode == 0 and "resuming" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize("needs", ["split_by=hash", "split_by=position"])
+def test_the_scan_pass_stops_once_a_parquet_files_shards_add_up_past_max_bytes(
+    tmp_path, needs, workers
+):
+    """A run that counts first (split_by=hash or position, a tokenizer that trains) reads
+    the file in its scan pass: that pass adds the shards' text up too, and stops the run
+    there. It read the whole file (any multiple of the cap, a shard at a time under it)
+    and only the encode pass stopped; here the encode pass fails at its first piece, so
+    only the scan can give the cap's line."""
+    import os
+
+    path = tmp_path / "groups.parquet"
+    total = _row_groups(path, groups=10)
+    flag = tmp_path / "fail"
+    flag.touch()
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]),
+           "CORPUSPREP_PLUGIN_PACKAGES": "fault_tokenizers"}  # fmt: skip
+    result = run_cli("source=file", f"source.path={path}", "shard_bytes=1", needs,
+                     f"executor.workers={workers}", "executor.retries=0",
+                     "tokenizer._target_=fault_tokenizers.FailWhileFlagCharTokenizer",
+                     f"+tokenizer.flag={flag}", "+tokenizer.fail_after=0", "quiet=true",
+                     f"source.max_bytes={total // 3}", "out_dir=out", cwd=tmp_path,
+                     env=env)  # fmt: skip
+    assert_one_line_error(result, "groups.parquet", f"source.max_bytes={total // 3}")
 
 
 def _with_invalid_utf8(path, row: int, rows: int = 3000) -> None:

@@ -139,6 +139,7 @@ class Census:
     docs: int = 0
     skipped: int = 0  # invalid documents left out (skip_invalid)
     seen: set = field(default_factory=set)
+    read: int = 0  # Parquet, source.max_bytes: the text its segment read (Part.read)
     _known: bytes = b"\r"  # ASCII bytes already seen; "\r" never reaches a text file's text
 
     def add_text(self, text: str) -> None:
@@ -213,6 +214,8 @@ class Format(ABC):
         """Count, collect the characters, check; a `sampler` takes its training units."""
         census = Census()
         for part in self.parts(segment):
+            if part.read is not None:  # the count so far: the last one is the segment's
+                census.read = part.read
             census.docs += part.starts
             census.skipped += part.skipped
             pieces = part.pieces
