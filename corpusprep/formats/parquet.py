@@ -242,8 +242,17 @@ def _text(value: Optional[bytes], file: InputFile, row: int) -> Any:
 
 def _leaf(pf: Any, field: str) -> Optional[int]:
     """The text's column among the file's leaf columns, which a row group's footer counts
-    (a struct column before it, like dolma's metadata, is several)."""
-    paths = [pf.schema.column(i).path for i in range(len(pf.schema))]
+    (a struct column before it, like dolma's metadata, is several); None without row
+    groups (nothing to size or read). From a row group's column chunks, not pf.schema:
+    that ties the whole footer to itself in a reference cycle (pyarrow's FileMetaData
+    keeps its ParquetSchema, which keeps it), freed only by Python's rare full
+    collections, so a worker held a footer (megabytes, for thousands of row groups) per
+    shard it read."""
+    meta = pf.metadata
+    if not meta.num_row_groups:
+        return None
+    group = meta.row_group(0)
+    paths = [group.column(i).path_in_schema for i in range(group.num_columns)]
     return paths.index(field) if field in paths else None
 
 
