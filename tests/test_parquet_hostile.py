@@ -296,6 +296,21 @@ def test_a_damaged_footer_is_one_line(tmp_path):
     assert_one_line_error(result, "f.parquet", "not a readable Parquet file")
 
 
+def test_a_damaged_page_is_one_line_that_says_to_fetch_the_file_again(tmp_path):
+    """Bytes changed inside a compressed page (a bad disk, a download cut and patched):
+    the row where reading stopped, what pyarrow said, and what to do."""
+    path = tmp_path / "f.parquet"
+    texts = [f"document {i} " + "words " * (i % 300) for i in range(20_000)]
+    pq.write_table(pa.table({"text": texts}), path, compression="zstd", use_dictionary=False)
+    data = bytearray(path.read_bytes())
+    for i in range(len(data) // 3, len(data) // 3 + 2000, 97):
+        data[i] ^= 0x5A
+    path.write_bytes(bytes(data))
+    result = run_cli("source=file", f"source.path={path}", f"out_dir={tmp_path}/out",
+                     "quiet=true", "tokenizer=byte", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(result, "f.parquet: cannot read row", "damaged", "again")
+
+
 @pytest.mark.parametrize("name", ["docs.jsonl", "docs.txt", "docs"])
 def test_a_parquet_file_under_another_name_is_read_as_parquet(name, tmp_path):
     """source.format=auto knows Parquet by its bytes (PAR1 at both ends), not only by name."""

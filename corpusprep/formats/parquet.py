@@ -115,7 +115,11 @@ class ParquetFormat(Format):
         except UserError:
             raise
         except Exception as e:
-            raise UserError(f"{file.name}: cannot read row {row} ({_one_line(e)})") from None
+            unsupported = type(e).__name__ == "ArrowNotImplementedError"  # (a newer writer's)
+            fix = ("this pyarrow cannot read it: upgrade pyarrow, or write the file again"
+                   if unsupported else
+                   "the file is damaged or cut short: download or copy it again")  # fmt: skip
+            raise UserError(f"{file.name}: cannot read row {row} ({_one_line(e)}); {fix}") from None
         finally:
             _close(by_index)
 
