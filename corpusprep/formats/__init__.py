@@ -7,7 +7,7 @@
     jsonl    one JSON object per line, the text at source.text_field (nested: "a.b")
     parquet  one row per document, the text in column source.text_field (needs pyarrow)
 
-Each format cuts a file into segments (byte ranges, or row groups) and reads a segment as
+Each format cuts a file into segments (byte ranges, or rows) and reads a segment as
 Parts: the text of one document, or of the piece of a long document inside the segment.
 """
 
@@ -50,7 +50,7 @@ class InputFile:
 
     @property
     def capped_in_shards(self) -> bool:
-        """Whether source.max_bytes caps text its shards read apart (Parquet's row groups;
+        """Whether source.max_bytes caps text its shards read apart (Parquet's rows;
         a compressed file's pieces each count from the start of its text): each shard
         stops at the cap, and the driver adds up what they read (Part.read)."""
         return self.max_bytes is not None and self.format == "parquet"
@@ -92,7 +92,7 @@ MAX_PIECES = 16  # a compressed file is cut into at most this many pieces (see c
 @dataclass(frozen=True)
 class Segment:
     """Units [start, end) of one file: bytes (of a compressed file: of its text, the last
-    piece ending at STREAM_END), or parquet row groups."""
+    piece ending at STREAM_END), or Parquet rows."""
 
     file: InputFile
     start: int

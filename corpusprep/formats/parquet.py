@@ -4,13 +4,15 @@ stays bounded; the shards of a file are runs of its row groups."""
 
 from __future__ import annotations
 
+import os
 import re
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any, Optional
 
 from corpusprep.errors import UserError
-from corpusprep.formats import SKIPPED, Format, InputFile, Part, Segment
+from corpusprep.formats import MAX_PIECES, SKIPPED, Format, InputFile, Part, Segment
 from corpusprep.formats.parquet_pages import Pages, read_pages
 
 BATCH_ROWS = 1024
@@ -51,18 +53,35 @@ class ParquetFormat(Format):
 
     def plan(self, file: InputFile, shard_bytes: int, boundary: Optional[re.Pattern],
              pieces: bool = False) -> list:  # fmt: skip
+        """Rows [start, end) of the file: runs of whole row groups packed by the text they
+        hold (the text column's uncompressed size, as the footer says), and, with `pieces`
+        (a tokenizer slower than reading), a row group holding more than shard_bytes cut
+        into up to MAX_PIECES pieces by rows: datasets writes 1,000 rows a row group, 20 MB
+        of long documents, which would otherwise leave workers idle. A piece's reader
+        skips the rows before it (pyarrow decodes a row group's pages in order)."""
         pf = _open(file)
         meta = pf.metadata
         column = _leaf(pf, file.text_field)
         _close(pf)
-        shards, start, size = [], 0, 0
+        shards, start, size, row = [], 0, 0, 0
         for i in range(meta.num_row_groups):
-            # packed by the text it holds: the text column's uncompressed size
-            text = _text_bytes(meta.row_group(i), column)
-            size += text
-            if size >= shard_bytes or i == meta.num_row_groups - 1:
-                shards.append((start, i + 1, size))
-                start, size = i + 1, 0
+            group = meta.row_group(i)
+            rows, text = group.num_rows, _text_bytes(group, column)
+            count = min(MAX_PIECES, rows, -(-text // max(shard_bytes, 1))) if pieces else 1
+            if count > 1:  # alone, in pieces of as many rows each
+                if row > start:
+                    shards.append((start, row, size))
+                cuts = [row + rows * k // count for k in range(count + 1)]
+                shards += [(a, b, text * (b - a) // rows) for a, b in zip(cuts, cuts[1:])]
+                start, size = row + rows, 0
+            else:
+                size += text
+                if size >= shard_bytes:
+                    shards.append((start, row + rows, size))
+                    start, size = row + rows, 0
+            row += rows
+        if row > start:
+            shards.append((start, row, size))
         return shards or [(0, 0, file.size)]
 
     def parts(self, segment: Segment) -> Iterator[Part]:
@@ -79,17 +98,22 @@ class ParquetFormat(Format):
                 f"{file.name}: no column {file.text_field!r} (found {pf.schema_arrow.names}); "
                 "set source.text_field to the column that holds the text"
             )
-        row = sum(pf.metadata.row_group(i).num_rows for i in range(segment.start))
+        starts = _group_starts(file, pf)  # the file's row at which each row group starts
+        row = segment.start  # (for messages: the row being read)
         limit, decoded = file.max_uncut_bytes, 0
         column = _leaf(pf, file.text_field)
         by_index = None  # the file read as indices into its dictionaries, if needed
         try:
-            for group in range(segment.start, segment.end):
+            first = max(bisect_right(starts, segment.start) - 1, 0)
+            for group in range(first, len(starts) - 1):
+                if starts[group] >= segment.end:
+                    break
                 meta = pf.metadata.row_group(group)
                 pages = read_pages(file.path, meta, column)
                 rows = meta.num_rows
                 if rows and pages is not None and pages.text_at_least > limit * rows:
-                    where = f"row {row}" if rows == 1 else f"rows {row}-{row + rows - 1}"
+                    at = starts[group]
+                    where = f"row {at}" if rows == 1 else f"rows {at}-{at + rows - 1}"
                     raise _too_long(file, where, limit, "one text at least is")  # not read
                 if pages is not None and pages.shared:  # rows sharing dictionary entries
                     if by_index is None:
@@ -98,7 +122,10 @@ class ParquetFormat(Format):
                     batches = _dictionary_batches(by_index, file, group)
                 else:
                     batches = _batches(pf, file, group, pages)
-                for values in batches:
+                low = max(segment.start - starts[group], 0)  # this segment's rows of the group
+                high = min(segment.end - starts[group], rows)
+                row = starts[group] + low
+                for values in _rows_between(batches, low, high):
                     texts, decoded = _texts(values, file, row, decoded)
                     # the count so far goes with the batch's first row (source.max_bytes)
                     read = decoded if file.max_bytes is not None else None
@@ -122,6 +149,37 @@ class ParquetFormat(Format):
             raise UserError(f"{file.name}: cannot read row {row} ({_one_line(e)}); {fix}") from None
         finally:
             _close(by_index)
+
+
+def _group_starts(file: InputFile, pf: Any) -> list[int]:
+    """The row at which each row group starts, and the file's rows last: from the footer
+    once per file a process reads (each of its shards would otherwise walk every row group
+    before its own: thousands of row groups took a minute)."""
+    stat = os.stat(file.path)  # (a file written again since, in a library's process)
+    key = (file.path, stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    if key not in _STARTS:
+        meta, starts = pf.metadata, [0]
+        for i in range(meta.num_row_groups):
+            starts.append(starts[-1] + meta.row_group(i).num_rows)
+        _STARTS.clear()  # one file at a time: a worker reads a file's shards in a row
+        _STARTS[key] = starts
+    return _STARTS[key]
+
+
+_STARTS: dict[tuple[str, int, int, int], list[int]] = {}
+
+
+def _rows_between(arrays: Iterator[Any], low: int, high: int) -> Iterator[Any]:
+    """Rows [low, high) of a row group given as consecutive arrays (slices: no copies); the
+    arrays after them are not read."""
+    at = 0
+    for array in arrays:
+        if at >= high:
+            return
+        begin, end = max(low - at, 0), min(high - at, len(array))
+        if begin < end:
+            yield array if (begin, end) == (0, len(array)) else array.slice(begin, end - begin)
+        at += len(array)
 
 
 def _batches(pf: Any, file: InputFile, group: int, pages: Optional[Pages]) -> Iterator[Any]:

@@ -1,0 +1,132 @@
+"""A Parquet row group holding more than a shard (datasets writes 1,000 rows a row group:
+20 MB of long documents) is cut into pieces by rows, so that every worker has work: the
+same files for any shard size and worker count, each row read once, row numbers in
+messages the file's own."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from helpers import assert_one_line_error, run_cli
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+from corpusprep.formats import MAX_PIECES, InputFile, Segment  # noqa: E402
+from corpusprep.formats.parquet import FORMAT  # noqa: E402
+
+OUTPUTS = ("train.bin", "val.bin", "doc_index/train.docs.bin", "doc_index/val.docs.bin")
+
+
+def _as_datasets_writes(path: Path, texts: list, rows: int = 1000, **how) -> None:
+    """A row group per `rows` rows, each written alone (pyarrow's ParquetWriter, as
+    Dataset.to_parquet does)."""
+    raw = any(isinstance(t, bytes) for t in texts)  # bytes: written as strings, unchecked
+    with pq.ParquetWriter(path, pa.schema([("text", pa.string())]), **how) as writer:
+        for start in range(0, len(texts), rows):
+            chunk = texts[start : start + rows]
+            values = pa.array(chunk, pa.binary()).view(pa.string()) if raw else pa.array(chunk)
+            writer.write_table(pa.table({"text": values}))
+
+
+def _texts(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [f"document {i}: " + "some words here " * rng.randint(0, 400) for i in range(n)]
+
+
+def _read(file: InputFile, planned: list) -> list:
+    return [part.whole for p in planned for part in FORMAT.parts(Segment(file, *p))]
+
+
+def test_a_big_row_group_is_cut_into_pieces_by_rows_that_read_each_row_once(tmp_path):
+    path = tmp_path / "d.parquet"
+    texts = _texts(2500)
+    _as_datasets_writes(path, texts)
+    file = InputFile(path=str(path), format="parquet", size=path.stat().st_size)
+    whole = FORMAT.plan(file, 1 << 40, None, pieces=True)
+    assert [(a, b) for a, b, _ in whole] == [(0, 2500)]
+    cut = FORMAT.plan(file, 200_000, None, pieces=True)
+    assert len(cut) > 3 and cut[0][0] == 0 and cut[-1][1] == 2500
+    assert all(a < b for a, b, _ in cut) and all(x[1] == y[0] for x, y in zip(cut, cut[1:]))
+    assert max(sum(1 for a, _, _ in cut if a < 1000 * (g + 1) and a >= 1000 * g)
+               for g in range(3)) <= MAX_PIECES  # fmt: skip
+    assert _read(file, cut) == texts == _read(file, whole)
+    # a tokenizer as fast as reading (char, byte) keeps row groups whole
+    assert [(a, b) for a, b, _ in FORMAT.plan(file, 200_000, None)] == [
+        (0, 1000), (1000, 2000), (2000, 2500)]  # fmt: skip
+
+
+def test_any_rows_in_any_order_read_as_pyarrow_reads_them(tmp_path):
+    """Random bounds over row groups of every size (none, one row, small, dictionary or
+    plain pages), read in any order from one process: each range gives exactly its rows."""
+    path = tmp_path / "d.parquet"
+    texts = _texts(3000, seed=1)
+    schema = pa.schema([("text", pa.string())])
+    rng = random.Random(2)
+    with pq.ParquetWriter(path, schema, use_dictionary=False) as writer:
+        at = 0
+        while at < len(texts):
+            rows = rng.choice([0, 1, 7, 300, 900])
+            writer.write_table(pa.table({"text": texts[at : at + rows]}, schema=schema))
+            at += rows
+    file = InputFile(path=str(path), format="parquet", size=path.stat().st_size)
+    for _ in range(40):
+        bounds = sorted({0, len(texts), *rng.sample(range(1, len(texts)), rng.randint(1, 12))})
+        ranges = list(zip(bounds, bounds[1:]))
+        rng.shuffle(ranges)
+        for a, b in ranges:
+            assert _read(file, [(a, b, 1)]) == texts[a:b], (a, b)
+
+
+@pytest.mark.parametrize("tokenizer", ["tiktoken", "char"])
+def test_the_files_are_the_same_for_any_shard_size_and_workers(tmp_path, tokenizer):
+    path = tmp_path / "d.parquet"
+    _as_datasets_writes(path, _texts(2200, seed=3))
+    made = {}
+    for shard_bytes in ("1", "150000", "100000000"):
+        for workers in ("1", "2"):
+            out = tmp_path / f"out-{shard_bytes}-{workers}"
+            result = run_cli("source=file", f"source.path={path}", f"tokenizer={tokenizer}",
+                             f"shard_bytes={shard_bytes}", f"executor.workers={workers}",
+                             f"out_dir={out}", "quiet=true", cwd=tmp_path)  # fmt: skip
+            assert result.returncode == 0, result.stderr
+            made[(shard_bytes, workers)] = [(out / name).read_bytes() for name in OUTPUTS]
+    first = next(iter(made.values()))
+    assert all(files == first for files in made.values())
+
+
+def test_errors_name_the_files_own_row_from_a_piece(tmp_path):
+    """A piece in the middle of a row group counts rows from the file's start."""
+    path = tmp_path / "bad.parquet"
+    texts = [t.encode() for t in _texts(2000, seed=4)]
+    texts[1733] = b"bad \xff text"
+    _as_datasets_writes(path, texts)
+    result = run_cli("source=file", f"source.path={path}", "tokenizer=tiktoken",
+                     "shard_bytes=100000", f"out_dir={tmp_path / 'out'}", "quiet=true",
+                     cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(result, "bad.parquet: row 1733", "source.skip_invalid=true")
+    skipped = run_cli("source=file", f"source.path={path}", "tokenizer=tiktoken",
+                      "shard_bytes=100000", "source.skip_invalid=true", "quiet=true",
+                      f"out_dir={tmp_path / 'skipped'}", cwd=tmp_path)  # fmt: skip
+    assert skipped.returncode == 0, skipped.stderr
+    manifest = json.loads((tmp_path / "skipped" / "manifest.json").read_text())
+    assert manifest["documents"]["skipped_invalid"] == 1
+    assert manifest["documents"]["total"] == 1999
+
+
+def test_max_bytes_adds_up_the_pieces_of_a_row_group(tmp_path):
+    path = tmp_path / "d.parquet"
+    texts = _texts(1000, seed=5)
+    _as_datasets_writes(path, texts)
+    total = sum(len(t.encode()) for t in texts)
+    common = ("source=file", f"source.path={path}", "tokenizer=tiktoken", "quiet=true",
+              "shard_bytes=50000")  # fmt: skip
+    over = run_cli(*common, f"source.max_bytes={total - 1}", f"out_dir={tmp_path / 'a'}",
+                   cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(over, "d.parquet", f"source.max_bytes={total - 1}")
+    at = run_cli(*common, f"source.max_bytes={total}", f"out_dir={tmp_path / 'b'}",
+                 cwd=tmp_path)  # fmt: skip
+    assert at.returncode == 0, at.stderr
