@@ -1,7 +1,8 @@
-"""A Parquet row group holding more than a shard (datasets writes 1,000 rows a row group:
-20 MB of long documents) is cut into pieces by rows, so that every worker has work: the
-same files for any shard size and worker count, each row read once, row numbers in
-messages the file's own."""
+"""A Parquet row group holding more than a shard (pyarrow's write_table puts up to a
+million rows in one) is cut into pieces by rows, so that every worker has work: the same
+files for any shard size and worker count, each row read once, row numbers in messages
+the file's own. A row group whose text is all in its dictionary page (as datasets writes
+1,000 rows) stays whole: each piece would decode that page again."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def _read(file: InputFile, planned: list) -> list:
 def test_a_big_row_group_is_cut_into_pieces_by_rows_that_read_each_row_once(tmp_path):
     path = tmp_path / "d.parquet"
     texts = _texts(2500)
-    _as_datasets_writes(path, texts)
+    _as_datasets_writes(path, texts, use_dictionary=False)
     file = InputFile(path=str(path), format="parquet", size=path.stat().st_size)
     whole = FORMAT.plan(file, 1 << 40, None, pieces=True)
     assert [(a, b) for a, b, _ in whole] == [(0, 2500)]
@@ -55,8 +56,13 @@ def test_a_big_row_group_is_cut_into_pieces_by_rows_that_read_each_row_once(tmp_
                for g in range(3)) <= MAX_PIECES  # fmt: skip
     assert _read(file, cut) == texts == _read(file, whole)
     # a tokenizer as fast as reading (char, byte) keeps row groups whole
-    assert [(a, b) for a, b, _ in FORMAT.plan(file, 200_000, None)] == [
-        (0, 1000), (1000, 2000), (2000, 2500)]  # fmt: skip
+    groups = [(0, 1000), (1000, 2000), (2000, 2500)]
+    assert [(a, b) for a, b, _ in FORMAT.plan(file, 200_000, None)] == groups
+    # so does a row group whose texts are its dictionary's entries, as datasets writes it
+    _as_datasets_writes(path, texts)
+    file = InputFile(path=str(path), format="parquet", size=path.stat().st_size)
+    assert [(a, b) for a, b, _ in FORMAT.plan(file, 200_000, None, pieces=True)] == groups
+    assert _read(file, FORMAT.plan(file, 200_000, None, pieces=True)) == texts
 
 
 def test_any_rows_in_any_order_read_as_pyarrow_reads_them(tmp_path):
@@ -83,8 +89,9 @@ def test_any_rows_in_any_order_read_as_pyarrow_reads_them(tmp_path):
 
 @pytest.mark.parametrize("tokenizer", ["tiktoken", "char"])
 def test_the_files_are_the_same_for_any_shard_size_and_workers(tmp_path, tokenizer):
-    path = tmp_path / "d.parquet"
-    _as_datasets_writes(path, _texts(2200, seed=3))
+    path = tmp_path / "d.parquet"  # row groups of 1,500 and 700 rows, cut into pieces
+    pq.write_table(pa.table({"text": _texts(2200, seed=3)}), path, row_group_size=1500,
+                   use_dictionary=False)  # fmt: skip
     made = {}
     for shard_bytes in ("1", "150000", "100000000"):
         for workers in ("1", "2"):
@@ -94,6 +101,8 @@ def test_the_files_are_the_same_for_any_shard_size_and_workers(tmp_path, tokeniz
                              f"out_dir={out}", "quiet=true", cwd=tmp_path)  # fmt: skip
             assert result.returncode == 0, result.stderr
             made[(shard_bytes, workers)] = [(out / name).read_bytes() for name in OUTPUTS]
+            shards = json.loads((out / "manifest.json").read_text())["shards"]["count"]
+            assert shards > 2 if shard_bytes == "150000" and tokenizer == "tiktoken" else True
     first = next(iter(made.values()))
     assert all(files == first for files in made.values())
 
@@ -103,7 +112,7 @@ def test_errors_name_the_files_own_row_from_a_piece(tmp_path):
     path = tmp_path / "bad.parquet"
     texts = [t.encode() for t in _texts(2000, seed=4)]
     texts[1733] = b"bad \xff text"
-    _as_datasets_writes(path, texts)
+    _as_datasets_writes(path, texts, use_dictionary=False)
     result = run_cli("source=file", f"source.path={path}", "tokenizer=tiktoken",
                      "shard_bytes=100000", f"out_dir={tmp_path / 'out'}", "quiet=true",
                      cwd=tmp_path)  # fmt: skip
@@ -120,7 +129,7 @@ def test_errors_name_the_files_own_row_from_a_piece(tmp_path):
 def test_max_bytes_adds_up_the_pieces_of_a_row_group(tmp_path):
     path = tmp_path / "d.parquet"
     texts = _texts(1000, seed=5)
-    _as_datasets_writes(path, texts)
+    _as_datasets_writes(path, texts, use_dictionary=False)
     total = sum(len(t.encode()) for t in texts)
     common = ("source=file", f"source.path={path}", "tokenizer=tiktoken", "quiet=true",
               "shard_bytes=50000")  # fmt: skip
