@@ -92,7 +92,8 @@ from corpusprep.formats.parquet import FORMAT
 file = InputFile(path=sys.argv[1], format="parquet", compression="none", size=0)
 texts = [part.whole for planned in FORMAT.plan(file, 1, None)
          for part in FORMAT.parts(Segment(file, *planned))]
-print(sum(map(len, texts)), pa.default_memory_pool().max_memory())
+print(sum(map(len, texts)), max(pa.default_memory_pool().max_memory(),
+                                pa.system_memory_pool().max_memory()))
 """
 
 
@@ -115,6 +116,28 @@ def test_a_row_group_written_as_datasets_writes_it_costs_its_dictionary_once(tmp
     chars, peak = map(int, done.stdout.split())
     assert chars == sum(len(t) for t in pq.read_table(path).column("text").to_pylist())
     assert peak < 3 * text, f"{peak / text:.1f}x"
+
+
+def test_reading_leaves_the_callers_pyarrow_pool_as_it_was(tmp_path):
+    """Segments are read with the C allocator's pool (what a row group frees goes back to
+    the system); a program that reads through corpusprep keeps its own pool after."""
+    from corpusprep.formats import InputFile, Segment
+    from corpusprep.formats.parquet import FORMAT
+
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"text": [f"text {i}" for i in range(3000)]}), path,
+                   row_group_size=1000)  # fmt: skip
+    file = InputFile(path=str(path), format="parquet", size=path.stat().st_size)
+    before = pa.default_memory_pool().backend_name
+    seen = set()
+    for planned in FORMAT.plan(file, 1, None):
+        for _ in FORMAT.parts(Segment(file, *planned)):
+            seen.add(pa.default_memory_pool().backend_name)
+    assert seen == {"system"} and pa.default_memory_pool().backend_name == before
+    parts = FORMAT.parts(Segment(file, *FORMAT.plan(file, 1, None)[0]))
+    next(parts)
+    parts.close()  # a reader stopped halfway (an error in the shard) gives it back too
+    assert pa.default_memory_pool().backend_name == before
 
 
 def test_pages_tell_a_dictionary_of_shared_texts_from_one_of_a_text_a_row(tmp_path):

@@ -8,6 +8,7 @@ import os
 import re
 from bisect import bisect_right
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Optional
 
@@ -36,6 +37,22 @@ def _open(file: InputFile, **options: Any) -> Any:
         return pq.ParquetFile(file.path, **READ_IN_PIECES, **options)
     except Exception as e:  # pyarrow.ArrowInvalid and friends
         raise UserError(f"{file.name}: not a readable Parquet file ({_one_line(e)})") from None
+
+
+@contextmanager
+def _system_pool() -> Iterator[None]:
+    """pyarrow's allocations made with the C allocator's pool while a segment is read (and
+    the caller's pool back after): pyarrow's default (mimalloc) keeps what a row group
+    freed for the next, and a worker reading row groups of 20 MB of text held 170 MB
+    against 120 MB, for reading about 15% faster: a few percent of a BPE run."""
+    import pyarrow as pa
+
+    before = pa.default_memory_pool()
+    pa.set_memory_pool(pa.system_memory_pool())
+    try:
+        yield
+    finally:
+        pa.set_memory_pool(before)
 
 
 def _close(pf: Any) -> None:
@@ -87,11 +104,12 @@ class ParquetFormat(Format):
         return shards or [(0, 0, file.size)]
 
     def parts(self, segment: Segment) -> Iterator[Part]:
-        pf = _open(segment.file)
-        try:
-            yield from self._parts(segment, pf)
-        finally:
-            _close(pf)
+        with _system_pool():
+            pf = _open(segment.file)
+            try:
+                yield from self._parts(segment, pf)
+            finally:
+                _close(pf)
 
     def _parts(self, segment: Segment, pf: Any) -> Iterator[Part]:
         file = segment.file
