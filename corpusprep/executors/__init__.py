@@ -210,7 +210,8 @@ class Executor(ABC):
                 outcome, alone = self._alone(guarded, tasks[index], what, error)
                 if isinstance(outcome, BaseException):
                     tries = attempts[index] + alone
-                    raise TaskFailed(f"{what} failed {tries} times; last: {outcome!r}") from outcome
+                    times = "once" if tries == 1 else f"{tries} times"
+                    raise TaskFailed(f"{what} failed {times}; last: {outcome!r}") from outcome
                 done[index] = outcome  # the failures were a neighbour's
                 del remaining[index]
             while following in done:
