@@ -506,6 +506,28 @@ def test_slurm_rerun_cancels_only_the_arrays_of_a_dead_driver_in_its_out_dir(
     assert not (tmp_path / "scancel.log").exists() and capsys.readouterr().err == ""
 
 
+def test_slurm_rerun_says_so_when_squeue_cannot_tell_what_still_runs(tmp_path, monkeypatch, capsys):
+    """A dead driver's record is there but squeue fails (the controller down, a timeout):
+    nothing can be cancelled, and the re-run says so in one line with what to do, instead
+    of going on silently beside an array that may still be writing."""
+    dead, _ = _driver(tmp_path / "out", monkeypatch)
+    dead.record.parent.mkdir(parents=True)
+    dead._take_over()
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "squeue").write_text("#!/bin/sh\necho 'slurm_load_jobs error: Socket timed out' >&2\n"
+                                  "exit 1\n")  # fmt: skip
+    (tools / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    capsys.readouterr()
+    rerun, mark = _driver(tmp_path / "out", monkeypatch)
+    rerun._take_over()
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("corpusprep: warning: "), err
+    assert "squeue" in err[0] and "Socket timed out" in err[0] and "scancel" in err[0], err
+    assert rerun.secret in rerun.record.read_text()
+
+
 def test_slurm_record_planted_in_the_work_folder_is_never_trusted(tmp_path, monkeypatch, capsys):
     """The work folder may come from a stranger: a record that is not one corpusprep wrote
     (not JSON, another shape, too big, a FIFO that would block its reader, a folder) gets

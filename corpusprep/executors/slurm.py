@@ -76,15 +76,22 @@ def _recorded(record: Path) -> Optional[str]:
 
 def _cancel_commented(comment: str) -> Optional[str]:
     """Cancel the jobs of this user that Slurm holds with `comment` among their comment's
-    words; the line that says so, if there were any."""
+    words; the line that says so, if there were any (or that squeue could not tell)."""
     uid = str(os.getuid())
     try:
         r = subprocess.run(["squeue", "--noheader", f"--user={uid}", "--format=%F|%U|%k"],
                            capture_output=True, text=True, timeout=60)  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return None
+        said = r.stderr.strip().splitlines()[0] if r.stderr.strip() else f"exit {r.returncode}"
+        failed = said if r.returncode else ""
+    except (OSError, subprocess.SubprocessError) as e:
+        failed = str(e)
+    if failed:  # nothing can be cancelled: the array may still be writing beside this run
+        find = f"squeue --me --format='%i %k' | grep {comment}"
+        return (f"corpusprep: warning: squeue failed ({failed[:200]}), so the Slurm jobs an "
+                "earlier run in this out_dir may have left running were not cancelled; find "
+                f"them with: {find}, and scancel them")  # fmt: skip
     ids = set()
-    for line in r.stdout.splitlines() if r.returncode == 0 else []:
+    for line in r.stdout.splitlines():
         job, user, said = (line.split("|", 2) + ["", ""])[:3]
         if job.isdigit() and user == uid and comment in said.split():
             ids.add(job)
