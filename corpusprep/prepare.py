@@ -234,9 +234,8 @@ def _without_outputs(files: list[InputFile], out_dir: str) -> list[InputFile]:
             f"{min(left)}: a file corpusprep wrote in out_dir={out_dir} (its manifest lists "
             "it), not a corpus; read other files, or write to another out_dir"
         )
-    shown = ", ".join(os.path.relpath(p, folder) for p in sorted(left)[:3]) + ", ..." * (
-        len(left) > 3
-    )
+    shown = ", ".join(os.path.relpath(p, folder) for p in sorted(left)[:3])
+    shown += ", ..." if len(left) > 3 else ""
     print(f"corpusprep: note: left out {len(left)} file{'s' * (len(left) > 1)} in out_dir="
           f"{out_dir} that its last run wrote ({shown}): never read as input",
           file=sys.stderr)  # fmt: skip
