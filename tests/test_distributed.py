@@ -798,3 +798,22 @@ def test_slurm_settings_it_refuses_are_one_line(corpus):
             last = r.stderr.strip().splitlines()[-1]
             assert last.startswith("corpusprep: error: ") and key in last, r.stderr
             assert not (corpus / "refused").exists()
+
+
+def test_the_error_that_ends_a_run_is_the_earliest_shards_whatever_the_workers(tmp_path):
+    """Two bad lines, in two shards: the run names the one in the earlier shard, as one
+    worker does, not whichever shard failed first (with 2 workers the later shard, whose
+    bad line comes first, failed first and was the one named)."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    line = json.dumps({"text": "a document of some words " * 40}) + "\n"
+    (corpus / "a.jsonl").write_text(line * 3000 + "{not json\n")
+    (corpus / "b.jsonl").write_text("{not json either\n" + line * 1500)  # shards of its own
+    said = set()
+    for workers in ("1", "2", "2", "2"):
+        r = run_cli("source=files", "source.glob=corpus/*.jsonl", "tokenizer=tiktoken",
+                    "quiet=true", f"executor.workers={workers}", f"out_dir=out{workers}",
+                    cwd=tmp_path)  # fmt: skip
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        said.add(r.stderr.strip().splitlines()[-1])
+    assert len(said) == 1 and "a.jsonl:3001" in said.pop()

@@ -163,6 +163,11 @@ def _settled(outcome: Any) -> Any:
     return outcome
 
 
+def _settled_before(index: int, remaining: dict, done: dict, failed: dict, refused: dict) -> bool:
+    """Whether every task before `index` has ended (handed over, done, failed or refused)."""
+    return all(i >= index or i in done or i in failed or i in refused for i in remaining)
+
+
 class Executor(ABC):
     """Use as a context manager: workers (or a cluster connection) live across map() calls."""
 
@@ -183,6 +188,7 @@ class Executor(ABC):
         attempts = dict.fromkeys(remaining, 0)
         done: dict[int, R] = {}
         following = 0
+        refused: dict[int, UserError] = {}  # the input's fault, by task: the earliest is said
         while remaining:
             order = sorted(remaining)
             failed: dict[int, BaseException] = {}
@@ -191,6 +197,10 @@ class Executor(ABC):
                 index = order[k]
                 if isinstance(outcome, NotRun):
                     not_run.append(index)
+                elif isinstance(outcome, UserError):
+                    refused[index] = outcome
+                elif isinstance(outcome, _UserFailure):
+                    refused[index] = UserError(outcome.message)
                 elif isinstance(outcome := _settled(outcome), BaseException):
                     failed[index] = outcome
                 else:
@@ -199,6 +209,12 @@ class Executor(ABC):
                 while following in done:  # hand results over in order, as soon as possible
                     yield done.pop(following)
                     following += 1
+                # the error the earliest task raises, once every task before it has ended,
+                # not the first to arrive: which is first depends on the workers
+                if refused and _settled_before(min(refused), remaining, done, failed, refused):
+                    raise refused[min(refused)]
+            if refused:
+                raise refused[min(refused)]
             if not_run and not failed and len(not_run) == len(order):  # none could start:
                 failed = dict.fromkeys(not_run, RuntimeError("the workers did not start"))
             for index, error in failed.items():
