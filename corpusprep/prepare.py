@@ -70,6 +70,7 @@ from corpusprep.split import permutation, split_point, val_document_count, val_d
 from corpusprep.tokenizers import NOWHERE, Tokenizer
 from corpusprep.tokenizers.tiktoken import ONE_BYTE_CUTS
 from corpusprep.writer import (
+    WORK,
     GrowingDigest,
     OutputWriter,
     changed_files,
@@ -203,6 +204,7 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
     if previous is not None:  # a finished run is there: redo it only if something changed
         digest = input_sha256(run.files, run.hashes)
         if previous.get("fingerprint") == fingerprint(run, digest, _max_id(run, previous)):
+            run.executor.leaving(Path(run.settings.out_dir) / WORK)  # (a dead run's jobs)
             run.out.remove_stale_work()  # of a run killed after its commit, or superseded
             return {**previous, "skipped": True}
     if previous is not None:  # its input or settings differ: said when it is replaced

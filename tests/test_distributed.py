@@ -528,6 +528,26 @@ def test_slurm_rerun_says_so_when_squeue_cannot_tell_what_still_runs(tmp_path, m
     assert rerun.secret in rerun.record.read_text()
 
 
+def test_an_up_to_date_rerun_still_cancels_a_dead_drivers_array(tmp_path, monkeypatch, corpus):
+    """A Slurm run killed in an out_dir whose finished files match the command: the re-run
+    is up to date and removes the work folder, record included; it cancels the array that
+    record names first (it was left running, writing into a folder about to go)."""
+    out = tmp_path / "out"
+    r = run_cli(*ARGS, f"out_dir={out}", cwd=corpus, env=ENV)
+    assert r.returncode == 0, r.stderr
+    dead, mark = _driver(out, monkeypatch)
+    dead.record.parent.mkdir()
+    dead._take_over()  # its record, as a driver killed after submitting leaves it
+    _fake_squeue(tmp_path, monkeypatch, [f"21|{os.getuid()}|{mark}"])
+    r = run_cli(*ARGS, f"out_dir={out}", "executor=slurm", "quiet=false", cwd=corpus,
+                env={**ENV, "PATH": os.environ["PATH"]})  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "up to date" in r.stdout + r.stderr
+    assert (tmp_path / "scancel.log").read_text().split() == [f"--user={os.getuid()}", "21"]
+    assert "cancelled Slurm job 21" in r.stderr
+    assert not (out / ".corpusprep-work").exists()
+
+
 def test_slurm_record_planted_in_the_work_folder_is_never_trusted(tmp_path, monkeypatch, capsys):
     """The work folder may come from a stranger: a record that is not one corpusprep wrote
     (not JSON, another shape, too big, a FIFO that would block its reader, a folder) gets

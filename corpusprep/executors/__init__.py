@@ -262,6 +262,11 @@ class Executor(ABC):
     def attach(self, work: Any) -> None:  # noqa: B027 - optional hook
         """Given the run's work folder (in out_dir) before tasks start: engines keep logs there."""
 
+    def leaving(self, work_root: Any) -> None:  # noqa: B027 - optional hook
+        """Called before a run that has nothing to do (out_dir up to date) removes
+        out_dir's work folders (`work_root`): an engine stops what a dead driver left
+        running there."""
+
     def on_retry(self, what: str, error: BaseException) -> None:  # noqa: B027 - optional
         """Called before a failed task (`what`: its label, "shard 3") is tried again
         (executors may log or reconnect)."""

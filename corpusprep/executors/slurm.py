@@ -215,6 +215,16 @@ class SlurmExecutor(Executor):
             ) from None
         return executor
 
+    def leaving(self, work_root: Path) -> None:
+        """An up-to-date re-run removes the work folder, and the record in it: the arrays
+        it names (a dead driver's, of a run since superseded) are cancelled first."""
+        record = Path(work_root) / RECORD
+        old = _recorded(record)
+        if old is not None:
+            said = _cancel_commented(_comment(old, record))
+            if said:
+                print(said, file=sys.stderr)
+
     def _take_over(self) -> None:
         """Before this driver submits: cancel the arrays an earlier driver in this out_dir
         left running (killed, or its login node lost: a live one would hold out_dir's lock),
