@@ -483,3 +483,36 @@ def test_the_shards_of_a_file_of_many_row_groups_do_not_pile_up_its_footer(tmp_p
     assert done.returncode == 0, done.stderr
     peak = int(done.stdout)
     assert peak < 250e6, f"{peak / 1e6:.0f} MB"
+
+
+def _with_row_count(path, group: int, rows: int) -> None:
+    """Three row groups of 1,000 rows, the footer saying `rows` for row group `group` (a
+    num_rows written as a two-byte varint in place of 1,000's)."""
+    texts = [f"document {i} " + "x" * (i % 50) for i in range(3000)]
+    pq.write_table(pa.table({"text": texts}), path, row_group_size=1000,
+                   use_dictionary=False, write_statistics=False)  # fmt: skip
+    data = bytearray(path.read_bytes())
+    footer = len(data) - 8 - int.from_bytes(data[-8:-4], "little")
+    # each row group: its column chunk's num_values, then its own num_rows (i64, field 3)
+    found = [i for i in range(footer, len(data) - 2) if data[i : i + 3] == b"\x16\xd0\x0f"]
+    assert len(found) == 6
+    zigzag = (rows << 1) ^ (rows >> 63)
+    data[found[2 * group + 1] + 1 : found[2 * group + 1] + 3] = bytes([0x80 | zigzag & 0x7F,
+                                                                     zigzag >> 7])  # fmt: skip
+    path.write_bytes(bytes(data))
+    assert pq.ParquetFile(path).metadata.row_group(group).num_rows == rows
+
+
+@pytest.mark.parametrize("tokenizer", ["byte", "tiktoken"])
+def test_a_footer_that_gives_a_row_group_negative_rows_is_one_line(tokenizer, tmp_path):
+    """pyarrow refuses such a file ('Negative size'); its rows counted from the footer put
+    that row group's rows before the file's start, and the run left them out, 1,000 of
+    3,000 documents gone without a word."""
+    path = tmp_path / "lie.parquet"
+    _with_row_count(path, 0, -5)
+    with pytest.raises(OSError):
+        pq.read_table(path)
+    result = run_cli("source=file", f"source.path={path}", f"tokenizer={tokenizer}",
+                     "shard_bytes=3000", f"out_dir={tmp_path}/out", "quiet=true",
+                     cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(result, "lie.parquet", "row group 0", "damaged", "again")

@@ -85,7 +85,7 @@ class ParquetFormat(Format):
         shards, start, size, row = [], 0, 0, 0
         for i in range(meta.num_row_groups):
             group = meta.row_group(i)
-            rows, text = group.num_rows, _text_bytes(group, column)
+            rows, text = _num_rows(file, group, i), _text_bytes(group, column)
             cuttable = pieces and not _in_dictionary(group, column)
             count = min(MAX_PIECES, rows, -(-text // max(shard_bytes, 1))) if cuttable else 1
             if count > 1:  # alone, in pieces of as many rows each
@@ -196,13 +196,25 @@ def _group_starts(file: InputFile, pf: Any) -> list[int]:
     if key not in _STARTS:
         meta, starts = pf.metadata, [0]
         for i in range(meta.num_row_groups):
-            starts.append(starts[-1] + meta.row_group(i).num_rows)
+            starts.append(starts[-1] + _num_rows(file, meta.row_group(i), i))
         _STARTS.clear()  # one file at a time: a worker reads a file's shards in a row
         _STARTS[key] = starts
     return _STARTS[key]
 
 
 _STARTS: dict[tuple[str, int, int, int], list[int]] = {}
+
+
+def _num_rows(file: InputFile, group: Any, i: int) -> int:
+    """A row group's rows, as the footer says: never negative (pyarrow refuses such a
+    file; counted, it put the row group's rows before the file's start, and a run left
+    them out without a word)."""
+    if group.num_rows < 0:
+        raise UserError(
+            f"{file.name}: row group {i}: its footer says {group.num_rows} rows; the file is "
+            "damaged: download or copy it again"
+        )
+    return group.num_rows
 
 
 def _rows_between(arrays: Iterator[Any], low: int, high: int) -> Iterator[Any]:
