@@ -1183,9 +1183,16 @@ def _space_needed(run: Run, tokens: Optional[int] = None) -> int:
 
 
 def plan_digest(shards: list[Shard]) -> str:
-    """A digest of the shard plan: which units of which files each shard covers."""
+    """A digest of the shard plan: which units of which files each shard covers. A
+    Parquet segment's units are named (rows): the same version planned row groups before,
+    and the same numbers as those must never name a work folder a resume takes markers
+    from (two rows and an empty row group: (0, 1), (1, 2) either way)."""
     text = "\n".join(
-        f"{shard.index}:" + ";".join(f"{s.file.name}@{s.start}-{s.end}" for s in shard.segments)
+        f"{shard.index}:"
+        + ";".join(
+            f"{s.file.name}@{s.start}-{s.end}{' rows' * (s.file.format == 'parquet')}"
+            for s in shard.segments
+        )
         for shard in shards
     )
     return hashlib.sha256(text.encode()).hexdigest()
