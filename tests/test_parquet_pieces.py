@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 from pathlib import Path
 
@@ -162,3 +163,26 @@ def test_a_plan_of_rows_never_digests_as_the_row_groups_plan_before_it(tmp_path)
     shards = [Shard(i, (Segment(file, a, b, n),)) for i, (a, b, n) in enumerate(planned)]
     as_row_groups = "\n".join(f"{i}:{file.name}@{a}-{b}" for i, (a, b, _) in enumerate(planned))
     assert plan_digest(shards) != hashlib.sha256(as_row_groups.encode()).hexdigest()
+
+
+def test_a_file_written_again_in_place_is_not_read_by_its_old_row_groups(tmp_path):
+    """A library's process reads a file, which is then written again in place at the same
+    size with its mtime put back (cp -p, rsync -a --inplace, touch -r): the row groups'
+    first rows, kept per file, must be its new footer's (the ctime changed), or a segment
+    reads other rows than it names."""
+    path = tmp_path / "d.parquet"
+    texts = [f"text {i}" for i in range(4)]  # the same lengths: the same size either way
+
+    def write(row_group_size: int) -> None:
+        pq.write_table(pa.table({"text": texts}), path, row_group_size=row_group_size,
+                       use_dictionary=False, write_statistics=False,
+                       compression="none")  # fmt: skip
+
+    write(2)
+    stat = path.stat()
+    file = InputFile(path=str(path), format="parquet", size=stat.st_size)
+    assert _read(file, [(2, 4, 1)]) == texts[2:]
+    write(3)  # row groups of 3 and 1 rows: the same bytes but for their row counts
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_ino) == (stat.st_size, stat.st_ino)
+    assert _read(file, [(2, 4, 1)]) == texts[2:]  # row group 0 holds row 2 now

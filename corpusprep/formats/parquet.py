@@ -191,8 +191,11 @@ def _group_starts(file: InputFile, pf: Any) -> list[int]:
     """The row at which each row group starts, and the file's rows last: from the footer
     once per file a process reads (each of its shards would otherwise walk every row group
     before its own: thousands of row groups took a minute)."""
-    stat = os.stat(file.path)  # (a file written again since, in a library's process)
-    key = (file.path, stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    from corpusprep.writer import file_identity
+
+    # a file written again since, in a library's process: its ctime too, which nothing
+    # puts back (a rewrite in place at the same size, mtime restored: cp -p, touch -r)
+    key = (file.path, *file_identity(os.stat(file.path)))
     if key not in _STARTS:
         meta, starts = pf.metadata, [0]
         for i in range(meta.num_row_groups):
@@ -202,7 +205,7 @@ def _group_starts(file: InputFile, pf: Any) -> list[int]:
     return _STARTS[key]
 
 
-_STARTS: dict[tuple[str, int, int, int], list[int]] = {}
+_STARTS: dict[tuple, list[int]] = {}
 
 
 def _num_rows(file: InputFile, group: Any, i: int) -> int:
