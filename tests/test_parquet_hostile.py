@@ -516,3 +516,24 @@ def test_a_footer_that_gives_a_row_group_negative_rows_is_one_line(tokenizer, tm
                      "shard_bytes=3000", f"out_dir={tmp_path}/out", "quiet=true",
                      cwd=tmp_path)  # fmt: skip
     assert_one_line_error(result, "lie.parquet", "row group 0", "damaged", "again")
+
+
+def test_readers_open_at_once_leave_the_callers_pyarrow_pool_as_it_was(tmp_path):
+    """Two segments read side by side in one process (a library zipping two files' texts),
+    closed in the order they were opened: each reader gave back the pool it found, the
+    second one the system pool the first had set, which then stayed the process's."""
+    from corpusprep.formats import InputFile, Segment
+    from corpusprep.formats.parquet import FORMAT
+
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"text": [f"text {i}" for i in range(3000)]}), path,
+                   row_group_size=1000)  # fmt: skip
+    file = InputFile(path=str(path), format="parquet", size=path.stat().st_size)
+    before = pa.default_memory_pool().backend_name
+    first, second = (FORMAT.parts(Segment(file, *p)) for p in FORMAT.plan(file, 1, None)[:2])
+    next(first), next(second)
+    assert pa.default_memory_pool().backend_name == "system"
+    list(first)
+    assert pa.default_memory_pool().backend_name == "system"  # the second still reads
+    list(second)
+    assert pa.default_memory_pool().backend_name == before

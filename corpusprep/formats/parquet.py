@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from bisect import bisect_right
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,12 +49,26 @@ def _system_pool() -> Iterator[None]:
     against 120 MB. mimalloc reads about 15% faster: a few percent of a BPE run."""
     import pyarrow as pa
 
-    before = pa.default_memory_pool()
-    pa.set_memory_pool(pa.system_memory_pool())
+    # readers open at once (a library's, side by side; threads) share one setting: the
+    # first sets it, the last gives the caller's back. Each giving back the pool it found
+    # left the system pool set for good once they closed in the order they opened.
+    with _POOL_LOCK:
+        if not _POOL_HELD[0]:
+            _POOL_HELD[1] = pa.default_memory_pool()
+            pa.set_memory_pool(pa.system_memory_pool())
+        _POOL_HELD[0] += 1
     try:
         yield
     finally:
-        pa.set_memory_pool(before)
+        with _POOL_LOCK:
+            _POOL_HELD[0] -= 1
+            if not _POOL_HELD[0]:
+                pa.set_memory_pool(_POOL_HELD[1])
+                _POOL_HELD[1] = None
+
+
+_POOL_LOCK = threading.Lock()
+_POOL_HELD: list = [0, None]  # readers within _system_pool, and the caller's pool
 
 
 def _close(pf: Any) -> None:
