@@ -186,3 +186,18 @@ def test_a_file_written_again_in_place_is_not_read_by_its_old_row_groups(tmp_pat
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     assert (path.stat().st_size, path.stat().st_ino) == (stat.st_size, stat.st_ino)
     assert _read(file, [(2, 4, 1)]) == texts[2:]  # row group 0 holds row 2 now
+
+
+def test_a_null_text_in_a_piece_names_its_row_and_a_fix(tmp_path):
+    """A null (datasets' None) in the middle of a row group cut into pieces: the file's
+    own row, and what to do (it named the row only); source.skip_invalid does not skip it
+    (it leaves out text that is not UTF-8: a null is no text at all)."""
+    path = tmp_path / "n.parquet"
+    texts = _texts(2000, seed=6)
+    texts[1733] = None
+    _as_datasets_writes(path, texts, use_dictionary=False)
+    for skip in ("false", "true"):
+        result = run_cli("source=file", f"source.path={path}", "tokenizer=tiktoken",
+                         "shard_bytes=100000", f"source.skip_invalid={skip}", "quiet=true",
+                         f"out_dir={tmp_path / skip}", cwd=tmp_path)  # fmt: skip
+        assert_one_line_error(result, "n.parquet: row 1733", "null", "drop")

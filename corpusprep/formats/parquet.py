@@ -349,8 +349,10 @@ def _texts(column: Any, file: InputFile, row: int, decoded: int) -> tuple[list, 
     if column.null_count:
         i = texts.index(None)
         raise UserError(
-            f"{file.name}: row {row + i}: {file.text_field!r} is empty (null), not a string"
-        )
+            f"{file.name}: row {row + i}: {file.text_field!r} is empty (null), not a string; "
+            "drop or fill such rows (a null is no document: source.skip_invalid leaves out "
+            "text that is not UTF-8), or set source.text_field to the column that holds the text"
+        )  # (it named the row alone: an error says what to do)
     return texts, decoded
 
 
