@@ -211,13 +211,14 @@ def _group_starts(file: InputFile, pf: Any) -> list[int]:
     # a file written again since, in a library's process: its ctime too, which nothing
     # puts back (a rewrite in place at the same size, mtime restored: cp -p, touch -r)
     key = (file.path, *file_identity(os.stat(file.path)))
-    if key not in _STARTS:
+    starts = _STARTS.get(key)
+    if starts is None:
         meta, starts = pf.metadata, [0]
         for i in range(meta.num_row_groups):
             starts.append(starts[-1] + _num_rows(file, meta.row_group(i), i))
         _STARTS.clear()  # one file at a time: a worker reads a file's shards in a row
         _STARTS[key] = starts
-    return _STARTS[key]
+    return starts  # (this one: another thread may have cleared the cache since)
 
 
 _STARTS: dict[tuple, list[int]] = {}
