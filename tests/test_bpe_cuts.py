@@ -546,3 +546,20 @@ def test_a_stretch_without_a_cut_is_searched_once_not_with_every_piece():
     segments = list(encode_at_cuts(lambda s: s, pieces, True, 1 << 20, counted))
     assert segments == [text[: text.index("b cd") + 1], text[text.index("b cd") + 1 :]]
     assert sum(looked) < 1.2 * len(text), (sum(looked), len(text))
+
+
+def test_riptoken_hands_tiktoken_only_the_block_that_may_hold_a_long_pre_token(
+    tiktoken_cache, monkeypatch
+):
+    """A line of words with a run of 600 dots in it (riptoken merges such a pre-token
+    otherwise than tiktoken): the text went to tiktoken whole, having no newline to cut
+    at; it is cut into blocks at the word rule too, and only the block with the run goes."""
+    pytest.importorskip("riptoken")
+    fast = TiktokenTokenizer("gpt2", backend="riptoken")
+    words = " ".join(["quick brown fox jumps"] * 20_000)  # 440 KB, no newline
+    text = words + " " + "." * 600 + " " + words
+    handed = []
+    slow = fast._tiktoken
+    monkeypatch.setattr(fast, "_tiktoken", lambda t: handed.append(len(t)) or slow(t))
+    assert fast.encode(text).tolist() == fast._enc().encode_ordinary(text)
+    assert handed and sum(handed) < 200_000, handed  # before: the whole 880 KB

@@ -409,8 +409,11 @@ class TiktokenTokenizer(Tokenizer):
         # tiktoken ("." * 500): blocks that may hold one go to tiktoken, the rest to riptoken
         if not self.cut_at:
             return self._tiktoken(text)
+        # cut where the tokenizer's own rule allows: the word rule too (a line of words has
+        # no newline to cut at, and went to tiktoken whole)
+        rule = (last_word_cut, WORD_CUT_TEXT) if self.cut_at == WORD_CUT_AT else ()
         parts = [self._tiktoken(block) if may_hold_long_piece(block) else _rip(fast, block)
-                 for block in blocks_at_cuts(text, FALLBACK_BLOCK)]  # fmt: skip
+                 for block in blocks_at_cuts(text, FALLBACK_BLOCK, *rule)]  # fmt: skip
         return np.concatenate(parts) if len(parts) != 1 else parts[0]
 
     def _tiktoken(self, text: str) -> np.ndarray:
@@ -604,6 +607,7 @@ def last_word_cut(text: str) -> int:
 
 WORD_WINDOW = 1 << 12  # words are never far apart in text that has them
 _WORD_CUT_TEXT = re.compile(_WORD_RULE.decode("ascii"))  # the word rule over decoded text
+WORD_CUT_TEXT = re.compile(WORD_CUT_AT.decode("ascii"))  # all of WORD_CUT_AT, over text
 
 
 def blocks_at_cuts(text: str, size: int, last: Callable[[str], int] = last_cut,
