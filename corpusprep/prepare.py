@@ -191,8 +191,9 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
 
 def read_inputs(run: Run) -> Optional[dict[str, Any]]:
     """The input files (a download first); the previous manifest if out_dir is up to date."""
+    made = _read_manifest(Path(run.settings.out_dir))  # an earlier run's (read once)
     run.files = _without_outputs(run.source.files(progress=not run.settings.quiet),
-                                 run.settings.out_dir)  # fmt: skip
+                                 run.settings.out_dir, made)  # fmt: skip
     run.clock.lap("source")
     # what every input is before anything reads it: a change from here on fails the run
     run.before = {f.path: os.stat(f.path) for f in run.files}
@@ -200,7 +201,7 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
         # hashes those bytes for the manifest): grown or cut since, it changed
         if f.member is None and run.before[f.path].st_size != f.size:
             raise UserError(f"{f.path}: the file changed while it was being read; run again")
-    previous = None if run.settings.force else finished_manifest(run.settings.out_dir, run)
+    previous = None if run.settings.force else finished_manifest(run.settings.out_dir, run, made)
     if previous is not None:  # a finished run is there: redo it only if something changed
         digest = input_sha256(run.files, run.hashes)
         if previous.get("fingerprint") == fingerprint(run, digest, _max_id(run, previous)):
@@ -209,17 +210,17 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
             return {**previous, "skipped": True}
     if previous is not None:  # its input or settings differ: said when it is replaced
         run.replacing = replacing(run, previous, input_checked=True)
-    elif run.settings.force and (made := _read_manifest(Path(run.settings.out_dir))):
+    elif run.settings.force and made:
         run.replacing = replacing(run, made, input_checked=False)  # force: no hashing
     return None
 
 
-def _without_outputs(files: list[InputFile], out_dir: str) -> list[InputFile]:
-    """The input files less the ones out_dir's last run wrote (its manifest and the files
-    it lists): a glob over the folder that holds out_dir read them as input, and a re-run
-    failed on manifest.json or was never up to date. Only files inside out_dir count (a
-    manifest is a stranger's as much as the folder)."""
-    manifest = _read_manifest(Path(out_dir))
+def _without_outputs(files: list[InputFile], out_dir: str,
+                     manifest: Optional[dict[str, Any]]) -> list[InputFile]:  # fmt: skip
+    """The input files less the ones out_dir's last run wrote (its `manifest` and the
+    files it lists): a glob over the folder that holds out_dir read them as input, and a
+    re-run failed on manifest.json or was never up to date. Only files inside out_dir
+    count (a manifest is a stranger's as much as the folder)."""
     if manifest is None:
         return files
     folder = os.path.realpath(out_dir)
@@ -1060,11 +1061,12 @@ def _read_manifest(folder: Path) -> Optional[dict[str, Any]]:
     )
 
 
-def finished_manifest(out_dir: str, run: Run) -> Optional[dict[str, Any]]:
-    """The manifest of a finished run in out_dir, if its outputs are all there and whole;
-    then with the input's sha256 in run.hashes, taken side by side with the outputs'."""
+def finished_manifest(out_dir: str, run: Run,
+                      manifest: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:  # fmt: skip
+    """`manifest` (read from out_dir: _read_manifest) if its run finished, its outputs all
+    there and whole; then with the input's sha256 in run.hashes, taken side by side with
+    the outputs'."""
     folder = Path(out_dir)
-    manifest = _read_manifest(folder)
     if manifest is None or not manifest["files"]:
         return None
     # a skipped run must be right: every file's size, then its bytes (1-2 GB/s a core); a
