@@ -111,6 +111,16 @@ def _cancel_commented(comment: str) -> Optional[str]:
             "out_dir (its driver was killed or lost)")  # fmt: skip
 
 
+def _cancel_recorded(record: Path, own: str) -> None:
+    """Cancel the arrays of the driver that `record` names, unless it is this one (`own`
+    secret), and say so, even with quiet=true: jobs on the cluster were stopped."""
+    old = _recorded(record)
+    if old is not None and old != own:
+        said = _cancel_commented(_comment(old, record))
+        if said:
+            print(said, file=sys.stderr)
+
+
 def _has_result(job: Any) -> bool:
     """Whether a task's result file is there, asked of the file system alone. job.done() also
     runs sacct every few seconds, and where accounting is off sacct said "Slurm accounting
@@ -218,12 +228,7 @@ class SlurmExecutor(Executor):
     def leaving(self, work_root: Path) -> None:
         """An up-to-date re-run removes the work folder, and the record in it: the arrays
         it names (a dead driver's, of a run since superseded) are cancelled first."""
-        record = Path(work_root) / RECORD
-        old = _recorded(record)
-        if old is not None:
-            said = _cancel_commented(_comment(old, record))
-            if said:
-                print(said, file=sys.stderr)
+        _cancel_recorded(Path(work_root) / RECORD, self.secret)
 
     def _take_over(self) -> None:
         """Before this driver submits: cancel the arrays an earlier driver in this out_dir
@@ -231,11 +236,7 @@ class SlurmExecutor(Executor):
         which carry the comment its record makes; then record this driver's own secret."""
         from corpusprep.writer import remove_planted, write_atomic
 
-        old = _recorded(self.record)
-        if old is not None and old != self.secret:
-            said = _cancel_commented(_comment(old, self.record))
-            if said:  # even with quiet=true: jobs on the cluster were stopped
-                print(said, file=sys.stderr)
+        _cancel_recorded(self.record, self.secret)
         if self.record.is_symlink() or (self.record.exists() and not self.record.is_file()):
             remove_planted(self.record, "its record of the Slurm arrays running")
         write_atomic(self.record, json.dumps({"secret": self.secret}).encode(),
