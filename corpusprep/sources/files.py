@@ -49,8 +49,9 @@ class FilesSource(Source):
             else:
                 listed = [(m, None) for m in globlib.glob(pattern) if os.path.isfile(m)]
             matches = [(m, r) for m, r in listed if not any(fnmatch(m, x) for x in self.exclude)]
-            if not matches and not listed and any(map(os.path.isdir, globlib.glob(pattern))):
-                folder = next(filter(os.path.isdir, sorted(globlib.glob(pattern))))
+            folders = [] if listed else sorted(filter(os.path.isdir, globlib.glob(pattern)))
+            if folders:
+                folder = folders[0]
                 wanted = pattern.rstrip("/")  # 'corpus/**' is folders: 'corpus/**/*' files
                 wanted += "/*" if wanted.endswith("**") else "/**/*"
                 raise UserError(

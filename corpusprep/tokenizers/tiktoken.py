@@ -599,14 +599,14 @@ def last_word_cut(text: str) -> int:
     while high > 0 and not word:
         low = max(high - size, 0)
         # a letter before `high` is matched with the two characters after it in view
-        for m in _WORD_CUT_TEXT.finditer(text, low, min(high + 2, len(text))):
+        for m in _WORD_RULE_TEXT.finditer(text, low, min(high + 2, len(text))):
             word = m.end()
         high, size = low, size * 2
     return max(word, last_cut(text, word))
 
 
 WORD_WINDOW = 1 << 12  # words are never far apart in text that has them
-_WORD_CUT_TEXT = re.compile(_WORD_RULE.decode("ascii"))  # the word rule over decoded text
+_WORD_RULE_TEXT = re.compile(_WORD_RULE.decode("ascii"))  # the word rule over decoded text
 WORD_CUT_TEXT = re.compile(WORD_CUT_AT.decode("ascii"))  # all of WORD_CUT_AT, over text
 
 
