@@ -121,20 +121,20 @@ class ParquetFormat(Format):
 
     def parts(self, segment: Segment) -> Iterator[Part]:
         with _system_pool():
-            pf = _reader(segment.file)
+            pf, starts = _reader(segment.file)
             try:
-                yield from self._parts(segment, pf)
+                yield from self._parts(segment, pf, starts)
             finally:
                 _close(pf)
 
-    def _parts(self, segment: Segment, pf: Any) -> Iterator[Part]:
+    def _parts(self, segment: Segment, pf: Any, starts: list[int]) -> Iterator[Part]:
+        """The segment's rows; `starts`: the file's row at which each row group starts."""
         file = segment.file
         if file.text_field not in pf.schema_arrow.names:
             raise UserError(
                 f"{file.name}: no column {file.text_field!r} (found {pf.schema_arrow.names}); "
                 "set source.text_field to the column that holds the text"
             )
-        starts = _group_starts(file, pf)  # the file's row at which each row group starts
         row = segment.start  # (for messages: the row being read)
         limit, decoded = file.max_uncut_bytes, 0
         column = _leaf(pf, file.text_field)
@@ -202,44 +202,34 @@ def _in_dictionary(group: Any, column: Optional[int]) -> bool:
     return 2 * dictionary >= chunk.total_compressed_size
 
 
-def _reader(file: InputFile) -> Any:
-    """The file opened to read its rows, its footer parsed once per file and process
-    (pq.ParquetFile's parse was most of a shard's time where a file has thousands of row
-    groups: 2.7 ms a shard for 5,000 of them)."""
-    from corpusprep.writer import file_identity
-
-    key = (file.path, *file_identity(os.stat(file.path)))
-    if _FOOTER.get("key") == key:
-        return _open(file, metadata=_FOOTER["metadata"])
-    pf = _open(file)
-    _FOOTER.clear()  # one file's: a worker reads a file's shards in a row
-    _FOOTER.update(key=key, metadata=pf.metadata)
-    return pf
-
-
-_FOOTER: dict[str, Any] = {}
-
-
-def _group_starts(file: InputFile, pf: Any) -> list[int]:
-    """The row at which each row group starts, and the file's rows last: from the footer
-    once per file a process reads (each of its shards would otherwise walk every row group
-    before its own: thousands of row groups took a minute)."""
+def _reader(file: InputFile) -> tuple[Any, list[int]]:
+    """The file opened to read its rows, and the row at which each row group starts (the
+    file's rows last): its footer parsed and walked once per file and process (the parse
+    was most of a shard's time where a file has thousands of row groups, 2.7 ms a shard
+    for 5,000 of them, and each shard walked every row group before its own)."""
     from corpusprep.writer import file_identity
 
     # a file written again since, in a library's process: its ctime too, which nothing
     # puts back (a rewrite in place at the same size, mtime restored: cp -p, touch -r)
     key = (file.path, *file_identity(os.stat(file.path)))
-    starts = _STARTS.get(key)
-    if starts is None:
-        meta, starts = pf.metadata, [0]
+    kept = _KEPT.get(key)
+    if kept is not None:
+        metadata, starts = kept
+        return _open(file, metadata=metadata), starts
+    pf = _open(file)
+    meta, starts = pf.metadata, [0]
+    try:
         for i in range(meta.num_row_groups):
             starts.append(starts[-1] + _num_rows(file, meta.row_group(i), i))
-        _STARTS.clear()  # one file at a time: a worker reads a file's shards in a row
-        _STARTS[key] = starts
-    return starts  # (this one: another thread may have cleared the cache since)
+    except UserError:  # a footer that lies: the file closed, not left to the collector
+        _close(pf)
+        raise
+    _KEPT.clear()  # one file's: a worker reads a file's shards in a row
+    _KEPT[key] = (meta, starts)
+    return pf, starts  # (these: another thread may have cleared _KEPT since)
 
 
-_STARTS: dict[tuple, list[int]] = {}
+_KEPT: dict[tuple, tuple[Any, list[int]]] = {}
 
 
 def _num_rows(file: InputFile, group: Any, i: int) -> int:
