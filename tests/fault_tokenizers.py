@@ -102,7 +102,7 @@ class FailOnceCharTokenizer(CrashOnceCharTokenizer):
         yield from CharTokenizer.encode_pieces(self, pieces)
 
 
-class FailWhileFlagCharTokenizer(CharTokenizer):
+class _FailWhileFlag:
     """Raises after n encoded pieces in a process while the file `flag` exists (every
     retry too): a run that dies halfway, which the same config resumes once the flag is
     gone."""
@@ -123,24 +123,16 @@ class FailWhileFlagCharTokenizer(CharTokenizer):
             yield ids
 
 
-class FailWhileFlagByteTokenizer(ByteTokenizer):
-    """FailWhileFlagCharTokenizer's failure on the byte tokenizer, which learns nothing:
-    a run of documents that has no scan pass (split_by=document), only the encode pass."""
+class FailWhileFlagCharTokenizer(_FailWhileFlag, CharTokenizer):
+    """_FailWhileFlag's failure on the char tokenizer."""
 
-    def __init__(self, flag: str = "", fail_after: int = 3) -> None:
-        super().__init__()
-        self.flag = flag
-        self.fail_after = fail_after
 
-    def encode_pieces(self, pieces):
-        import os
+class FailWhileFlagByteTokenizer(_FailWhileFlag, ByteTokenizer):
+    """_FailWhileFlag's failure on the byte tokenizer, which learns nothing: a run of
+    documents that has no scan pass (split_by=document), only the encode pass."""
 
-        global _calls
-        for ids in super().encode_pieces(pieces):
-            _calls += 1
-            if _calls > self.fail_after and os.path.exists(self.flag):
-                raise RuntimeError("injected failure while encoding")
-            yield ids
+    def __init__(self, flag: str = "", fail_after: int = 3, **unused) -> None:
+        super().__init__(flag, fail_after)  # (named on char's config: its keys go unused)
 
 
 class CrashLaterTiktokenTokenizer(TiktokenTokenizer):
