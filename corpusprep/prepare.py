@@ -41,13 +41,12 @@ from omegaconf import DictConfig, OmegaConf
 
 import corpusprep
 from corpusprep._paths import real_paths
-from corpusprep.compression import STREAMS
 from corpusprep.config import Settings, build, read_settings
 from corpusprep.errors import UserError
 from corpusprep.executors import Executor
 from corpusprep.executors.local import LocalExecutor, available_cores
 from corpusprep.exporters import Exporter, Streams
-from corpusprep.formats import STREAM_END, InputFile, Segment, get_format
+from corpusprep.formats import STREAM_END, InputFile, Segment, get_format, let_go_of_readers
 from corpusprep.merge import Merged, PartFile, merge
 from corpusprep.progress import Bar, Clock, shown
 from corpusprep.sample import Merger, Sample
@@ -413,7 +412,7 @@ def scan(run: Run) -> None:
         else:
             run.scans = list(scans)
     finally:
-        STREAMS.close()  # what this process kept open reading shards itself (one worker)
+        let_go_of_readers()  # what this process kept open reading shards itself (one worker)
     run.clock.lap("scan")
     _take_counts(run, run.scans)
 
@@ -490,7 +489,7 @@ def encode(run: Run) -> None:
             # no core could share) and recorded then
             (work / INPUTS).unlink(missing_ok=True)  # an earlier run's: of other bytes
             hashing = Meanwhile(partial(_hash_and_record, run, whole))
-        runs = _runs(todo, getattr(run.executor, "workers", None))
+        runs = _runs(todo, run.executor.parallelism() if todo else None)
         fresh = (result for results in run.executor.map(encode_run, runs) for result in results)
         if work is None:  # shards write in place (no resume): the input's sha256 while the
             # workers encode, not before they start, and the outputs' as they are written
@@ -509,7 +508,7 @@ def encode(run: Run) -> None:
                     hashing.result()
             raise
         finally:
-            STREAMS.close()
+            let_go_of_readers()
         if hashing is not None:
             run.hashes = hashing.result()
         run.hashes = {**run.hashes, **{n: d for r in fresh for n, d in r.digests.items()}}
@@ -883,9 +882,10 @@ GUIDE = 2  # a run of pieces holds at most 1 / (GUIDE * workers) of the work lef
 
 
 def _runs(tasks: list[EncodeTask], workers: Optional[int]) -> list[ShardRun]:
-    """The tasks as the workers take them: consecutive pieces of one compressed file go in
-    runs that one worker encodes one after the other, reading on where the piece before
-    ended (instead of decompressing the file from its start again to skip to its piece).
+    """The tasks as the workers take them: consecutive pieces of one compressed or Parquet
+    file go in runs that one worker encodes one after the other, reading on where the
+    piece before ended (instead of decompressing the file from its start again to skip to
+    its piece, or decoding a row group's dictionary page again).
     A run holds at most 1 / (GUIDE * workers) of the work left, so runs shrink toward the
     end and the last ones even out the workers (guided scheduling). Only the scheduling
     depends on the workers: the shards, and so the outputs, do not. An engine that does
@@ -911,11 +911,14 @@ def _runs(tasks: list[EncodeTask], workers: Optional[int]) -> list[ShardRun]:
 
 
 def _follows(task: EncodeTask, before: EncodeTask) -> bool:
-    """Whether a shard is the piece of a compressed file right after another's."""
+    """Whether a shard is the piece of a file right after another's, that a worker reads
+    on into: of a compressed file (its stream), of a Parquet file (a row group cut into
+    pieces, whose pages the first decodes)."""
     if len(task.shard.segments) != 1 or len(before.shard.segments) != 1:
         return False
     (a,), (b,) = before.shard.segments, task.shard.segments
-    return a.piece and b.piece and a.file == b.file and b.start == a.end
+    reads_on = (a.piece and b.piece) or a.file.format == "parquet"
+    return reads_on and a.file == b.file and b.start == a.end
 
 
 def _side_chars(first: int, chars: int, split_char: int) -> tuple[int, int]:

@@ -5,7 +5,7 @@ Two passes, as nanoGPT needs the whole text before it can number characters or s
                 check the input (JSON, fields; UTF-8 once encoded) before anything is in place;
   encode_shard  encode the shard's documents, each on its own, give each to train or val,
                 and write the ids (and where documents start) where the plan says;
-  encode_run    encode_shard on consecutive pieces of a compressed file, in one worker.
+  encode_run    encode_shard on consecutive pieces of a file, in one worker.
 Results come back in plan order, so the output never depends on how many workers there
 were or which finished first.
 """
@@ -413,7 +413,7 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
 @dataclass(frozen=True)
 class ShardRun:
     """Shards one worker encodes one after the other (consecutive pieces of a compressed
-    file: each reads on where the one before ended)."""
+    or Parquet file: each reads on where the one before ended)."""
 
     tasks: tuple[EncodeTask, ...]
 

@@ -161,3 +161,10 @@ class OutOfMemoryCharTokenizer(CharTokenizer):
         for _ in super().encode_pieces(pieces):
             raise MemoryError(419430396)
         yield from ()
+
+
+class CharInPiecesTokenizer(CharTokenizer):
+    """Char, as slow as a BPE to the plan: a Parquet row group or a compressed file bigger
+    than a shard is cut into pieces, which the workers take in runs and read on through."""
+
+    fast = False

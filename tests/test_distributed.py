@@ -59,9 +59,32 @@ def corpus(tmp_path_factory):
     return root
 
 
-def same_as_reference(root, out):
+# a Parquet file of row groups bigger than a shard: cut into pieces, read on through in runs
+PIECES = ["source=file", "source.path=pieces.parquet", "shard_bytes=3000", "quiet=true",
+          "tokenizer._target_=fault_tokenizers.CharInPiecesTokenizer"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def pieces(corpus):
+    """The corpus's documents as datasets writes Parquet (a row group per 100 rows, each
+    text a dictionary entry), and what one local worker makes of them."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    texts = [json.loads(line)["text"] for path in sorted((corpus / "corpus").glob("*.jsonl"))
+             for line in path.read_text().splitlines()]  # fmt: skip
+    with pq.ParquetWriter(corpus / "pieces.parquet", pa.schema([("text", pa.string())])) as w:
+        for start in range(0, len(texts), 100):
+            w.write_table(pa.table({"text": texts[start : start + 100]}))
+    r = run_cli(*PIECES, "executor.workers=1", "out_dir=pieces_reference", cwd=corpus, env=ENV)
+    assert r.returncode == 0, r.stderr
+    shards = json.loads((corpus / "pieces_reference" / "manifest.json").read_text())["shards"]
+    assert shards["count"] > 2 * len(texts) // 100  # the row groups are cut
+    return corpus
+
+
+def same_as_reference(root, out, reference="reference"):
     for name in OUTPUTS:
-        assert (root / out / name).read_bytes() == (root / "reference" / name).read_bytes(), name
+        assert (root / out / name).read_bytes() == (root / reference / name).read_bytes(), name
     assert not (root / out / ".corpusprep-work").exists()
 
 
@@ -310,13 +333,32 @@ def test_a_rerun_after_a_crash_redoes_only_missing_shards(corpus):
     same_as_reference(corpus, "resume")
 
 
+def test_runs_of_pieces_are_sized_by_the_tasks_an_engine_runs_at_once(pieces):
+    """Every engine that says how many tasks it runs at once gets a file's consecutive
+    pieces in runs (prepare._runs): local its workers, Slurm its array's parallelism, Ray
+    its cluster's CPUs (in the Ray test below); the bytes are one worker's."""
+    from corpusprep.executors.slurm import SlurmExecutor
+
+    assert LocalExecutor(workers=3).parallelism() == 3
+    assert SlurmExecutor(max_parallel=5).parallelism() == 5
+    r = run_cli(*PIECES, "executor.workers=2", "out_dir=pieces_local", cwd=pieces, env=ENV)
+    assert r.returncode == 0, r.stderr
+    same_as_reference(pieces, "pieces_local", "pieces_reference")
+
+
 @pytest.mark.slow
-def test_ray_two_nodes_on_loopback_same_bytes(corpus):
+def test_ray_two_nodes_on_loopback_same_bytes(corpus, pieces):
     with loopback_only() as wrap, ray_cluster(ENV, wrap) as (address, _):
         r = run_cli(*ARGS, "executor=ray", f"executor.address={address}",
                     "executor.node_ip_address=127.0.0.2", "out_dir=ray", cwd=corpus,
                     env={**ENV, "RAY_AUTH_MODE": "disabled"}, wrap=wrap)  # fmt: skip
         assert r.returncode == 0, r.stderr
+        # a row group's pieces in runs (sized by the cluster's CPUs), each read on through
+        r = run_cli(*PIECES, "executor=ray", f"executor.address={address}",
+                    "executor.node_ip_address=127.0.0.2", "out_dir=ray_pieces", cwd=corpus,
+                    env={**ENV, "RAY_AUTH_MODE": "disabled"}, wrap=wrap)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        same_as_reference(corpus, "ray_pieces", "pieces_reference")
         # the seeded global shuffle too: the same bytes as one local worker
         shuffle = ["split_by=document", "val_size=0.1", "order=shuffle"]
         r = run_cli(*ARGS, *shuffle, "executor=ray", f"executor.address={address}",
@@ -356,7 +398,7 @@ def test_ray_worker_node_killed_mid_run(corpus):
 
 
 @pytest.mark.slow
-def test_slurm_single_node_same_bytes_and_resubmits(corpus):
+def test_slurm_single_node_same_bytes_and_resubmits(corpus, pieces):
     # Slurm 22.05 cannot start its message engine in a loopback-only namespace, so it runs
     # on the host network: its daemons listen on 0.0.0.0 (no bind option), all traffic is
     # to 127.0.0.1
@@ -368,6 +410,11 @@ def test_slurm_single_node_same_bytes_and_resubmits(corpus):
         assert r.returncode == 0, r.stderr
         assert r.stderr == "", r.stderr  # quiet: nothing from sacct either (no accounting here)
         same_as_reference(corpus, "slurm")
+        r = run_cli(*PIECES, "executor=slurm", "executor.mem_gb=1", "executor.poll_seconds=0.3",
+                    "executor.max_parallel=2", "out_dir=slurm_pieces", cwd=corpus,
+                    env={**ENV, **env}, timeout=600, wrap=wrap)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        same_as_reference(corpus, "slurm_pieces", "pieces_reference")
         flag = corpus / "slurm-failed.flag"
         r = run_cli(*ARGS, "executor=slurm", "executor.mem_gb=1", "executor.poll_seconds=0.3",
                     "out_dir=slurm2",

@@ -60,11 +60,42 @@ def test_a_big_row_group_is_cut_into_pieces_by_rows_that_read_each_row_once(tmp_
     # a tokenizer as fast as reading (char, byte) keeps row groups whole
     groups = [(0, 1000), (1000, 2000), (2000, 2500)]
     assert [(a, b) for a, b, _ in FORMAT.plan(file, 200_000, None)] == groups
-    # so does a row group whose texts are its dictionary's entries, as datasets writes it
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_dictionary_row_group_is_cut_and_its_pieces_read_on(tmp_path, monkeypatch, shared):
+    """A row group whose texts are its dictionary's entries (datasets writes 1,000 rows a
+    row group so: one entry a row; shared: rows repeating a few entries) is cut into
+    pieces too. A reader of any of its rows decodes that whole page first (30 ms for 13 MB
+    of text), so the process that read a piece reads on into the next where it ended (the
+    workers take a row group's pieces in runs, prepare._runs): the page is decoded once a
+    row group, not once a piece. Pieces read out of order still give exactly their rows."""
+    path = tmp_path / "d.parquet"
+    texts = _texts(2500) if not shared else [f"text {i % 7} " * 3000 for i in range(2500)]
     _as_datasets_writes(path, texts)
     file = InputFile(path=str(path), format="parquet", size=path.stat().st_size)
-    assert [(a, b) for a, b, _ in FORMAT.plan(file, 200_000, None, pieces=True)] == groups
-    assert _read(file, FORMAT.plan(file, 200_000, None, pieces=True)) == texts
+    # (shared: the footer counts each entry once, so the rows hold far more than it says)
+    cut = FORMAT.plan(file, 1 if shared else 200_000, None, pieces=True)
+    assert len(cut) > 6 and cut[0][0] == 0 and cut[-1][1] == 2500
+    assert all(x[1] == y[0] for x, y in zip(cut, cut[1:]))
+    decoded = []
+    real = pq.ParquetFile.iter_batches
+
+    def counting(self, *args, **kwargs):  # a row group's pages read from their start
+        decoded.append(kwargs["row_groups"])
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", counting)
+    assert _read(file, cut) == texts
+    assert decoded == [[0], [1], [2]]
+    decoded.clear()
+    assert [t for p in cut[::-1] for t in _read(file, [p])[::-1]] == texts[::-1]
+    assert len(decoded) == len(cut)
+    decoded.clear()  # a piece left unfinished is not read on from
+    parts = FORMAT.parts(Segment(file, *cut[0]))
+    assert next(parts).whole == texts[0]
+    parts.close()
+    assert _read(file, cut[1:2]) == texts[cut[1][0] : cut[1][1]] and len(decoded) == 2
 
 
 def test_any_rows_in_any_order_read_as_pyarrow_reads_them(tmp_path):
@@ -223,3 +254,40 @@ def test_a_files_footer_is_parsed_once_however_many_shards_read_it(tmp_path, mon
     monkeypatch.setattr(pq, "ParquetFile", counting)
     assert _read(file, planned) == texts
     assert sum(parsed) == 1 and len(parsed) == 1000
+
+
+def test_a_row_groups_pieces_go_to_workers_in_runs_and_the_files_stay_the_same(
+    tmp_path, monkeypatch
+):
+    """The workers take consecutive pieces of a row group in runs (prepare._runs), each
+    reading on where the piece before ended; how long the runs are depends on the workers,
+    the files, the shards and the manifest's counts do not."""
+    from helpers import compose
+
+    import corpusprep.prepare as prepare_module
+    from corpusprep.prepare import prepare
+
+    _as_datasets_writes(tmp_path / "a.parquet", _texts(1500, seed=4))
+    _as_datasets_writes(tmp_path / "b.parquet", _texts(700, seed=5), rows=700)
+    runs = []
+    real = prepare_module._runs
+
+    def recorded(tasks, workers):  # the runs the workers are given
+        made = real(tasks, workers)
+        runs.extend(len(run.tasks) for run in made)
+        return made
+
+    monkeypatch.setattr(prepare_module, "_runs", recorded)
+    made = []
+    for workers in (1, 2, 3):
+        runs.clear()
+        out = tmp_path / f"out{workers}"
+        manifest = prepare(compose("source=files", f"source.glob={tmp_path}/*.parquet",
+                                   "tokenizer=tiktoken", "shard_bytes=40000", "eot=prepend",
+                                   f"executor.workers={workers}", f"out_dir={out}",
+                                   "quiet=true"))  # fmt: skip
+        assert max(runs) > 1, runs
+        made.append(([(out / name).read_bytes() for name in OUTPUTS],
+                     manifest["shards"]["count"], manifest["documents"]))  # fmt: skip
+    assert made[0] == made[1] == made[2]
+    assert made[0][1] > 2 * MAX_PIECES

@@ -179,6 +179,12 @@ class Executor(ABC):
     ) -> Iterator[tuple[int, Union[R, BaseException]]]:
         """Run fn on every task; yield (task index, result or exception) as each finishes."""
 
+    def parallelism(self) -> Optional[int]:
+        """How many tasks run at once, where known: runs of a file's consecutive pieces,
+        which one worker reads on through, are sized by it (prepare._runs). None: each
+        task goes alone."""
+        return None
+
     def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[R]:
         """fn on every task; results in task order (never finishing order). A task that
         fails more than `retries` times is run once more by itself where its failures may

@@ -41,6 +41,9 @@ class LocalExecutor(Executor):
         self._pool: Optional[ProcessPoolExecutor] = None
         self._broke = False  # a worker died: tasks never run in this process from then on
 
+    def parallelism(self) -> int:
+        return self.workers
+
     def describe(self) -> dict[str, Any]:
         return {"kind": "local", "workers": self.workers, "start_method": self.start_method}
 

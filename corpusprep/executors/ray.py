@@ -100,6 +100,11 @@ class RayExecutor(Executor):
             self._started = True
         return ray
 
+    def parallelism(self) -> Optional[int]:
+        """The tasks the cluster's CPUs hold at once (None if it says no CPUs)."""
+        cpus = self._connect().cluster_resources().get("CPU", 0)
+        return int(cpus // self.cpus_per_task) or None
+
     def run(
         self, fn: Callable[[T], R], tasks: Sequence[T]
     ) -> Iterator[tuple[int, Union[R, BaseException]]]:

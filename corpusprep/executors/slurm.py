@@ -176,6 +176,9 @@ class SlurmExecutor(Executor):
         self.folder = work / "slurm"
         self.record = work.parent / RECORD  # the same for every run in out_dir
 
+    def parallelism(self) -> int:
+        return self.max_parallel  # the array's tasks that run at once (at most)
+
     def describe(self) -> dict[str, Any]:
         return {"kind": "slurm", "partition": self.partition, "max_parallel": self.max_parallel}
 

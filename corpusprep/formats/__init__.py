@@ -226,6 +226,11 @@ class Format(ABC):
                 census.add_text(text)
         return census
 
+    def let_go(self) -> None:
+        """Close what this process kept open to read on into the segment after its last
+        (a reading that the next shard of a run goes on with)."""
+        return None  # nothing, unless the format reads on
+
     def before(self, segment: Segment, cap: Optional[int]) -> Optional[int]:
         """Characters of the document before a segment that continues one (a plain text
         cut into shards), when fewer than `cap`; None when more (or not counted)."""
@@ -264,6 +269,16 @@ def get_format(name: str) -> Format:
 
 
 _LOADED: dict[str, Format] = {}
+
+
+def let_go_of_readers() -> None:
+    """Close what this process kept open to read on into a next piece: a compressed file's
+    stream, a Parquet row group being read (at a run's end: it holds tens of MB)."""
+    from corpusprep.compression import STREAMS
+
+    STREAMS.close()
+    for format in _LOADED.values():
+        format.let_go()
 
 
 def format_from_name(name: str) -> str:

@@ -90,9 +90,10 @@ class ParquetFormat(Format):
         hold (the text column's uncompressed size, as the footer says), and, with `pieces`
         (a tokenizer slower than reading), a row group holding more than shard_bytes cut
         into up to MAX_PIECES pieces by rows: pyarrow's write_table puts up to a million
-        rows in one, which would otherwise be one worker's. A piece's reader skips the rows
-        before it (pyarrow decodes a row group's pages in order, about 1 GB/s), unless the
-        row group's text is all in its dictionary page (_in_dictionary)."""
+        rows in one, and datasets 1,000 rows of whatever size, which would otherwise be one
+        worker's. A piece's reader skips the rows before it (pyarrow decodes a row group's
+        pages in order, about 1 GB/s; a dictionary page whole first, 30 ms for 13 MB of
+        text), unless its process read the piece before (_READ_ON)."""
         pf = _open(file)
         meta = pf.metadata
         column = _leaf(pf, file.text_field)
@@ -101,8 +102,7 @@ class ParquetFormat(Format):
         for i in range(meta.num_row_groups):
             group = meta.row_group(i)
             rows, text = _num_rows(file, group, i), _text_bytes(group, column)
-            cuttable = pieces and not _in_dictionary(group, column)
-            count = min(MAX_PIECES, rows, -(-text // max(shard_bytes, 1))) if cuttable else 1
+            count = min(MAX_PIECES, rows, -(-text // max(shard_bytes, 1))) if pieces else 1
             if count > 1:  # alone, in pieces of as many rows each
                 if row > start:
                     shards.append((start, row, size))
@@ -121,15 +121,24 @@ class ParquetFormat(Format):
 
     def parts(self, segment: Segment) -> Iterator[Part]:
         with _system_pool():
-            pf, starts = _reader(segment.file)
+            key = _identity(segment.file)
+            reading = _READ_ON.take(key, segment.start) or _Reading(segment.file, key)
+            read = False
             try:
-                yield from self._parts(segment, pf, starts)
-            finally:
-                _close(pf)
+                yield from self._parts(segment, reading)
+                read = True
+            finally:  # read on from where it ended, if inside a row group; never if cut short
+                if read and reading.inside_group:
+                    _READ_ON.keep(reading)
+                else:
+                    reading.close()
 
-    def _parts(self, segment: Segment, pf: Any, starts: list[int]) -> Iterator[Part]:
-        """The segment's rows; `starts`: the file's row at which each row group starts."""
-        file = segment.file
+    def let_go(self) -> None:
+        _READ_ON.close()
+
+    def _parts(self, segment: Segment, reading: _Reading) -> Iterator[Part]:
+        """The segment's rows."""
+        file, pf, starts = segment.file, reading.pf, reading.starts
         if file.text_field not in pf.schema_arrow.names:
             raise UserError(
                 f"{file.name}: no column {file.text_field!r} (found {pf.schema_arrow.names}); "
@@ -138,30 +147,18 @@ class ParquetFormat(Format):
         row = segment.start  # (for messages: the row being read)
         limit, decoded = file.max_uncut_bytes, 0
         column = _leaf(pf, file.text_field)
-        by_index = None  # the file read as indices into its dictionaries, if needed
         try:
             first = max(bisect_right(starts, segment.start) - 1, 0)
             for group in range(first, len(starts) - 1):
                 if starts[group] >= segment.end:
                     break
-                meta = pf.metadata.row_group(group)
-                pages = read_pages(file.path, meta, column)
-                rows = meta.num_rows
-                if rows and pages is not None and pages.text_at_least > limit * rows:
-                    at = starts[group]
-                    where = f"row {at}" if rows == 1 else f"rows {at}-{at + rows - 1}"
-                    raise _too_long(file, where, limit, "one text at least is")  # not read
-                if pages is not None and pages.shared:  # rows sharing dictionary entries
-                    if by_index is None:
-                        by_index = _open(file, read_dictionary=[file.text_field],
-                                         metadata=pf.metadata)  # fmt: skip
-                    batches = _dictionary_batches(by_index, file, group)
-                else:
-                    batches = _batches(pf, file, group, pages)
                 low = max(segment.start - starts[group], 0)  # this segment's rows of the group
-                high = min(segment.end - starts[group], rows)
+                high = min(segment.end - starts[group], starts[group + 1] - starts[group])
+                rows = reading.rows
+                if rows is None or rows.group != group or rows.at > low:  # from its start
+                    rows = reading.start_group(group, column, limit)
                 row = starts[group] + low
-                for values in _rows_between(batches, low, high):
+                for values in rows.between(low, high):
                     texts, decoded = _texts(values, file, row, decoded)
                     # the count so far goes with the batch's first row (source.max_bytes)
                     read = decoded if file.max_bytes is not None else None
@@ -183,35 +180,131 @@ class ParquetFormat(Format):
                    if unsupported else
                    "the file is damaged or cut short: download or copy it again")  # fmt: skip
             raise UserError(f"{file.name}: cannot read row {row} ({_one_line(e)}); {fix}") from None
-        finally:
-            _close(by_index)
 
 
-def _in_dictionary(group: Any, column: Optional[int]) -> bool:
-    """Whether a row group's text is mostly in its dictionary page, as the footer says
-    (datasets writes 1,000 rows a row group, each text an entry): a reader of any of its
-    rows decodes all of that page first, so pieces would each pay for the whole row group
-    (100 MB of such row groups cut into 87 pieces took 2.4x as long with splintr). Unknown
-    counts as yes: the row group stays whole."""
-    if column is None or column >= group.num_columns:
-        return True
-    chunk = group.column(column)
-    if not chunk.has_dictionary_page:
-        return False
-    dictionary = chunk.data_page_offset - (chunk.dictionary_page_offset or 0)
-    return 2 * dictionary >= chunk.total_compressed_size
+class _Reading:
+    """A Parquet file open to read rows, and the row group being read (rows)."""
+
+    def __init__(self, file: InputFile, key: tuple) -> None:
+        self.file, self.key = file, key
+        self.pf, self.starts = _reader(file, key)
+        self.by_index: Any = None  # the file read as indices into its dictionaries, if needed
+        self.rows: Optional[_Rows] = None
+
+    def start_group(self, group: int, column: Optional[int], limit: int) -> _Rows:
+        """Row group `group` read from its first row (its texts' size checked first)."""
+        file, starts = self.file, self.starts
+        meta = self.pf.metadata.row_group(group)
+        pages = read_pages(file.path, meta, column)
+        rows = meta.num_rows
+        if rows and pages is not None and pages.text_at_least > limit * rows:
+            at = starts[group]
+            where = f"row {at}" if rows == 1 else f"rows {at}-{at + rows - 1}"
+            raise _too_long(file, where, limit, "one text at least is")  # not read
+        if pages is not None and pages.shared:  # rows sharing dictionary entries
+            if self.by_index is None:
+                self.by_index = _open(file, read_dictionary=[file.text_field],
+                                      metadata=self.pf.metadata)  # fmt: skip
+            arrays = _dictionary_batches(self.by_index, file, group)
+        else:
+            arrays = _batches(self.pf, file, group, pages)
+        self.rows = _Rows(group, rows, arrays)
+        return self.rows
+
+    @property
+    def inside_group(self) -> bool:
+        """Whether rows are left in the row group read last (the next piece's)."""
+        return self.rows is not None and self.rows.at < self.rows.count
+
+    @property
+    def next_row(self) -> int:
+        """The file's row that reading on would read next."""
+        return self.starts[self.rows.group] + self.rows.at if self.rows is not None else -1
+
+    def close(self) -> None:
+        self.rows = None
+        _close(self.pf)
+        _close(self.by_index)
 
 
-def _reader(file: InputFile) -> tuple[Any, list[int]]:
+class _Rows:
+    """A row group's arrays of texts, read in order: from its row `at` on (`held`: the
+    rest of an array read already)."""
+
+    def __init__(self, group: int, count: int, arrays: Iterator[Any]) -> None:
+        self.group, self.count, self.arrays = group, count, arrays
+        self.at, self.held = 0, None
+
+    def between(self, low: int, high: int) -> Iterator[Any]:
+        """Rows [low, high), low >= at: slices of the arrays (no copies); the rows past
+        high stay for a reader of the rows after."""
+        while self.at < high:
+            array, self.held = self.held, None
+            if array is None:
+                array = next(self.arrays, None)
+                if array is None:
+                    return
+            begin, end = max(low - self.at, 0), min(high - self.at, len(array))
+            if end < len(array):
+                self.held = array.slice(end)
+            self.at += end
+            if begin < end:
+                yield array if (begin, end) == (0, len(array)) else array.slice(begin, end - begin)
+
+
+class _ReadOn:
+    """The reading that this process's last segment ended inside a row group with, for
+    the next segment of the same rows, which the same worker reads next when it has a run
+    of a row group's pieces (prepare._runs): it goes on from there instead of decoding the
+    row group's pages from their start again (a dictionary page whole: datasets' 20 MB
+    row groups cut in 87 pieces took 2.4x as long with splintr, each piece decoding its
+    row group's page again). One at a time (it holds a page's text); a forked process
+    starts with none (it shares the parent's open files)."""
+
+    def __init__(self) -> None:
+        self.kept: Optional[_Reading] = None
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._forget)
+
+    def take(self, key: tuple, row: int) -> Optional[_Reading]:
+        """The kept reading if it reads the file `key` names on from `row`."""
+        kept, self.kept = self.kept, None
+        if kept is not None and kept.key == key and kept.next_row == row:
+            return kept
+        if kept is not None:
+            kept.close()
+        return None
+
+    def keep(self, reading: _Reading) -> None:
+        self.close()
+        self.kept = reading
+
+    def close(self) -> None:
+        kept, self.kept = self.kept, None
+        if kept is not None:
+            kept.close()
+
+    def _forget(self) -> None:
+        self.kept = None
+
+
+_READ_ON = _ReadOn()
+
+
+def _identity(file: InputFile) -> tuple:
+    """What a file read, and how, is known by: its settings, and its identity on disk
+    (a file written again since, in a library's process: its ctime too, which nothing
+    puts back: a rewrite in place at the same size, mtime restored by cp -p, touch -r)."""
+    from corpusprep.writer import file_identity
+
+    return (file, *file_identity(os.stat(file.path)))
+
+
+def _reader(file: InputFile, key: tuple) -> tuple[Any, list[int]]:
     """The file opened to read its rows, and the row at which each row group starts (the
     file's rows last): its footer parsed and walked once per file and process (the parse
     was most of a shard's time where a file has thousands of row groups, 2.7 ms a shard
     for 5,000 of them, and each shard walked every row group before its own)."""
-    from corpusprep.writer import file_identity
-
-    # a file written again since, in a library's process: its ctime too, which nothing
-    # puts back (a rewrite in place at the same size, mtime restored: cp -p, touch -r)
-    key = (file.path, *file_identity(os.stat(file.path)))
     kept = _KEPT.get(key)
     if kept is not None:
         metadata, starts = kept
@@ -242,19 +335,6 @@ def _num_rows(file: InputFile, group: Any, i: int) -> int:
             "damaged: download or copy it again"
         )
     return group.num_rows
-
-
-def _rows_between(arrays: Iterator[Any], low: int, high: int) -> Iterator[Any]:
-    """Rows [low, high) of a row group given as consecutive arrays (slices: no copies); the
-    arrays after them are not read."""
-    at = 0
-    for array in arrays:
-        if at >= high:
-            return
-        begin, end = max(low - at, 0), min(high - at, len(array))
-        if begin < end:
-            yield array if (begin, end) == (0, len(array)) else array.slice(begin, end - begin)
-        at += len(array)
 
 
 def _batches(pf: Any, file: InputFile, group: int, pages: Optional[Pages]) -> Iterator[Any]:
