@@ -424,16 +424,11 @@ class ShardRun:
 
 
 def encode_run(run: ShardRun) -> list[EncodeResult]:
-    """encode_shard on each of the run's shards; the heap's freed pages go back between
-    them, as between tasks."""
-    from corpusprep.executors import release_freed_memory
-
-    results = []
-    for k, task in enumerate(run.tasks):
-        if k:
-            release_freed_memory()
-        results.append(encode_shard(task))
-    return results
+    """encode_shard on each of the run's shards. The heap's freed pages are kept between
+    them (given back after the run, as after any task): each piece takes again what the
+    one before freed, and faulting them back in after a trim cost a run of 87 pieces of
+    Parquet a sixth of its time (173,000 page faults against 57,000)."""
+    return [encode_shard(task) for task in run.tasks]
 
 
 # A marker is JSON (never a pickle: a work folder may come from anyone) with the counts;

@@ -66,13 +66,14 @@ PIECES = ["source=file", "source.path=pieces.parquet", "shard_bytes=3000", "quie
 
 @pytest.fixture(scope="module")
 def pieces(corpus):
-    """The corpus's documents as datasets writes Parquet (a row group per 100 rows, each
-    text a dictionary entry), and what one local worker makes of them."""
+    """The corpus's documents in Parquet, a row group per 100 rows in plain pages, and
+    what one local worker makes of them."""
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
     texts = [json.loads(line)["text"] for path in sorted((corpus / "corpus").glob("*.jsonl"))
              for line in path.read_text().splitlines()]  # fmt: skip
-    with pq.ParquetWriter(corpus / "pieces.parquet", pa.schema([("text", pa.string())])) as w:
+    schema = pa.schema([("text", pa.string())])
+    with pq.ParquetWriter(corpus / "pieces.parquet", schema, use_dictionary=False) as w:
         for start in range(0, len(texts), 100):
             w.write_table(pa.table({"text": texts[start : start + 100]}))
     r = run_cli(*PIECES, "executor.workers=1", "out_dir=pieces_reference", cwd=corpus, env=ENV)

@@ -61,23 +61,25 @@ def test_a_big_row_group_is_cut_into_pieces_by_rows_that_read_each_row_once(tmp_
     groups = [(0, 1000), (1000, 2000), (2000, 2500)]
     assert [(a, b) for a, b, _ in FORMAT.plan(file, 200_000, None)] == groups
 
-
-@pytest.mark.parametrize("shared", [False, True])
-def test_a_dictionary_row_group_is_cut_and_its_pieces_read_on(tmp_path, monkeypatch, shared):
-    """A row group whose texts are its dictionary's entries (datasets writes 1,000 rows a
-    row group so: one entry a row; shared: rows repeating a few entries) is cut into
-    pieces too. A reader of any of its rows decodes that whole page first (30 ms for 13 MB
-    of text), so the process that read a piece reads on into the next where it ended (the
-    workers take a row group's pieces in runs, prepare._runs): the page is decoded once a
-    row group, not once a piece. Pieces read out of order still give exactly their rows."""
-    path = tmp_path / "d.parquet"
-    texts = _texts(2500) if not shared else [f"text {i % 7} " * 3000 for i in range(2500)]
+    # so does a row group whose texts are its dictionary's entries, as datasets writes it
     _as_datasets_writes(path, texts)
     file = InputFile(path=str(path), format="parquet", size=path.stat().st_size)
-    # (shared: the footer counts each entry once, so the rows hold far more than it says)
-    cut = FORMAT.plan(file, 1 if shared else 200_000, None, pieces=True)
-    assert len(cut) > 6 and cut[0][0] == 0 and cut[-1][1] == 2500
-    assert all(x[1] == y[0] for x, y in zip(cut, cut[1:]))
+    assert [(a, b) for a, b, _ in FORMAT.plan(file, 200_000, None, pieces=True)] == groups
+    assert _read(file, FORMAT.plan(file, 200_000, None, pieces=True)) == texts
+
+
+def test_the_process_that_read_a_piece_reads_on_into_the_next(tmp_path, monkeypatch):
+    """A piece's reader decodes its row group's pages from their start to skip to its rows;
+    the process that read the piece before (the workers take a row group's pieces in runs,
+    prepare._runs) goes on where it ended instead: the pages are decoded once a row group,
+    not once a piece. Pieces read out of order still give exactly their rows, and a piece
+    left unfinished is never read on from."""
+    path = tmp_path / "d.parquet"
+    texts = _texts(2500)
+    _as_datasets_writes(path, texts, use_dictionary=False)
+    file = InputFile(path=str(path), format="parquet", size=path.stat().st_size)
+    cut = FORMAT.plan(file, 200_000, None, pieces=True)
+    assert len(cut) > 6 and all(x[1] == y[0] for x, y in zip(cut, cut[1:]))
     decoded = []
     real = pq.ParquetFile.iter_batches
 
@@ -96,6 +98,11 @@ def test_a_dictionary_row_group_is_cut_and_its_pieces_read_on(tmp_path, monkeypa
     assert next(parts).whole == texts[0]
     parts.close()
     assert _read(file, cut[1:2]) == texts[cut[1][0] : cut[1][1]] and len(decoded) == 2
+    decoded.clear()  # nor is a file written again since
+    _read(file, cut[:1])
+    _as_datasets_writes(path, texts[::-1], use_dictionary=False)
+    file = InputFile(path=str(path), format="parquet", size=path.stat().st_size)
+    assert _read(file, cut[1:2]) == texts[::-1][cut[1][0] : cut[1][1]] and len(decoded) == 2
 
 
 def test_any_rows_in_any_order_read_as_pyarrow_reads_them(tmp_path):
@@ -267,8 +274,9 @@ def test_a_row_groups_pieces_go_to_workers_in_runs_and_the_files_stay_the_same(
     import corpusprep.prepare as prepare_module
     from corpusprep.prepare import prepare
 
-    _as_datasets_writes(tmp_path / "a.parquet", _texts(1500, seed=4))
-    _as_datasets_writes(tmp_path / "b.parquet", _texts(700, seed=5), rows=700)
+    _as_datasets_writes(tmp_path / "a.parquet", _texts(1500, seed=4), use_dictionary=False)
+    _as_datasets_writes(tmp_path / "b.parquet", _texts(700, seed=5), rows=700,
+                        use_dictionary=False)  # fmt: skip
     runs = []
     real = prepare_module._runs
 
