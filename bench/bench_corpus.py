@@ -1,7 +1,7 @@
 """Benchmark corpusprep on a corpus of documents against llm.c's and nanoGPT's methods.
 
     python bench/bench_corpus.py [--mb 200] [--repeat 1] [--workdir DIR] [--keep]
-                                 [--doc-bytes N] [--parquet]
+                                 [--doc-bytes N] [--parquet [--parquet-rows N]]
 
 1. builds a corpus of about --mb megabytes (10**6 bytes) of JSON Lines, one document per
    standard-library .py file ({"text": ...}), repeated, in 2 zstd files
@@ -9,7 +9,8 @@
    same documents (each one once: a line of its number first) in 2 Parquet files
    corpus_0000.parquet ..., written as Hugging Face `datasets` writes a dataset
    (Dataset.to_parquet: pyarrow's ParquetWriter, a row group per 1,000 rows, snappy), the
-   form FineWeb and the Hub's datasets come in;
+   form FineWeb and the Hub's datasets come in (--parquet-rows 1048576: as pyarrow's
+   write_table and pandas' to_parquet write a file, one row group);
 2. runs, each in its own process on the same files, as a user would:
    corpusprep   python -m corpusprep source=files ... tokenizer=tiktoken eot=prepend
    llm.c        bench/peer_llmc.py: dev/data/fineweb.py's method (a Pool, one document
@@ -109,7 +110,7 @@ def _cut(text: str, size: int) -> Iterator[str]:
 
 
 def ensure_corpus(workdir: Path, mb: int, kind: str = "uneven", files: int = FILES,
-                  doc_bytes: int = 0, parquet: bool = False,
+                  doc_bytes: int = 0, parquet: bool = False, parquet_rows: int = 1000,
                   ) -> tuple[list[Path], dict, bool]:  # fmt: skip
     """Write the corpus files unless the record says they are there, of the right size.
     One document at a time through a streaming compressor (Parquet: a row group at a
@@ -120,7 +121,8 @@ def ensure_corpus(workdir: Path, mb: int, kind: str = "uneven", files: int = FIL
     record_path = workdir / CORPUS_RECORD
     paths = [workdir / f"corpus_{i:04d}{suffix(parquet)}" for i in range(files)]
     wanted = {"mb": mb, "files": files, "zstd_level": ZSTD_LEVEL, "python": sys.version,
-              "corpus": kind, "doc_bytes": doc_bytes, "parquet": parquet}  # fmt: skip
+              "corpus": kind, "doc_bytes": doc_bytes, "parquet": parquet,
+              "parquet_rows": parquet_rows if parquet else None}  # fmt: skip
     try:
         record = json.loads(record_path.read_text(encoding="utf-8"))
         sizes = record["sizes"]
@@ -144,7 +146,7 @@ def ensure_corpus(workdir: Path, mb: int, kind: str = "uneven", files: int = FIL
     compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
     for i, path in enumerate(paths):
         partial = path.with_name(path.name + ".partial")
-        with _corpus_writer(partial, parquet, compressor) as write:
+        with _corpus_writer(partial, parquet and parquet_rows, compressor) as write:
             # file i takes the documents that start before (i + 1) / files of the target
             while line is not None and (size < target * (i + 1) // files or i == files - 1):
                 write(line)
@@ -163,10 +165,10 @@ def suffix(parquet: bool) -> str:
 
 
 @contextmanager
-def _corpus_writer(path: Path, parquet: bool, compressor) -> Iterator[Callable[[bytes], None]]:
-    """write(json_line) into a corpus file: the line itself into a zstd stream, or its
-    text into a Parquet file, a row group per PARQUET_ROWS rows."""
-    if not parquet:
+def _corpus_writer(path: Path, parquet_rows: int, compressor) -> Iterator[Callable[[bytes], None]]:
+    """write(json_line) into a corpus file: the line itself into a zstd stream (0), or its
+    text into a Parquet file, a row group per `parquet_rows` rows."""
+    if not parquet_rows:
         with open(path, "wb") as raw, compressor.stream_writer(raw) as f:
             yield f.write
         return
@@ -178,7 +180,7 @@ def _corpus_writer(path: Path, parquet: bool, compressor) -> Iterator[Callable[[
 
         def write(line: bytes) -> None:
             rows.append(json.loads(line)["text"])
-            if len(rows) == PARQUET_ROWS:
+            if len(rows) == parquet_rows:
                 writer.write_table(pa.table({"text": rows}))
                 rows.clear()
 
@@ -313,12 +315,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         parser.add_argument("--parquet", action="store_true",
                             help="the documents in Parquet files, as datasets writes them "
                             "(FineWeb's and the Hub's form), not JSON Lines in zstd")  # fmt: skip
+        parser.add_argument("--parquet-rows", type=int, default=PARQUET_ROWS, metavar="N",
+                            help="rows per Parquet row group (default 1000, as datasets "
+                            "writes; 1048576: as pyarrow's write_table)")  # fmt: skip
 
     args = parse_args(__doc__.split("\n\n")[0], default_mb=200, argv=argv, more=doc_bytes)
     workdir, temporary = open_workdir(args.workdir)
     t = time.perf_counter()
     paths, corpus, reused = ensure_corpus(workdir, args.mb, args.corpus, doc_bytes=args.doc_bytes,
-                                          parquet=args.parquet)  # fmt: skip
+                                          parquet=args.parquet,
+                                          parquet_rows=args.parquet_rows)  # fmt: skip
     how = "reused" if reused else f"built in {time.perf_counter() - t:.1f} s"
     size = corpus["json_bytes"]
     have_datasets = importlib.util.find_spec("datasets") is not None

@@ -398,3 +398,39 @@ def test_bench_corpus_on_parquet_files_as_datasets_writes_them(
         manifest["documents"]["total"]
         == json.loads((tmp_path / "corpus.json").read_text())["documents"]
     )
+
+
+def test_bench_corpus_writes_parquet_as_write_table_does_with_parquet_rows(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """--parquet-rows 1048576: each Parquet file one row group, as pyarrow's write_table
+    (and pandas' to_parquet) writes a file of fewer rows: pyarrow puts texts in the
+    dictionary page 1,024 rows at a time until it holds 1 MB, the rest in plain pages,
+    which corpusprep cuts into pieces by rows (datasets' 1,000-row row groups keep all
+    their text in their dictionary page instead). The record tells the layouts apart."""
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("zstandard")
+    import pyarrow.parquet as pq
+
+    from corpusprep.formats import InputFile
+    from corpusprep.formats.parquet import FORMAT
+
+    monkeypatch.syspath_prepend(str(REPO / "bench"))
+    from bench_corpus import ensure_corpus
+
+    paths, record, reused = ensure_corpus(
+        tmp_path, 6, doc_bytes=1000, parquet=True, parquet_rows=1 << 20
+    )
+    assert not reused and record["parquet_rows"] == 1 << 20
+    for path in paths:
+        meta = pq.ParquetFile(path).metadata
+        assert meta.num_row_groups == 1 and meta.row_group(0).num_rows > 2000
+        file = InputFile(path=str(path), format="parquet", size=path.stat().st_size)
+        assert len(FORMAT.plan(file, 100_000, None, pieces=True)) > 2
+    assert ensure_corpus(tmp_path, 6, doc_bytes=1000, parquet=True, parquet_rows=1 << 20)[
+        2
+    ]  # reused
+    paths, record, reused = ensure_corpus(
+        tmp_path, 6, doc_bytes=1000, parquet=True
+    )  # datasets' layout
+    assert not reused and pq.ParquetFile(paths[0]).metadata.row_group(0).num_rows == 1000
