@@ -912,13 +912,11 @@ def _runs(tasks: list[EncodeTask], workers: Optional[int]) -> list[ShardRun]:
 
 def _follows(task: EncodeTask, before: EncodeTask) -> bool:
     """Whether a shard is the piece of a file right after another's, that a worker reads
-    on into: of a compressed file (its stream), of a Parquet file (a row group cut into
-    pieces, whose pages the first decodes)."""
+    on into (of a compressed file: its stream; of a Parquet row group: its pages)."""
     if len(task.shard.segments) != 1 or len(before.shard.segments) != 1:
         return False
     (a,), (b,) = before.shard.segments, task.shard.segments
-    reads_on = (a.piece and b.piece) or a.file.format == "parquet"
-    return reads_on and a.file == b.file and b.start == a.end
+    return get_format(a.file.format).reads_on(a, b)
 
 
 def _side_chars(first: int, chars: int, split_char: int) -> tuple[int, int]:

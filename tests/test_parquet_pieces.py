@@ -299,3 +299,24 @@ def test_a_row_groups_pieces_go_to_workers_in_runs_and_the_files_stay_the_same(
                      manifest["shards"]["count"], manifest["documents"]))  # fmt: skip
     assert made[0] == made[1] == made[2]
     assert made[0][1] > 2 * MAX_PIECES
+
+
+def test_a_worker_reads_on_only_into_the_next_piece_of_the_same_row_group(tmp_path):
+    """Runs (prepare._runs) join a row group's consecutive pieces, which a worker reads on
+    through; not whole row groups, each decoded from its start anyway (a run of them would
+    only keep other workers from sharing them), nor pieces of another file."""
+    path, other = tmp_path / "d.parquet", tmp_path / "e.parquet"
+    _as_datasets_writes(path, _texts(2500), use_dictionary=False)
+    _as_datasets_writes(other, _texts(2500), use_dictionary=False)
+    file, elsewhere = (InputFile(path=str(p), format="parquet", size=p.stat().st_size)
+                       for p in (path, other))  # fmt: skip
+    segments = [Segment(file, *p) for p in FORMAT.plan(file, 200_000, None, pieces=True)]
+    follows = [FORMAT.reads_on(a, b) for a, b in zip(segments, segments[1:])]
+    group_starts = {1000, 2000}
+    assert follows == [b.start not in group_starts for b in segments[1:]]
+    assert follows.count(False) == 2 and True in follows
+    a, b = segments[0], segments[1]
+    assert not FORMAT.reads_on(a, Segment(elsewhere, b.start, b.end, b.nbytes))
+    assert not FORMAT.reads_on(a, segments[2])  # not the next one
+    whole = [Segment(file, *p) for p in FORMAT.plan(file, 200_000, None)]  # row groups
+    assert len(whole) == 3 and not any(map(FORMAT.reads_on, whole, whole[1:]))

@@ -226,6 +226,12 @@ class Format(ABC):
                 census.add_text(text)
         return census
 
+    def reads_on(self, before: Segment, after: Segment) -> bool:
+        """Whether a worker that read `before` goes on into `after` where it ended, instead
+        of starting over (a compressed file's next piece: the stream it kept)."""
+        return (before.piece and after.piece and before.file == after.file
+                and after.start == before.end)  # fmt: skip
+
     def let_go(self) -> None:
         """Close what this process kept open to read on into the segment after its last
         (a reading that the next shard of a run goes on with)."""

@@ -134,6 +134,15 @@ class ParquetFormat(Format):
                 else:
                     reading.close()
 
+    def reads_on(self, before: Segment, after: Segment) -> bool:
+        """The next piece of the same row group (_READ_ON); not the next row group, which
+        is decoded from its start anyway."""
+        if before.file != after.file or after.start != before.end:
+            return False
+        starts = _group_starts(after.file)
+        at = bisect_right(starts, after.start) - 1
+        return 0 <= at < len(starts) - 1 and starts[at] < after.start
+
     def let_go(self) -> None:
         _READ_ON.close()
 
@@ -340,6 +349,17 @@ def _reader(file: InputFile, key: tuple) -> tuple[Any, list[int]]:
 
 
 _KEPT: dict[tuple, tuple[Any, list[int]]] = {}
+
+
+def _group_starts(file: InputFile) -> list[int]:
+    """The row at which each row group starts (the file's rows last), from _KEPT."""
+    key = _identity(file)
+    kept = _KEPT.get(key)
+    if kept is not None:
+        return kept[1]
+    pf, starts = _reader(file, key)
+    _close(pf)
+    return starts
 
 
 def _num_rows(file: InputFile, group: Any, i: int) -> int:
