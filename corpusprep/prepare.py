@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path, PurePosixPath
-from typing import Any, Optional
+from typing import Any, Optional, TypeVar
 
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
@@ -56,12 +56,14 @@ from corpusprep.shards import (
     EncodeTask,
     Rules,
     ScanResult,
+    ScanRun,
     Shard,
     ShardRun,
     Target,
     count_characters,
     encode_run,
     finished,
+    scan_run,
     scan_shard,
 )
 from corpusprep.sources import Source
@@ -398,9 +400,13 @@ def scan(run: Run) -> None:
     rule = run.tokenizer.sample_rule(run.single)  # a tokenizer that trains: its sample
     # one plain text for BPE: its characters counted from its bytes, without decoding
     count = count_characters if _countable(run) else partial(scan_shard, rule=rule)
+    # consecutive pieces of a file in runs, as the encode pass takes them: a worker of
+    # many that took every other piece decompressed the whole file to skip to its own
+    runs = _in_runs(shards, run.executor.parallelism(), _itself)
+    scanned = run.executor.map(scan_run, [ScanRun(each, count) for each in runs])
     # the scan reads the whole text too: stopped there by a file's cap, not only by the
     # encode pass after it (each shard under the cap, it read any multiple of it)
-    scans = _within_max_bytes(run.executor.map(count, shards), run.files, [])
+    scans = _within_max_bytes((r for results in scanned for r in results), run.files, [])
     scans = _progress(scans, shards, "scan", quiet)
     try:
         if rule is not None:  # merged as they come: memory holds about one sample
@@ -878,44 +884,60 @@ def _runs_long(task: EncodeTask) -> bool:
                for s in task.shard.segments)  # fmt: skip
 
 
+T = TypeVar("T")
 GUIDE = 2  # a run of pieces holds at most 1 / (GUIDE * workers) of the work left
 
 
+def _itself(shard: Shard) -> Shard:
+    return shard
+
+
 def _runs(tasks: list[EncodeTask], workers: Optional[int]) -> list[ShardRun]:
-    """The tasks as the workers take them: consecutive pieces of one compressed or Parquet
-    file go in runs that one worker encodes one after the other, reading on where the
-    piece before ended (instead of decompressing the file from its start again to skip to
-    its piece, or decoding a row group's dictionary page again).
+    """The tasks in the runs the workers take them in (_in_runs)."""
+    return [ShardRun(run) for run in _in_runs(tasks, workers, _task_shard)]
+
+
+def _task_shard(task: EncodeTask) -> Shard:
+    return task.shard
+
+
+def _in_runs(items: list[T], workers: Optional[int], shard_of: Callable[[T], Shard]
+             ) -> list[tuple[T, ...]]:  # fmt: skip
+    """The items (tasks or shards) as the workers take them: consecutive pieces of one
+    compressed file, or of one Parquet row group, go in runs that one worker does one
+    after the other, reading on where the piece before ended (instead of decompressing the
+    file from its start again, or decoding the row group's pages, to skip to its piece).
     A run holds at most 1 / (GUIDE * workers) of the work left, so runs shrink toward the
     end and the last ones even out the workers (guided scheduling). Only the scheduling
     depends on the workers: the shards, and so the outputs, do not. An engine that does
-    not say its workers gets the shards one by one."""
+    not say how many tasks it runs at once gets the items one by one."""
     if workers is None:
-        return [ShardRun((task,)) for task in tasks]
-    left = sum(task.shard.nbytes for task in tasks)  # the work not yet in a run
-    runs: list[ShardRun] = []
-    run: list[EncodeTask] = []
+        return [(item,) for item in items]
+    left = sum(shard_of(item).nbytes for item in items)  # the work not yet in a run
+    runs: list[tuple[T, ...]] = []
+    run: list[T] = []
     size, budget = 0, 0.0
-    for task in tasks:
-        if run and _follows(task, run[-1]) and size + task.shard.nbytes <= budget:
-            run.append(task)
-            size += task.shard.nbytes
+    for item in items:
+        shard = shard_of(item)
+        if run and _follows(shard, shard_of(run[-1])) and size + shard.nbytes <= budget:
+            run.append(item)
+            size += shard.nbytes
             continue
         if run:
-            runs.append(ShardRun(tuple(run)))
+            runs.append(tuple(run))
             left -= size
-        run, size, budget = [task], task.shard.nbytes, left / (GUIDE * workers)
+        run, size, budget = [item], shard.nbytes, left / (GUIDE * workers)
     if run:
-        runs.append(ShardRun(tuple(run)))
+        runs.append(tuple(run))
     return runs
 
 
-def _follows(task: EncodeTask, before: EncodeTask) -> bool:
+def _follows(shard: Shard, before: Shard) -> bool:
     """Whether a shard is the piece of a file right after another's, that a worker reads
     on into (of a compressed file: its stream; of a Parquet row group: its pages)."""
-    if len(task.shard.segments) != 1 or len(before.shard.segments) != 1:
+    if len(shard.segments) != 1 or len(before.segments) != 1:
         return False
-    (a,), (b,) = before.shard.segments, task.shard.segments
+    (a,), (b,) = before.segments, shard.segments
     return get_format(a.file.format).reads_on(a, b)
 
 

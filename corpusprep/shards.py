@@ -5,7 +5,7 @@ Two passes, as nanoGPT needs the whole text before it can number characters or s
                 check the input (JSON, fields; UTF-8 once encoded) before anything is in place;
   encode_shard  encode the shard's documents, each on its own, give each to train or val,
                 and write the ids (and where documents start) where the plan says;
-  encode_run    encode_shard on consecutive pieces of a file, in one worker.
+  encode_run    encode_shard on consecutive pieces of a file, in one worker (scan_run: scan).
 Results come back in plan order, so the output never depends on how many workers there
 were or which finished first.
 """
@@ -16,7 +16,7 @@ import contextlib
 import json
 import os
 import secrets
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import groupby
 from operator import itemgetter
@@ -413,14 +413,34 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
 @dataclass(frozen=True)
 class ShardRun:
     """Shards one worker encodes one after the other (consecutive pieces of a compressed
-    or Parquet file: each reads on where the one before ended)."""
+    file or a Parquet row group: each reads on where the one before ended)."""
 
     tasks: tuple[EncodeTask, ...]
 
     @property
     def label(self) -> str:
-        first, last = self.tasks[0].shard.index, self.tasks[-1].shard.index
-        return f"shard {first}" if first == last else f"shards {first}-{last}"
+        return _label(self.tasks[0].shard, self.tasks[-1].shard)
+
+
+@dataclass(frozen=True)
+class ScanRun:
+    """Shards one worker scans one after the other (as ShardRun), with `scan`: scan_shard
+    (with a tokenizer's sample rule) or count_characters."""
+
+    shards: tuple[Shard, ...]
+    scan: Callable[[Shard], ScanResult]
+
+    @property
+    def label(self) -> str:
+        return _label(self.shards[0], self.shards[-1])
+
+
+def scan_run(run: ScanRun) -> list[ScanResult]:
+    return [run.scan(shard) for shard in run.shards]
+
+
+def _label(first: Shard, last: Shard) -> str:
+    return first.label if first.index == last.index else f"shards {first.index}-{last.index}"
 
 
 def encode_run(run: ShardRun) -> list[EncodeResult]:

@@ -442,3 +442,42 @@ def test_runs_of_pieces_leave_the_files_as_they_were(tmp_path: Path, monkeypatch
                      manifest["shards"]["count"], manifest["documents"]))  # fmt: skip
     assert made[0] == made[1] == made[2]
     assert made[0][1] > 2 * MAX_PIECES
+
+
+@pytest.mark.parametrize("split_by", ["hash", "position"])
+def test_the_scan_takes_pieces_in_runs_too(tmp_path: Path, monkeypatch, split_by: str):
+    """The scan pass (split_by=hash or position, a tokenizer that trains) reads every piece
+    as the encode pass does, and takes a compressed file's consecutive pieces in runs too:
+    with shards handed out one by one, each of many workers decompressed the whole file to
+    skip to its own pieces. The files and counts are the same for any workers."""
+    from helpers import compose
+
+    import corpusprep.prepare as prepare_module
+    from corpusprep.prepare import prepare
+
+    (tmp_path / "a.jsonl.zst").write_bytes(zstandard.compress(b"\n".join(_rows(3000)) + b"\n"))
+    (tmp_path / "b.jsonl.zst").write_bytes(zstandard.compress(b"\n".join(_rows(2000)[::-1])))
+    scanned = []
+    real = prepare_module._in_runs
+
+    def recorded(items, workers, shard_of):  # the scan's runs, as the workers get them
+        made = real(items, workers, shard_of)
+        if shard_of is prepare_module._itself:  # (the encode pass's: of its tasks)
+            scanned.extend(len(run) for run in made)
+        return made
+
+    monkeypatch.setattr(prepare_module, "_in_runs", recorded)
+    made = []
+    for workers in (1, 2, 3):
+        scanned.clear()
+        out = tmp_path / f"out{workers}"
+        manifest = prepare(compose("source=files", f"source.glob={tmp_path}/*.jsonl.zst",
+                                   "tokenizer=tiktoken", "shard_bytes=4000", "eot=prepend",
+                                   f"split_by={split_by}", f"executor.workers={workers}",
+                                   f"out_dir={out}", "quiet=true"))  # fmt: skip
+        assert max(scanned) > 1 and sum(scanned) == manifest["shards"]["count"], scanned
+        made.append(({p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*.bin")},
+                     manifest["shards"]["count"], manifest["documents"],
+                     manifest["chars"]))  # fmt: skip
+    assert made[0] == made[1] == made[2]
+    assert made[0][1] > MAX_PIECES
