@@ -6,12 +6,13 @@ Runs, one after the other, each in its own process (their full output is shown a
 comes): bench_bpe.py at 50 and 200 MB, bench_corpus.py at 100 and 200 MB (2 files of
 JSONL.zst) and at 30 MB in documents of about 3 KB (web corpora's size: FineWeb averages
 ~3 KB) and at 100 MB in 2 Parquet files as datasets writes them (FineWeb's and the
-Hub's form), bench_bpe.py at 50 MB of text8-shaped text (one line of words: BPE cuts it only
-between words) and at 50 MB gzipped (one compressed text, read in pieces), bench_char.py
-at 200 MB and bench_scale.py (50 MB and 1 GB). Each compares
-the peer's method, corpusprep and the encoder's in-process ceiling on the same input, with
-fresh output folders and the median of --repeat runs. Then prints every "target:" line
-together. --quick: the smaller size of each workload only, and no 1 GB run.
+Hub's form) and as pyarrow's write_table writes them (a row group a file), bench_bpe.py
+at 50 MB of text8-shaped text (one line of words: BPE cuts it only between words) and at
+50 MB gzipped (one compressed text, read in pieces), bench_char.py at 200 MB and
+bench_scale.py (50 MB and 1 GB). Each compares the peer's method, corpusprep and the
+encoder's in-process ceiling on the same input, with fresh output folders and the median
+of --repeat runs. Then prints every "target:" line together. --quick: the smaller size of
+each workload only, and no 1 GB run.
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ def main() -> int:
     words = ("bench_bpe.py", 50, "--corpus", "words")  # text8's shape: one line of words
     gzipped = ("bench_bpe.py", 50, "--gzip")  # one text as it is downloaded
     parquet = ("bench_corpus.py", 100, "--parquet")  # as datasets writes it (FineWeb's form)
+    # as pyarrow's write_table and pandas' to_parquet write it: one row group a file
+    one_row_group = ("bench_corpus.py", 100, "--parquet", "--parquet-rows", "1048576")
     plan = [("bench_bpe.py", 50), ("bench_bpe.py", 200), ("bench_corpus.py", 100),
-            ("bench_corpus.py", 200), small_documents, parquet, words, gzipped,
+            ("bench_corpus.py", 200), small_documents, parquet, one_row_group, words, gzipped,
             ("bench_char.py", 200)]  # fmt: skip
     if args.quick:
         plan = [("bench_bpe.py", 50), ("bench_corpus.py", 100), small_documents,

@@ -430,7 +430,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             ratio = best[peer] / best["corpusprep"]
             print(f"corpusprep/{peer} throughput: {ratio:.2f}x")
     print(f"corpusprep's own phases (last run): {corpusprep_phases(outs['corpusprep'])}")
-    report_targets(best, runs, f"documents{' (parquet)' * args.parquet} {args.mb} MB", ceilings)
+    layout = " (parquet)" if args.parquet else ""
+    if args.parquet and args.parquet_rows != PARQUET_ROWS:
+        layout = f" (parquet, {args.parquet_rows:,} rows a row group)"
+    report_targets(best, runs, f"documents{layout} {args.mb} MB", ceilings)
     print_memory_notes()
 
     clean_up(workdir, temporary, args.keep, outs)
