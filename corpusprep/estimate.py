@@ -18,7 +18,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from corpusprep.config import Settings, build, read_settings
-from corpusprep.formats import InputFile, Segment, get_format
+from corpusprep.formats import InputFile, Segment, get_format, let_go_of_readers
 from corpusprep.prepare import corpus_name, eot_mode, is_single_text, plan, split_rule
 from corpusprep.sample import merge_samples
 from corpusprep.shards import scan_shard
@@ -28,6 +28,13 @@ SAMPLE_BYTES = 8 << 20
 
 
 def estimate(cfg: DictConfig) -> dict[str, Any]:
+    try:
+        return _estimate(cfg)
+    finally:  # what reading its sample kept open (a piece's reading), in this process:
+        let_go_of_readers()  # a library's or a sweep's, which runs on after it
+
+
+def _estimate(cfg: DictConfig) -> dict[str, Any]:
     settings = read_settings(cfg)
     source = build(cfg.source, "source")
     tokenizer = build(cfg.tokenizer, "tokenizer")

@@ -320,3 +320,26 @@ def test_a_worker_reads_on_only_into_the_next_piece_of_the_same_row_group(tmp_pa
     assert not FORMAT.reads_on(a, segments[2])  # not the next one
     whole = [Segment(file, *p) for p in FORMAT.plan(file, 200_000, None)]  # row groups
     assert len(whole) == 3 and not any(map(FORMAT.reads_on, whole, whole[1:]))
+
+
+def test_a_dry_run_keeps_no_reading_open(tmp_path, monkeypatch):
+    """dry_run reads a sample of pieces in the driver: a piece that ends inside its row
+    group left its reading kept (the file open, its rows decoded) after estimate returned,
+    in a library's or a sweep's process, which no pass's end then let go of."""
+    from helpers import compose
+
+    import corpusprep.estimate as estimate_module
+    from corpusprep.formats.parquet import _READ_ON
+
+    path = tmp_path / "d.parquet"
+    _as_datasets_writes(path, _texts(3000), rows=3000, use_dictionary=False)
+    monkeypatch.setattr(estimate_module, "SAMPLE_BYTES", 300_000)
+    read_on = []
+    real = _READ_ON.keep
+    monkeypatch.setattr(_READ_ON, "keep", lambda reading: read_on.append(1) or real(reading))
+    done = estimate_module.estimate(compose("source=file", f"source.path={path}",
+                                            "tokenizer=tiktoken", "shard_bytes=100000",
+                                            "dry_run=true", f"out_dir={tmp_path / 'out'}",
+                                            "quiet=true"))  # fmt: skip
+    assert not done["exact"] and read_on
+    assert _READ_ON.kept is None
