@@ -343,3 +343,26 @@ def test_a_dry_run_keeps_no_reading_open(tmp_path, monkeypatch):
                                             "quiet=true"))  # fmt: skip
     assert not done["exact"] and read_on
     assert _READ_ON.kept is None
+
+
+def test_letting_go_while_another_thread_loads_a_format(monkeypatch):
+    """A library's two runs in threads: one's pass ends (let_go_of_readers walks the
+    formats loaded) while the other loads its first file of another format: the walk
+    raised 'dictionary changed size during iteration'."""
+    import threading
+
+    import corpusprep.formats as formats
+
+    formats.get_format("parquet")
+    monkeypatch.delitem(formats._LOADED, "lines", raising=False)
+    real = FORMAT.let_go
+
+    def meanwhile() -> None:  # the other thread's run plans its first file of lines
+        other = threading.Thread(target=formats.get_format, args=("lines",))
+        other.start()
+        other.join()
+        real()
+
+    monkeypatch.setattr(FORMAT, "let_go", meanwhile)
+    formats.let_go_of_readers()
+    assert "lines" in formats._LOADED

@@ -283,7 +283,7 @@ def let_go_of_readers() -> None:
     from corpusprep.compression import STREAMS
 
     STREAMS.close()
-    for format in _LOADED.values():
+    for format in list(_LOADED.values()):  # (another thread may load one meanwhile)
         format.let_go()
 
 
