@@ -337,11 +337,28 @@ def test_a_rerun_after_a_crash_redoes_only_missing_shards(corpus):
 def test_runs_of_pieces_are_sized_by_the_tasks_an_engine_runs_at_once(pieces):
     """Every engine that says how many tasks it runs at once gets a file's consecutive
     pieces in runs (prepare._runs): local its workers, Slurm its array's parallelism, Ray
-    its cluster's CPUs (in the Ray test below); the bytes are one worker's."""
+    its cluster's CPUs (here from a stand-in for ray.cluster_resources; the Ray test below
+    runs them); the bytes are one worker's."""
+    from corpusprep.executors.ray import RayExecutor
     from corpusprep.executors.slurm import SlurmExecutor
 
     assert LocalExecutor(workers=3).parallelism() == 3
     assert SlurmExecutor(max_parallel=5).parallelism() == 5
+    # as the array is submitted: a submitit parameter given beside it wins
+    assert SlurmExecutor(max_parallel=5, slurm={"array_parallelism": 7}).parallelism() == 7
+    assert SlurmExecutor(slurm={"slurm_array_parallelism": 3}).parallelism() == 3
+
+    class Cluster:  # what ray.cluster_resources() says
+        def __init__(self, cpus):
+            self.cpus = cpus
+
+        def cluster_resources(self):
+            return {"CPU": self.cpus} if self.cpus is not None else {}
+
+    for cpus, per_task, tasks in [(1.0, 0.1, 10), (8.0, 1, 8), (6.0, 4, 1), (None, 1, None)]:
+        ray = RayExecutor(cpus_per_task=per_task)
+        ray._connect = lambda cpus=cpus: Cluster(cpus)
+        assert ray.parallelism() == tasks, (cpus, per_task)
     r = run_cli(*PIECES, "executor.workers=2", "out_dir=pieces_local", cwd=pieces, env=ENV)
     assert r.returncode == 0, r.stderr
     same_as_reference(pieces, "pieces_local", "pieces_reference")

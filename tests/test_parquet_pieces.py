@@ -320,6 +320,11 @@ def test_a_worker_reads_on_only_into_the_next_piece_of_the_same_row_group(tmp_pa
     assert not FORMAT.reads_on(a, segments[2])  # not the next one
     whole = [Segment(file, *p) for p in FORMAT.plan(file, 200_000, None)]  # row groups
     assert len(whole) == 3 and not any(map(FORMAT.reads_on, whole, whole[1:]))
+    # a file gone or damaged since the plan: no run (its reader, in a worker, says so)
+    path.write_bytes(b"PAR1 not any more")
+    assert not FORMAT.reads_on(segments[0], segments[1])
+    path.unlink()
+    assert not FORMAT.reads_on(segments[0], segments[1])
 
 
 def test_a_dry_run_keeps_no_reading_open(tmp_path, monkeypatch):

@@ -103,7 +103,7 @@ class RayExecutor(Executor):
     def parallelism(self) -> Optional[int]:
         """The tasks the cluster's CPUs hold at once (None if it says no CPUs)."""
         cpus = self._connect().cluster_resources().get("CPU", 0)
-        return int(cpus // self.cpus_per_task) or None
+        return int(cpus / self.cpus_per_task + 1e-9) or None  # (1 // 0.1 is 9.0)
 
     def run(
         self, fn: Callable[[T], R], tasks: Sequence[T]

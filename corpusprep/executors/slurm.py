@@ -177,7 +177,9 @@ class SlurmExecutor(Executor):
         self.record = work.parent / RECORD  # the same for every run in out_dir
 
     def parallelism(self) -> int:
-        return self.max_parallel  # the array's tasks that run at once (at most)
+        """The array's tasks that run at once, at most (as submitted: see _executor)."""
+        given = {k.removeprefix("slurm_"): v for k, v in self.extra.items()}
+        return int(given.get("array_parallelism", self.max_parallel))
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "slurm", "partition": self.partition, "max_parallel": self.max_parallel}

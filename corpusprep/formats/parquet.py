@@ -139,7 +139,10 @@ class ParquetFormat(Format):
         is decoded from its start anyway."""
         if before.file != after.file or after.start != before.end:
             return False
-        starts = _group_starts(after.file)
+        try:
+            starts = _group_starts(after.file)
+        except (OSError, UserError):  # gone or damaged since the plan: its reader says so
+            return False
         at = bisect_right(starts, after.start) - 1
         return 0 <= at < len(starts) - 1 and starts[at] < after.start
 
