@@ -71,9 +71,9 @@ def test_a_big_row_group_is_cut_into_pieces_by_rows_that_read_each_row_once(tmp_
 def test_the_process_that_read_a_piece_reads_on_into_the_next(tmp_path, monkeypatch):
     """A piece's reader decodes its row group's pages from their start to skip to its rows;
     the process that read the piece before (the workers take a row group's pieces in runs,
-    prepare._runs) goes on where it ended instead: the pages are decoded once a row group,
-    not once a piece. Pieces read out of order still give exactly their rows, and a piece
-    left unfinished is never read on from."""
+    prepare._runs), or an earlier one of the row group, goes on where it ended instead: the
+    pages are decoded once a row group, not once a piece. Pieces read out of order still
+    give exactly their rows, and a piece left unfinished is never read on from."""
     path = tmp_path / "d.parquet"
     texts = _texts(2500)
     _as_datasets_writes(path, texts, use_dictionary=False)
@@ -93,6 +93,13 @@ def test_the_process_that_read_a_piece_reads_on_into_the_next(tmp_path, monkeypa
     decoded.clear()
     assert [t for p in cut[::-1] for t in _read(file, [p])[::-1]] == texts[::-1]
     assert len(decoded) == len(cut)
+    decoded.clear()  # a later piece of the row group: read on to, the rows between skipped
+    first_group = [p for p in cut if p[1] <= 1000]
+    assert len(first_group) >= 3
+    assert _read(file, first_group[:1] + first_group[2:3]) == (
+        texts[: first_group[0][1]] + texts[first_group[2][0] : first_group[2][1]]
+    )
+    assert decoded == [[0]]
     decoded.clear()  # a piece left unfinished is not read on from
     parts = FORMAT.parts(Segment(file, *cut[0]))
     assert next(parts).whole == texts[0]

@@ -229,10 +229,13 @@ class _Reading:
         """Whether rows are left in the row group read last (the next piece's)."""
         return self.rows is not None and self.rows.at < self.rows.count
 
-    @property
-    def next_row(self) -> int:
-        """The file's row that reading on would read next."""
-        return self.starts[self.rows.group] + self.rows.at if self.rows is not None else -1
+    def reads_on_to(self, row: int) -> bool:
+        """Whether `row` is ahead in the row group being read: reading on (skipping the
+        rows between, as a reader from the row group's start would) reaches it."""
+        if self.rows is None:
+            return False
+        group = self.rows.group
+        return self.starts[group] + self.rows.at <= row < self.starts[group + 1]
 
     def close(self) -> None:
         self.rows = None
@@ -280,9 +283,11 @@ class _ReadOn:
             os.register_at_fork(after_in_child=self._forget)
 
     def take(self, key: tuple, row: int) -> Optional[_Reading]:
-        """The kept reading if it reads the file `key` names on from `row`."""
+        """The kept reading if it reads the file `key` names on to `row` (the next piece's
+        first row, or a later piece's of the same row group: a worker whose run ended
+        there and that gets a later run of the row group skips the rows between)."""
         kept, self.kept = self.kept, None
-        if kept is not None and kept.key == key and kept.next_row == row:
+        if kept is not None and kept.key == key and kept.reads_on_to(row):
             return kept
         if kept is not None:
             kept.close()
