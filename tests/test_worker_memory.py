@@ -168,3 +168,25 @@ def test_glibc_reports_the_heaps_free_bytes_and_the_resident_memory():
     assert abs(heap.resident() - _proc_bytes("/proc/self/status", "VmRSS")) < 4 * MB
     del pins
     heap.trim(0)
+
+
+def test_a_run_keeps_its_freed_heap_between_its_pieces_and_gives_it_back_after(monkeypatch):
+    """A run's shards are consecutive pieces of one file: each takes again what the one
+    before freed, so the heap is not trimmed between them (87 Parquet pieces faulted
+    173,000 pages against 57,000), only after the run, as after any task."""
+    from corpusprep import shards
+    from corpusprep.shards import ShardRun
+
+    heap = _FakeHeap(float("inf"), 61 * MB)  # as much free as can be: any check trims
+    monkeypatch.setattr(executors, "_heap", heap)
+    encoded = []
+
+    def encode_shard(task):
+        encoded.append((task, len(heap.trims)))  # the trims before each piece
+        return task
+
+    monkeypatch.setattr(shards, "encode_shard", encode_shard)
+    run = ShardRun(("piece 0", "piece 1", "piece 2"))
+    assert executors._Guarded(shards.encode_run)(run) == list(run.tasks)
+    assert encoded == [("piece 0", 0), ("piece 1", 0), ("piece 2", 0)]
+    assert heap.trims == [0]  # once, after the run
