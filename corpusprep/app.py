@@ -238,9 +238,29 @@ def _complete_the_command() -> None:
               f"is not on PATH; {fix}", file=sys.stderr)  # fmt: skip
 
 
+def _register_search_path_plugin() -> None:
+    """corpusprep's search-path plugin (installed plugins' configs: tokenizer=acme_bpe),
+    registered with Hydra by hand where Hydra's own scan missed it: an editable install
+    (pip install -e .) maps hydra_plugins.corpusprep_searchpath with an import hook that
+    the scan (pkgutil over the hydra_plugins folders) never sees, and a checkout run with
+    PYTHONPATH has no hydra_plugins module at all."""
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.search_path_plugin import SearchPathPlugin
+
+    try:
+        from hydra_plugins.corpusprep_searchpath import CorpusprepSearchPathPlugin
+    except ImportError:
+        from corpusprep._hydra_searchpath import CorpusprepSearchPathPlugin
+    plugins = Plugins.instance()
+    name = CorpusprepSearchPathPlugin.__name__
+    if all(found.__name__ != name for found in plugins.discover(SearchPathPlugin)):
+        plugins.register(CorpusprepSearchPathPlugin)
+
+
 def _compose_and_run() -> None:
     import hydra  # only here: a command whose config is kept never imports Hydra
 
+    _register_search_path_plugin()
     task = hydra.main(version_base="1.3", config_path=config_path(), config_name="config")
     stderr = sys.stderr
     hydra_stderr = sys.stderr = _HydraStderr(stderr)

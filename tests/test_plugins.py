@@ -59,3 +59,23 @@ def test_other_hydra_apps_do_not_see_corpusprep_plugins(tmp_path, installed):
                        capture_output=True, text=True, env={**os.environ, **installed})  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "corpusprep" not in r.stdout
+
+
+def test_the_search_path_plugin_is_registered_where_hydras_scan_misses_it(monkeypatch):
+    """An editable install (pip install -e .) maps hydra_plugins.corpusprep_searchpath with
+    an import hook that Hydra's scan of the hydra_plugins folders never sees: installed
+    plugins' configs went unfound (`Could not find 'tokenizer/example_codepoint'`). The
+    command line registers it then, once."""
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.search_path_plugin import SearchPathPlugin
+
+    from corpusprep.app import _register_search_path_plugin
+
+    plugins = Plugins.instance()
+    scanned = [c for c in plugins.discover(SearchPathPlugin)
+               if c.__name__ != "CorpusprepSearchPathPlugin"]  # fmt: skip
+    monkeypatch.setitem(plugins.plugin_type_to_subclass_list, SearchPathPlugin, scanned)
+    _register_search_path_plugin()
+    _register_search_path_plugin()
+    names = [c.__name__ for c in plugins.discover(SearchPathPlugin)]
+    assert names.count("CorpusprepSearchPathPlugin") == 1
