@@ -189,6 +189,33 @@ def compose(*overrides: str):
         return hydra_compose(config_name="config", overrides=list(overrides))
 
 
+def runs_for_each_worker_count(monkeypatch, tmp_path: Path, *overrides: str,
+                               workers=(1, 2, 3)) -> list[tuple[dict, dict, dict]]:  # fmt: skip
+    """corpusprep.prepare(OVERRIDES) with each worker count, in-process: per count, the
+    lengths of the runs the workers were given by pass ({"scan": [...], "encode": [...]},
+    as prepare._in_runs made them), the *.bin files made and the manifest."""
+    import corpusprep.prepare as prepare_module
+
+    real, runs = prepare_module._in_runs, {"scan": [], "encode": []}
+
+    def recorded(items, count, shard_of):
+        made = real(items, count, shard_of)
+        runs["scan" if shard_of is prepare_module._itself else "encode"].extend(map(len, made))
+        return made
+
+    monkeypatch.setattr(prepare_module, "_in_runs", recorded)
+    results = []
+    for count in workers:
+        out = tmp_path / f"out{count}"
+        manifest = prepare_module.prepare(compose(*overrides, f"executor.workers={count}",
+                                                  f"out_dir={out}", "quiet=true"))  # fmt: skip
+        files = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*.bin")}
+        results.append(({name: list(lengths) for name, lengths in runs.items()}, files, manifest))
+        runs["scan"].clear()
+        runs["encode"].clear()
+    return results
+
+
 @contextlib.contextmanager
 def without_kept_copies(monkeypatch):
     """Tokenizers as they were before they kept a copy: a file given to tokenizer=hf or a tiktoken

@@ -410,36 +410,20 @@ def test_a_compressed_file_removed_between_pieces_is_one_line(tmp_path):
 def test_runs_of_pieces_leave_the_files_as_they_were(tmp_path: Path, monkeypatch):
     """Workers take consecutive pieces of a compressed file in runs (prepare._runs), whose
     size depends on the workers: the files, the shards and the manifest's counts do not."""
-    from helpers import compose
-
-    import corpusprep.prepare as prepare_module
-    from corpusprep.prepare import prepare
+    from helpers import runs_for_each_worker_count
 
     data = b"\n".join(_rows(3000)) + b"\n"
     stream = zstandard.ZstdCompressor().compressobj()  # no content size: a guessed size
     (tmp_path / "a.jsonl.zst").write_bytes(zstandard.compress(data))
     (tmp_path / "b.jsonl.zst").write_bytes(zstandard.compress(b"\n".join(_rows(3000)[::-1])))
     (tmp_path / "c.jsonl.zst").write_bytes(stream.compress(data) + stream.flush())
-    runs = []
-    real = prepare_module._runs
-
-    def recorded(tasks, workers):  # the runs the workers are given
-        made = real(tasks, workers)
-        runs.extend(len(run.tasks) for run in made)
-        return made
-
-    monkeypatch.setattr(prepare_module, "_runs", recorded)
     made = []
-    for workers in (1, 2, 3):
-        runs.clear()
-        out = tmp_path / f"out{workers}"
-        manifest = prepare(compose("source=files", f"source.glob={tmp_path}/*.jsonl.zst",
-                                   "tokenizer=tiktoken", "shard_bytes=4000", "eot=prepend",
-                                   f"executor.workers={workers}", f"out_dir={out}",
-                                   "quiet=true"))  # fmt: skip
-        assert max(runs) > 1 and min(runs) == 1, runs
-        made.append(({p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*.bin")},
-                     manifest["shards"]["count"], manifest["documents"]))  # fmt: skip
+    for runs, files, manifest in runs_for_each_worker_count(
+        monkeypatch, tmp_path, "source=files", f"source.glob={tmp_path}/*.jsonl.zst",
+        "tokenizer=tiktoken", "shard_bytes=4000", "eot=prepend",
+    ):  # fmt: skip
+        assert max(runs["encode"]) > 1 and min(runs["encode"]) == 1, runs
+        made.append((files, manifest["shards"]["count"], manifest["documents"]))
     assert made[0] == made[1] == made[2]
     assert made[0][1] > 2 * MAX_PIECES
 
@@ -450,34 +434,18 @@ def test_the_scan_takes_pieces_in_runs_too(tmp_path: Path, monkeypatch, split_by
     as the encode pass does, and takes a compressed file's consecutive pieces in runs too:
     with shards handed out one by one, each of many workers decompressed the whole file to
     skip to its own pieces. The files and counts are the same for any workers."""
-    from helpers import compose
-
-    import corpusprep.prepare as prepare_module
-    from corpusprep.prepare import prepare
+    from helpers import runs_for_each_worker_count
 
     (tmp_path / "a.jsonl.zst").write_bytes(zstandard.compress(b"\n".join(_rows(3000)) + b"\n"))
     (tmp_path / "b.jsonl.zst").write_bytes(zstandard.compress(b"\n".join(_rows(2000)[::-1])))
-    scanned = []
-    real = prepare_module._in_runs
-
-    def recorded(items, workers, shard_of):  # the scan's runs, as the workers get them
-        made = real(items, workers, shard_of)
-        if shard_of is prepare_module._itself:  # (the encode pass's: of its tasks)
-            scanned.extend(len(run) for run in made)
-        return made
-
-    monkeypatch.setattr(prepare_module, "_in_runs", recorded)
     made = []
-    for workers in (1, 2, 3):
-        scanned.clear()
-        out = tmp_path / f"out{workers}"
-        manifest = prepare(compose("source=files", f"source.glob={tmp_path}/*.jsonl.zst",
-                                   "tokenizer=tiktoken", "shard_bytes=4000", "eot=prepend",
-                                   f"split_by={split_by}", f"executor.workers={workers}",
-                                   f"out_dir={out}", "quiet=true"))  # fmt: skip
+    for runs, files, manifest in runs_for_each_worker_count(
+        monkeypatch, tmp_path, "source=files", f"source.glob={tmp_path}/*.jsonl.zst",
+        "tokenizer=tiktoken", "shard_bytes=4000", "eot=prepend", f"split_by={split_by}",
+    ):  # fmt: skip
+        scanned = runs["scan"]
         assert max(scanned) > 1 and sum(scanned) == manifest["shards"]["count"], scanned
-        made.append(({p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*.bin")},
-                     manifest["shards"]["count"], manifest["documents"],
+        made.append((files, manifest["shards"]["count"], manifest["documents"],
                      manifest["chars"]))  # fmt: skip
     assert made[0] == made[1] == made[2]
     assert made[0][1] > MAX_PIECES

@@ -276,34 +276,19 @@ def test_a_row_groups_pieces_go_to_workers_in_runs_and_the_files_stay_the_same(
     """The workers take consecutive pieces of a row group in runs (prepare._runs), each
     reading on where the piece before ended; how long the runs are depends on the workers,
     the files, the shards and the manifest's counts do not."""
-    from helpers import compose
-
-    import corpusprep.prepare as prepare_module
-    from corpusprep.prepare import prepare
+    from helpers import runs_for_each_worker_count
 
     _as_datasets_writes(tmp_path / "a.parquet", _texts(1500, seed=4), use_dictionary=False)
     _as_datasets_writes(tmp_path / "b.parquet", _texts(700, seed=5), rows=700,
                         use_dictionary=False)  # fmt: skip
-    runs = []
-    real = prepare_module._runs
-
-    def recorded(tasks, workers):  # the runs the workers are given
-        made = real(tasks, workers)
-        runs.extend(len(run.tasks) for run in made)
-        return made
-
-    monkeypatch.setattr(prepare_module, "_runs", recorded)
     made = []
-    for workers in (1, 2, 3):
-        runs.clear()
-        out = tmp_path / f"out{workers}"
-        manifest = prepare(compose("source=files", f"source.glob={tmp_path}/*.parquet",
-                                   "tokenizer=tiktoken", "shard_bytes=40000", "eot=prepend",
-                                   f"executor.workers={workers}", f"out_dir={out}",
-                                   "quiet=true"))  # fmt: skip
-        assert max(runs) > 1, runs
-        made.append(([(out / name).read_bytes() for name in OUTPUTS],
-                     manifest["shards"]["count"], manifest["documents"]))  # fmt: skip
+    for runs, files, manifest in runs_for_each_worker_count(
+        monkeypatch, tmp_path, "source=files", f"source.glob={tmp_path}/*.parquet",
+        "tokenizer=tiktoken", "shard_bytes=40000", "eot=prepend",
+    ):  # fmt: skip
+        assert max(runs["encode"]) > 1, runs
+        made.append(([files[name] for name in OUTPUTS], manifest["shards"]["count"],
+                     manifest["documents"]))  # fmt: skip
     assert made[0] == made[1] == made[2]
     assert made[0][1] > 2 * MAX_PIECES
 
