@@ -374,7 +374,10 @@ def cli() -> NoReturn:
     then the end Python gives a process, but without freeing every object of Hydra,
     OmegaConf and the encoder one by one (a quarter of a second of every run). A bug's
     traceback still ends the process the usual way."""
+    from corpusprep.memory import lean_allocation
+
     quiet_blas()
+    lean_allocation()  # (before pyarrow is imported)
     try:
         main()
     except SystemExit as e:

@@ -866,10 +866,11 @@ def git_blob_sha1(path: Path) -> str:
 
 
 def _digest_of(f: BinaryIO, digest: Any, stop: Optional[threading.Event], path: Path) -> str:
-    while chunk := f.read(1 << 22):
+    chunk = memoryview(bytearray(1 << 22))  # one buffer: a block this big is mapped afresh
+    while size := f.readinto(chunk):  # each time it is allocated (memory.lean_allocation)
         if stop is not None and stop.is_set():
             raise InterruptedError(f"{path}: hashing stopped")
-        digest.update(chunk)
+        digest.update(chunk[:size])
     return digest.hexdigest()
 
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from corpusprep import executors
+from corpusprep import executors, memory
 from corpusprep.executors.local import LocalExecutor
 
 
@@ -71,7 +71,7 @@ def test_memory_freed_by_a_task_goes_back_before_the_next(workers):
 
 def test_without_the_trim_the_memory_stays(monkeypatch):
     """The check above can fail: in one process without the trim, the freed blocks stay."""
-    monkeypatch.setattr(executors, "_heap", False)
+    monkeypatch.setattr(memory, "_heap", False)
     with LocalExecutor(workers=1) as executor:
         held = list(executor.map(_fragmenting_task, list(range(3))))
     assert held[1] - held[0] > 40 * MB, [h // MB for h in held]
@@ -148,15 +148,15 @@ def test_a_worker_keeps_a_fifth_of_its_memory_free_for_the_next_task(
     for the next shard instead of being faulted back in; 13 MB left free by a char worker
     of 43 MB goes back, and so do 64 MB in a 500 MB process (workers=1 runs in the driver)."""
     heap = _FakeHeap(free, resident)
-    monkeypatch.setattr(executors, "_heap", heap)
-    executors.release_freed_memory()
+    monkeypatch.setattr(memory, "_heap", heap)
+    memory.release_freed_memory()
     assert heap.trims == ([0] if trimmed else [])
 
 
 def test_glibc_reports_the_heaps_free_bytes_and_the_resident_memory():
     """mallinfo2 is read as glibc lays it out: 64 MB freed in holes shows as free, and
     resident memory as /proc/self/status says it."""
-    heap = executors._GlibcHeap.load()
+    heap = memory._GlibcHeap.load()
     assert heap is not None
     if heap.free() == float("inf"):
         pytest.skip("glibc before 2.33: no mallinfo2 (trimmed after every task)")
@@ -178,7 +178,7 @@ def test_a_run_keeps_its_freed_heap_between_its_pieces_and_gives_it_back_after(m
     from corpusprep.shards import ShardRun
 
     heap = _FakeHeap(float("inf"), 61 * MB)  # as much free as can be: any check trims
-    monkeypatch.setattr(executors, "_heap", heap)
+    monkeypatch.setattr(memory, "_heap", heap)
     encoded = []
 
     def encode_shard(task):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, TypeVar, Union
 
 from corpusprep.errors import TaskFailed, UserError, checked_number
+from corpusprep.memory import lean_allocation, release_freed_memory
 from corpusprep.writer import NO_SPACE
 
 T = TypeVar("T")
@@ -59,8 +60,11 @@ class _Guarded:
 
     def __init__(self, fn: Callable[[Any], Any]) -> None:
         self.fn = fn
+        self.driver = os.getpid()
 
     def __call__(self, task: Any) -> Any:
+        if os.getpid() != self.driver:  # a worker is corpusprep's own process, even one
+            lean_allocation()  # forked from a library's caller
         try:
             return self.fn(task)
         except UserError as e:
@@ -73,72 +77,6 @@ class _Guarded:
             raise
         finally:
             release_freed_memory()
-
-
-_heap: Any = None  # _GlibcHeap once looked up; False: not glibc
-KEEP_FREE = 0.2  # of a worker's resident memory: free heap it keeps for its next task...
-KEEP_FREE_MAX = 16 << 20  # ... and never more: a big process (workers=1 runs in the driver)
-
-
-def release_freed_memory() -> None:
-    """Give the heap's free pages back to the system after a task (glibc's malloc_trim)
-    once more than KEEP_FREE of the worker's memory (at most KEEP_FREE_MAX) is free heap.
-    A task frees nearly all it made, but glibc keeps the freed blocks, and over 120 shards
-    of a 1 GB text each worker grew by 12 MB (bench/bench_scale.py). Not after every task:
-    the next one takes those pages again, and faulting them back in cost a 50 MB BPE run
-    with splintr a tenth of its encode time (9 MB free of a 61 MB worker after each 1 MB
-    shard), where the char tokenizer's workers at times keep 13 MB free of 43. A no-op
-    elsewhere."""
-    global _heap
-    if _heap is None:
-        _heap = _GlibcHeap.load() or False
-    if not _heap:
-        return
-    free = _heap.free()  # /proc is read only when the cap does not decide alone
-    if free > KEEP_FREE_MAX or free > KEEP_FREE * _heap.resident():
-        _heap.trim(0)
-
-
-class _GlibcHeap:
-    """glibc's malloc_trim, and the heap's free bytes (mallinfo2's fordblks: glibc 2.33
-    on; before it, free() reports everything free, so the heap is trimmed after every
-    task), against the process's resident memory (Linux's /proc/self/statm)."""
-
-    FIELDS = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
-
-    def __init__(self, trim: Any, mallinfo2: Any) -> None:
-        self.trim, self._mallinfo2 = trim, mallinfo2
-        self._page = os.sysconf("SC_PAGE_SIZE")
-
-    @classmethod
-    def load(cls) -> Optional[_GlibcHeap]:
-        import ctypes
-
-        try:
-            libc = ctypes.CDLL(None)
-            trim = libc.malloc_trim
-        except (AttributeError, OSError):  # not glibc
-            return None
-        try:
-            mallinfo2 = libc.mallinfo2
-        except AttributeError:
-            return cls(trim, None)
-
-        class Mallinfo2(ctypes.Structure):
-            _fields_ = [(name, ctypes.c_size_t) for name in cls.FIELDS.split()]
-
-        mallinfo2.restype = Mallinfo2
-        return cls(trim, mallinfo2)
-
-    def free(self) -> float:
-        return float("inf") if self._mallinfo2 is None else self._mallinfo2().fordblks
-
-    def resident(self) -> int:
-        try:
-            with open("/proc/self/statm", "rb") as statm:
-                return int(statm.read().split()[1]) * self._page
-        except (OSError, IndexError, ValueError):  # no /proc: trimmed after every task
-            return 0
 
 
 def checked_retries(value: Any, key: str = "executor.retries") -> int:

@@ -17,6 +17,7 @@ from typing import Any, Optional
 from corpusprep.errors import UserError
 from corpusprep.formats import MAX_PIECES, SKIPPED, Format, InputFile, Part, Segment
 from corpusprep.formats.parquet_pages import Pages, read_pages
+from corpusprep.memory import lean_heap
 
 BATCH_ROWS = 1024
 BATCH_BYTES = 1 << 22  # the most text a batch of rows holds (a text longer than this: alone)
@@ -121,6 +122,7 @@ class ParquetFormat(Format):
         return shards or [(0, 0, file.size)]
 
     def parts(self, segment: Segment) -> Iterator[Part]:
+        lean_heap()
         with _system_pool():
             key = _identity(segment.file)
             reading = _READ_ON.take(key, segment.start) or _Reading(segment.file, key)
