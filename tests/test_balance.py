@@ -227,6 +227,41 @@ def test_the_last_pieces_run_first(tmp_path: Path):
     assert [t.shard.index for t in ranked] == [2, 0, 1, 3, 4]
 
 
+def test_the_longest_shards_run_first_and_a_files_pieces_stay_together(tmp_path: Path):
+    """Uneven shards (Parquet row groups held whole: 13, 15, 2, 18, 20, 9 and 19 MB in
+    the benchmark's two files) are taken longest first, so the short ones even out the
+    workers at the end: in plan order, one of 2 workers had 54 MB to encode, the other
+    42. Shards of about the same size keep the plan order, and a file's consecutive
+    pieces stay together (its last one shorter), for one worker to read on through."""
+    from corpusprep.formats import InputFile, Segment
+    from corpusprep.prepare import _taking_order
+    from corpusprep.shards import EncodeTask, Shard
+
+    sizes = [13, 15, 2, 18, 20, 9, 19]
+    whole = [Shard(i, (Segment(InputFile(f"{i}.txt", "text", size=n), 0, n, n),))
+             for i, n in enumerate(sizes)]  # fmt: skip
+    tasks = [EncodeTask(shard, None) for shard in whole]
+    order = [t.shard.index for t in _taking_order(tasks)]
+    assert order == [4, 3, 6, 1, 0, 5, 2]
+    busy = [0, 0]  # each worker takes the next shard when it is free
+    for i in order:
+        busy[busy.index(min(busy))] += sizes[i]
+    assert max(busy) == 48  # (of 96)
+
+    from corpusprep.formats import STREAM_END
+
+    data = b"".join(b'{"text": "%d"}\n' % i for i in range(20_000))
+    packed = tmp_path / "a.jsonl.zst"
+    packed.write_bytes(zstandard.compress(data))
+    file = InputFile(str(packed), "jsonl", "zstd", packed.stat().st_size)
+    pieces = [(0, 100_000, 100_000), (100_000, 200_000, 100_000), (200_000, STREAM_END, 9)]
+    shards = [Shard(i, (Segment(file, a, b, n),)) for i, (a, b, n) in enumerate(pieces)]
+    small = InputFile("b.txt", "text", size=50_000)
+    shards.append(Shard(3, (Segment(small, 0, 50_000, 50_000),)))
+    tasks = [EncodeTask(shard, None) for shard in shards]
+    assert [t.shard.index for t in _taking_order(tasks)] == [0, 1, 2, 3]
+
+
 def test_a_small_corpus_is_still_cut_into_enough_shards(tmp_path: Path):
     """Under 64 shards of shard_bytes, shards shrink (to 1 MiB at least), so that uneven
     text still spreads over the workers; the size comes from the input alone."""
