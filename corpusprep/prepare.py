@@ -496,7 +496,10 @@ def encode(run: Run) -> None:
             (work / INPUTS).unlink(missing_ok=True)  # an earlier run's: of other bytes
             hashing = Meanwhile(partial(_hash_and_record, run, whole))
         runs = _runs(todo, run.executor.parallelism() if todo else None)
-        fresh = (result for results in run.executor.map(encode_run, runs) for result in results)
+        # an input's error is said of the earliest shard in the input, not in taking order
+        ranks = [r.tasks[0].shard.index for r in runs]
+        fresh = (result for results in run.executor.map(encode_run, runs, ranks)
+                 for result in results)  # fmt: skip
         if work is None:  # shards write in place (no resume): the input's sha256 while the
             # workers encode, not before they start, and the outputs' as they are written
             hashing = Meanwhile(lambda: _all_hashes(run))

@@ -262,6 +262,26 @@ def test_the_longest_shards_run_first_and_a_files_pieces_stay_together(tmp_path:
     assert [t.shard.index for t in _taking_order(tasks)] == [0, 1, 2, 3]
 
 
+def test_the_error_said_is_the_first_in_the_input_whatever_order_shards_are_taken(tmp_path):
+    """Shards are taken longest first (and a guessed compressed file's last piece before
+    them), but of two bad lines the run names the one earlier in the input, as a run in
+    plan order did: here the second file's long shards are taken before the first file's
+    short last one, where its bad line is."""
+    from helpers import compose
+
+    from corpusprep.errors import UserError
+    from corpusprep.prepare import prepare
+
+    line = json.dumps({"text": "a document of some words " * 4}) + "\n"
+    (tmp_path / "a.jsonl").write_text(line * 250 + "{not json\n")  # 30 KB: 20 + 10 KB
+    (tmp_path / "b.jsonl").write_text("{not json either\n" + line * 400)  # 2 x 20 KB
+    for workers in (1, 2):
+        with pytest.raises(UserError, match=r"a\.jsonl:251"):
+            prepare(compose("source=files", f"source.glob={tmp_path}/*.jsonl", "tokenizer=byte",
+                            "shard_bytes=20000", f"executor.workers={workers}",
+                            f"out_dir={tmp_path / str(workers)}", "quiet=true"))  # fmt: skip
+
+
 def test_a_small_corpus_is_still_cut_into_enough_shards(tmp_path: Path):
     """Under 64 shards of shard_bytes, shards shrink (to 1 MiB at least), so that uneven
     text still spreads over the workers; the size comes from the input alone."""

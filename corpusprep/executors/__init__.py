@@ -101,9 +101,12 @@ def _settled(outcome: Any) -> Any:
     return outcome
 
 
-def _settled_before(index: int, remaining: dict, done: dict, failed: dict, refused: dict) -> bool:
-    """Whether every task before `index` has ended (handed over, done, failed or refused)."""
-    return all(i >= index or i in done or i in failed or i in refused for i in remaining)
+def _settled_before(index: int, remaining: dict, done: dict, failed: dict, refused: dict,
+                    rank: Sequence[int]) -> bool:  # fmt: skip
+    """Whether every task ranked before `index` has ended (handed over, done, failed or
+    refused)."""
+    return all(rank[i] >= rank[index] or i in done or i in failed or i in refused
+               for i in remaining)  # fmt: skip
 
 
 class Executor(ABC):
@@ -123,11 +126,19 @@ class Executor(ABC):
         task goes alone."""
         return None
 
-    def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> Iterator[R]:
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T],
+            ranks: Optional[Sequence[int]] = None) -> Iterator[R]:  # fmt: skip
         """fn on every task; results in task order (never finishing order). A task that
         fails more than `retries` times is run once more by itself where its failures may
-        have been a neighbour's (run_alone) before the run gives up on it."""
+        have been a neighbour's (run_alone) before the run gives up on it. Of the input's
+        errors, the earliest task's is said, by `ranks` where given (the tasks' places in
+        the input, when they are taken in another order), else by task order."""
         guarded = _Guarded(fn)
+        rank = list(range(len(tasks))) if ranks is None else list(ranks)
+
+        def earliest(refused: dict) -> int:
+            return min(refused, key=rank.__getitem__)
+
         remaining = dict(enumerate(tasks))
         attempts = dict.fromkeys(remaining, 0)
         done: dict[int, R] = {}
@@ -155,10 +166,11 @@ class Executor(ABC):
                     following += 1
                 # the error the earliest task raises, once every task before it has ended,
                 # not the first to arrive: which is first depends on the workers
-                if refused and _settled_before(min(refused), remaining, done, failed, refused):
-                    raise refused[min(refused)]
+                if refused and _settled_before(earliest(refused), remaining, done, failed,
+                                               refused, rank):  # fmt: skip
+                    raise refused[earliest(refused)]
             if refused:
-                raise refused[min(refused)]
+                raise refused[earliest(refused)]
             if not_run and not failed and len(not_run) == len(order):  # none could start:
                 failed = dict.fromkeys(not_run, RuntimeError("the workers did not start"))
             for index, error in failed.items():
