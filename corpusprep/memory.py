@@ -55,7 +55,7 @@ def _glibc() -> Any:
         libc = ctypes.CDLL(None)
         libc.mallopt, libc.malloc_trim  # noqa: B018 (not glibc: missing)
         return libc
-    except (AttributeError, OSError):
+    except (AttributeError, OSError, TypeError):  # (Windows: no CDLL(None), a TypeError)
         return None
 
 
