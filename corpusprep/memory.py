@@ -31,16 +31,25 @@ def lean_heap() -> None:
     it decoded (16 MB each where texts are 16 KB). 100 MB of Parquet on 2 workers: 383 MB
     (PSS, whole tree) against 278 MB with this and lean_allocation; the same time. Not
     for other input: char's blocks of a few MB each, faulted in afresh every time, cost it
-    a tenth of its time. Not if the user set glibc's MALLOC_MMAP_THRESHOLD_."""
+    a tenth of its time. Not if the user set glibc's MALLOC_MMAP_THRESHOLD_ (or its
+    tunable; a trim threshold of the user's is kept too)."""
     global _lean
     if _lean == os.getpid() or _ours != os.getpid():  # (a forked worker: it is ours too,
         return  # once _Guarded says so)
     _lean = os.getpid()
     libc = _glibc()
-    if libc is not None and "MALLOC_MMAP_THRESHOLD_" not in os.environ:
+    if libc is not None and not _chosen("MALLOC_MMAP_THRESHOLD_", "mmap_threshold"):
         M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # (malloc.h)
         libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-        libc.mallopt(M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD)  # what glibc's own rule sets
+        if not _chosen("MALLOC_TRIM_THRESHOLD_", "trim_threshold"):
+            libc.mallopt(M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD)  # what glibc's own rule sets
+
+
+def _chosen(variable: str, tunable: str) -> bool:
+    """Whether the user gave glibc this setting: as its MALLOC_*_ variable, or as a tunable
+    (GLIBC_TUNABLES=glibc.malloc.NAME=VALUE:...)."""
+    tunables = os.environ.get("GLIBC_TUNABLES", "").split(":")
+    return variable in os.environ or any(t.startswith(f"glibc.malloc.{tunable}=") for t in tunables)
 
 
 _ours: Optional[int] = None  # the process lean_allocation was called in

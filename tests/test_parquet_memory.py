@@ -135,7 +135,8 @@ def libc(monkeypatch) -> _Libc:
     fake = _Libc()
     monkeypatch.setattr(memory, "_glibc", lambda: fake)
     monkeypatch.setattr(memory, "_lean", None)
-    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    for chosen in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"):
+        monkeypatch.delenv(chosen, raising=False)
     return fake
 
 
@@ -154,6 +155,26 @@ def test_lean_heap_leaves_a_callers_process_and_a_users_choice_alone(libc, monke
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", str(MB))  # the user's choice
     memory.lean_heap()
     assert libc.calls == []
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "kept"),
+    [
+        ("GLIBC_TUNABLES", f"glibc.malloc.mmap_threshold={MB}", []),  # glibc's own spelling
+        ("GLIBC_TUNABLES", f"glibc.malloc.arena_max=2:glibc.malloc.trim_threshold={MB}",
+         [(-3, memory.MMAP_THRESHOLD)]),
+        ("MALLOC_TRIM_THRESHOLD_", str(MB), [(-3, memory.MMAP_THRESHOLD)]),
+        ("GLIBC_TUNABLES", "glibc.malloc.arena_max=2", None),  # (not a threshold: set)
+    ],
+)  # fmt: skip
+def test_lean_heap_keeps_the_users_glibc_thresholds_however_set(libc, monkeypatch, variable,
+                                                                value, kept):  # fmt: skip
+    """A threshold the user gave glibc (as a MALLOC_* variable or as a tunable) stays."""
+    monkeypatch.setattr(memory, "_ours", os.getpid())
+    monkeypatch.setenv(variable, value)
+    memory.lean_heap()
+    every = [(-3, memory.MMAP_THRESHOLD), (-1, 2 * memory.MMAP_THRESHOLD)]
+    assert libc.calls == (every if kept is None else kept)
 
 
 @pytest.mark.parametrize("chosen", [None, "mimalloc"])
