@@ -886,7 +886,9 @@ def _taking_order(tasks: list[EncodeTask]) -> list[EncodeTask]:
     classes: list[int] = []  # a file's next piece goes with the piece before, whatever its size
     for i, task in enumerate(tasks):
         follows = i > 0 and _follows(task.shard, tasks[i - 1].shard)
-        classes.append(classes[-1] if follows else task.shard.nbytes * SIZE_CLASSES // largest)
+        # the largest is of the top eighth's class, not of a class of its own
+        size = min(task.shard.nbytes * SIZE_CLASSES // largest, SIZE_CLASSES - 1)
+        classes.append(classes[-1] if follows else size)
     order = sorted(range(len(tasks)), key=lambda i: (_runs_long(tasks[i]), classes[i]),
                    reverse=True)  # fmt: skip
     return [tasks[i] for i in order]
