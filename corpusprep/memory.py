@@ -12,8 +12,9 @@ MMAP_THRESHOLD = 2 << 20  # a block this big or bigger is mapped on its own: giv
 
 
 def lean_allocation() -> None:
-    """This process is corpusprep's own (the command line's, or a worker's): its allocators
-    may be set for corpusprep's sake (a library's caller keeps its own settings). pyarrow's
+    """This process is corpusprep's own (the command line's, or one of its workers): its
+    allocators may be set for corpusprep's sake (a library's caller, and the workers it
+    runs tasks on, keep their own settings). pyarrow's
     buffers come from the C allocator (lean_heap), not mimalloc, which keeps what it freed:
     set before pyarrow is imported, as its C++ code reads it once (formats/parquet.py sets
     pyarrow's Python-level pool itself). Not if the user chose otherwise."""
@@ -21,6 +22,11 @@ def lean_allocation() -> None:
     _ours = os.getpid()
     if "pyarrow" not in sys.modules:
         os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+
+
+def is_ours() -> bool:
+    """Whether lean_allocation was called in this process."""
+    return _ours == os.getpid()
 
 
 def lean_heap() -> None:
@@ -34,8 +40,8 @@ def lean_heap() -> None:
     a tenth of its time. Not if the user set glibc's MALLOC_MMAP_THRESHOLD_ (or its
     tunable; a trim threshold of the user's is kept too)."""
     global _lean
-    if _lean == os.getpid() or _ours != os.getpid():  # (a forked worker: it is ours too,
-        return  # once _Guarded says so)
+    if _lean == os.getpid() or not is_ours():  # (a forked worker: once _Guarded says so)
+        return
     _lean = os.getpid()
     libc = _glibc()
     if libc is not None and not _chosen("MALLOC_MMAP_THRESHOLD_", "mmap_threshold"):

@@ -191,12 +191,15 @@ def test_pyarrow_allocates_with_the_c_allocator_unless_the_user_chose(chosen):
 
 
 def _is_ours(_: int) -> bool:
-    return memory._ours == os.getpid()
+    return memory.is_ours()
 
 
-def test_a_worker_is_ours_and_a_library_callers_process_is_not(monkeypatch):
-    monkeypatch.setattr(memory, "_ours", None)  # this test's process: a library's caller
+def test_the_command_lines_workers_are_ours_and_a_library_callers_are_not(monkeypatch):
+    monkeypatch.setattr(memory, "_ours", os.getpid())  # the command line's process
     with LocalExecutor(workers=2) as executor:
         assert list(executor.map(_is_ours, [0, 1, 2])) == [True] * 3
+    monkeypatch.setattr(memory, "_ours", None)  # a library's caller's: its workers (its
+    with LocalExecutor(workers=2) as executor:  # own Ray workers too) keep its allocators
+        assert list(executor.map(_is_ours, [0, 1, 2])) == [False] * 3
     with LocalExecutor(workers=1) as executor:  # in the caller's process
         assert list(executor.map(_is_ours, [0])) == [False]

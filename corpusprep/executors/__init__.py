@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, TypeVar, Union
 
 from corpusprep.errors import TaskFailed, UserError, checked_number
-from corpusprep.memory import lean_allocation, release_freed_memory
+from corpusprep.memory import is_ours, lean_allocation, release_freed_memory
 from corpusprep.writer import NO_SPACE
 
 T = TypeVar("T")
@@ -61,10 +61,13 @@ class _Guarded:
     def __init__(self, fn: Callable[[Any], Any]) -> None:
         self.fn = fn
         self.driver = os.getpid()
+        # the command line's workers are set up as it is; a library caller's (its own Ray
+        # workers too, which run its other tasks) keep their allocators
+        self.lean = is_ours()
 
     def __call__(self, task: Any) -> Any:
-        if os.getpid() != self.driver:  # a worker is corpusprep's own process, even one
-            lean_allocation()  # forked from a library's caller
+        if self.lean and os.getpid() != self.driver:
+            lean_allocation()
         try:
             return self.fn(task)
         except UserError as e:
