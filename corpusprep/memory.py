@@ -14,10 +14,10 @@ MMAP_THRESHOLD = 2 << 20  # a block this big or bigger is mapped on its own: giv
 def lean_allocation() -> None:
     """This process is corpusprep's own (the command line's, or one of its workers): its
     allocators may be set for corpusprep's sake (a library's caller, and the workers it
-    runs tasks on, keep their own settings). pyarrow's
-    buffers come from the C allocator (lean_heap), not mimalloc, which keeps what it freed:
-    set before pyarrow is imported, as its C++ code reads it once (formats/parquet.py sets
-    pyarrow's Python-level pool itself). Not if the user chose otherwise."""
+    runs tasks on, keep their own settings). pyarrow's buffers come from the C allocator
+    (lean_heap), not mimalloc, which keeps what it freed: set before pyarrow is imported,
+    as its C++ code reads it once (formats/parquet.py sets pyarrow's Python-level pool
+    itself). Not if the user chose otherwise."""
     global _ours
     _ours = os.getpid()
     if "pyarrow" not in sys.modules:

@@ -867,7 +867,7 @@ def git_blob_sha1(path: Path) -> str:
 
 def _digest_of(f: BinaryIO, digest: Any, stop: Optional[threading.Event], path: Path) -> str:
     chunk = memoryview(bytearray(1 << 22))  # one buffer: a block this big is mapped afresh
-    while size := f.readinto(chunk):  # each time it is allocated (memory.lean_allocation)
+    while size := f.readinto(chunk):  # each time it is allocated (memory.lean_heap)
         if stop is not None and stop.is_set():
             raise InterruptedError(f"{path}: hashing stopped")
         digest.update(chunk[:size])
