@@ -34,8 +34,8 @@ def lean_heap() -> None:
     block of MMAP_THRESHOLD or more on its own and unmaps it when freed. By default glibc
     raises that threshold to the largest block freed (up to 32 MB), and then such blocks
     come from a heap that keeps the pages freed, and each worker holds the largest pages
-    it decoded (16 MB each where texts are 16 KB). 100 MB of Parquet on 2 workers: 383 MB
-    (PSS, whole tree) against 278 MB with this and lean_allocation; the same time. Not
+    it decoded (16 MB each where texts are 16 KB). 100 MB of Parquet on 2 workers: 387 MB
+    (PSS, whole tree) against 275 MB with this and lean_allocation; the same time. Not
     for other input: char's blocks of a few MB each, faulted in afresh every time, cost it
     a tenth of its time. Not if the user set glibc's MALLOC_MMAP_THRESHOLD_ (or its
     tunable; a trim threshold of the user's is kept too)."""
