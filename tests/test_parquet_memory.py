@@ -16,9 +16,10 @@ import pytest
 
 from corpusprep import memory
 from corpusprep.executors.local import LocalExecutor
-from tests.test_worker_memory import _glibc
 
-pytestmark = pytest.mark.skipif(not _glibc(), reason="mallopt is glibc's")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or memory._glibc() is None, reason="mallopt is glibc's"
+)
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
@@ -60,12 +61,16 @@ print(json.dumps({"pieces": len(pieces), "peak": peak - before, "after": held() 
 """
 
 
+def _unchosen() -> dict:
+    """This environment without a user's choice of pyarrow's or glibc's allocator."""
+    chosen = ("ARROW_DEFAULT_MEMORY_POOL", "MALLOC_MMAP_THRESHOLD_")
+    return {k: v for k, v in os.environ.items() if k not in chosen}
+
+
 def _read(path: Path, process: str) -> dict:
     """Every piece of the file read in a fresh Python ("ours": set up as corpusprep's own
     process; "caller's": as a library's caller's), and what the reading left it holding."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    for chosen in ("ARROW_DEFAULT_MEMORY_POOL", "MALLOC_MMAP_THRESHOLD_"):
-        env.pop(chosen, None)
+    env = {**_unchosen(), "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", READ, str(path), process], env=env,
                          capture_output=True, text=True, check=True)  # fmt: skip
     return json.loads(out.stdout)
@@ -104,8 +109,7 @@ def _peak_of_command(path: Path, out: Path, env: dict) -> int:
 def test_the_command_line_reads_parquet_in_less_memory(big_pages, tmp_path):
     """The command line sets up its processes; a user's own choice (glibc's and pyarrow's
     environment variables, here as their defaults behave) is kept, and costs memory."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("ARROW_DEFAULT_MEMORY_POOL", "MALLOC_MMAP_THRESHOLD_")}  # fmt: skip
+    env = _unchosen()
     lean = _peak_of_command(big_pages, tmp_path / "lean", env)
     chosen = {
         **env,

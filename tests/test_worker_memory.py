@@ -13,12 +13,7 @@ from corpusprep.executors.local import LocalExecutor
 
 
 def _glibc() -> bool:
-    import ctypes
-
-    try:
-        return sys.platform.startswith("linux") and bool(ctypes.CDLL(None).malloc_trim)
-    except (AttributeError, OSError):
-        return False
+    return sys.platform.startswith("linux") and memory._glibc() is not None
 
 
 pytestmark = pytest.mark.skipif(not _glibc(), reason="malloc_trim is glibc's")
