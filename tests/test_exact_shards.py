@@ -13,8 +13,8 @@ import pytest
 from helpers import run_cli
 
 from corpusprep.errors import UserError
-from corpusprep.text import guard_cuts
-from corpusprep.tokenizers.tiktoken import CUT_AT
+from corpusprep.text import CARRY, LAST_CUT_STRETCH, _last_cut, guard_cuts
+from corpusprep.tokenizers.tiktoken import CUT_AT, WORD_CUT_AT
 
 SHARD_BYTES = ["1024", "4096", "1000003"]
 
@@ -113,6 +113,27 @@ def test_max_uncut_bytes_judges_the_text_not_where_its_reads_fall():
         limit = max(longest + rng.choice([-3000, -1, 0, 1, 5000]), 1)
         for size in (1, 2, 3, 4096, 65536, 70001, len(data)):
             assert _passes(data, size, limit) == (longest <= limit), (size, limit, longest)
+
+
+@pytest.mark.parametrize("cut_at", [CUT_AT, WORD_CUT_AT])
+def test_last_cut_is_the_last_match_wherever_the_stretches_fall(cut_at):
+    """_last_cut searches back from the end in stretches that double: it finds the last
+    place the rule allows, as one search of the whole window does, with that place just
+    inside, on or just past a stretch's edge, or nowhere."""
+    rule, rng = re.compile(cut_at), random.Random(3)
+    edges = [LAST_CUT_STRETCH * ((1 << k) - 1) for k in range(1, 8)]  # where stretches end
+    for _ in range(2000):
+        size = rng.choice([1, 5, 100, LAST_CUT_STRETCH, 3000, 70_000])
+        window = bytearray(rng.choice([b"1", b" ", b"-"]) * size)
+        for _ in range(rng.randint(0, 2)):  # a cut's bytes near an edge, or anywhere
+            at = rng.choice([rng.randrange(size), *(size - e + rng.randint(-CARRY - 2, CARRY + 2)
+                                                    for e in edges)])  # fmt: skip
+            mark = rng.choice([b"a\nb", b"a b", b"x\n1", b" \nb", b"ab"])
+            if 0 <= at <= size - len(mark):
+                window[at : at + len(mark)] = mark
+        window = bytes(window)
+        ends = [m.end() for m in rule.finditer(window)]
+        assert _last_cut(rule, window) == (ends[-1] if ends else None), (window, ends)
 
 
 def test_max_uncut_bytes_through_the_cli_whatever_the_shard_size(tmp_path):
