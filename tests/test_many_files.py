@@ -7,6 +7,9 @@ import os
 import random
 from pathlib import Path
 
+import pytest
+
+from corpusprep import _paths
 from corpusprep._paths import real_paths
 from corpusprep.redact import redact_text, redact_urls_and_pairs
 
@@ -31,7 +34,10 @@ def _tree(root: Path) -> list[str]:
     return paths + [str(root / "to_b") + "/", str(root / "c" / "up") + "//a/./f.txt"]
 
 
-def test_real_paths_is_realpath_of_each(tmp_path, monkeypatch):
+@pytest.mark.parametrize("listed_from", [1, 10**9])  # each folder's listing read; none
+def test_real_paths_is_realpath_of_each(tmp_path, monkeypatch, listed_from):
+    """Which files are links: from their folders' listings, or an lstat each."""
+    monkeypatch.setattr(_paths, "LISTED_FROM", listed_from)
     paths = _tree(tmp_path)
     monkeypatch.chdir(tmp_path / "a")  # the relative ones (made from the root) mean others here
     paths += [os.path.relpath(p, tmp_path) for p in paths[:90]]
