@@ -12,7 +12,7 @@ from contextlib import suppress
 from functools import lru_cache
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 _REPO_CONF = Path(__file__).resolve().parent.parent / "conf"
 
@@ -82,13 +82,14 @@ def real_paths(paths: Iterable[str | os.PathLike]) -> list[str]:
     split = [os.path.split(os.path.join(cwd, path)) for path in given]  # absolute stays
     many = Counter(folder for folder, _ in split)
     folders: dict[str, str] = {}
-    links: dict[str, Optional[set[str]]] = {}  # a listed folder's links (None: not listed)
+    links: dict[str, tuple[set[str], set[str]]] = {}  # a folder's names listed, its links
     real = []
     for path, (folder, name) in zip(given, split):
         if folder not in links:
-            links[folder] = _links_in(folder) if many[folder] >= LISTED_FROM else None
-        linked = links[folder]
-        if name in ("", ".", "..") or (os.path.islink(path) if linked is None else name in linked):
+            listing = many[folder] >= LISTED_FROM
+            links[folder] = _links_in(folder) if listing else (set(), set())
+        listed, linked = links[folder]  # a name not listed as given: an lstat says
+        if name in ("", ".", "..") or (name in linked if name in listed else os.path.islink(path)):
             real.append(os.path.realpath(path))
             continue
         if folder not in folders:
@@ -100,13 +101,17 @@ def real_paths(paths: Iterable[str | os.PathLike]) -> list[str]:
 LISTED_FROM = 64  # files asked for in one folder from which its listing is read
 
 
-def _links_in(folder: str) -> Optional[set[str]]:
-    """The names of the links in a folder, from one listing (None: it cannot be listed)."""
+def _links_in(folder: str) -> tuple[set[str], set[str]]:
+    """The names in a folder's listing, and those of its links (none: it cannot be listed).
+    A name not listed as given (spelt otherwise: in another case on a file system that
+    ignores it, unnormalised, with undecodable bytes' escapes for valid UTF-8) may be a
+    link: an lstat answers for it."""
     try:
         with os.scandir(folder) as entries:
-            return {entry.name for entry in entries if entry.is_symlink()}
+            read = list(entries)
+        return {entry.name for entry in read}, {entry.name for entry in read if entry.is_symlink()}
     except OSError:
-        return None
+        return set(), set()
 
 
 # a file of a folder that may come from anyone (a download, a stranger's out_dir): opened

@@ -44,6 +44,22 @@ def test_real_paths_is_realpath_of_each(tmp_path, monkeypatch, listed_from):
     assert real_paths(paths) == [os.path.realpath(p) for p in paths]
 
 
+def test_real_paths_follows_a_link_its_folder_lists_under_another_spelling(tmp_path):
+    """A name spelt otherwise than its folder's listing spells it names the same file (here
+    "\\udcc3\\udca9", undecodable bytes' escapes, is the bytes of "é"; on a file system
+    that ignores case or normalises, "A" or an NFC name): where the listing says which
+    files are links, such a link is still followed, as realpath follows it."""
+    (tmp_path / "d").mkdir()
+    (tmp_path / "target.txt").write_text("x")
+    paths = [str(tmp_path / "d" / f"f{i}.txt") for i in range(_paths.LISTED_FROM)]
+    for p in paths:
+        Path(p).write_text("x")
+    (tmp_path / "d" / "\u00e9").symlink_to(tmp_path / "target.txt")
+    paths.append(str(tmp_path / "d" / "\udcc3\udca9"))  # os.fsencode: b"...d/\xc3\xa9"
+    assert os.path.realpath(paths[-1]) == os.path.realpath(tmp_path / "target.txt")
+    assert real_paths(paths) == [os.path.realpath(p) for p in paths]
+
+
 def test_the_walk_gives_each_files_real_path(tmp_path, monkeypatch):
     """A `**` walk gives each file it lists with its real path (its folder's, resolved
     once, joined with its name; a link resolved on its own): what realpath gives."""
