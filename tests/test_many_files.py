@@ -3,6 +3,7 @@ file is kept to what each file needs, and gives what the slower, obvious way gav
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from pathlib import Path
@@ -58,6 +59,36 @@ def test_real_paths_follows_a_link_its_folder_lists_under_another_spelling(tmp_p
     paths.append(str(tmp_path / "d" / "\udcc3\udca9"))  # os.fsencode: b"...d/\xc3\xa9"
     assert os.path.realpath(paths[-1]) == os.path.realpath(tmp_path / "target.txt")
     assert real_paths(paths) == [os.path.realpath(p) for p in paths]
+
+
+def test_real_paths_reads_a_huge_folder_only_as_far_as_the_files_asked_for(tmp_path, monkeypatch):
+    """64 files asked for in a folder of many more: its listing is read for a few entries
+    per file asked for, not whole (a folder of a million files took 0.6 s, an lstat each
+    0.6 ms); the files not among them, links or not, are each looked up on their own."""
+    folder = tmp_path / "huge"
+    folder.mkdir()
+    for i in range(4000):
+        (folder / f"{i:04d}").touch()
+    (tmp_path / "target").touch()
+    paths = []
+    for i in range(0, 4000, 4000 // _paths.LISTED_FROM)[: _paths.LISTED_FROM]:
+        if i % 3 == 0:  # a third of them links
+            (folder / f"{i:04d}").unlink()
+            (folder / f"{i:04d}").symlink_to(tmp_path / "target")
+        paths.append(str(folder / f"{i:04d}"))
+    read, scandir = [], os.scandir
+
+    def counted(path):
+        with scandir(path) as entries:
+            for entry in entries:
+                read.append(entry.name)
+                yield entry
+
+    monkeypatch.setattr(_paths.os, "scandir", lambda path: contextlib.closing(counted(path)))
+    real = real_paths(paths)
+    monkeypatch.undo()
+    assert real == [os.path.realpath(p) for p in paths]
+    assert 0 < len(read) <= 8 * len(paths)
 
 
 def test_the_walk_gives_each_files_real_path(tmp_path, monkeypatch):
