@@ -164,21 +164,26 @@ COMMITS: list[str] = []
 FINISHED: list[str] = []
 
 
+# json.dumps(ensure_ascii=False) builds an encoder a call: a third of the time of a small
+# object (the manifest's line for each of 50,000 input files: 0.17 -> 0.12 s)
+_JSON = json.JSONEncoder(ensure_ascii=False)
+
+
 def manifest_text(value: Any, level: int = 0) -> str:
     """`value` as json.dumps(indent=2, ensure_ascii=False) writes it, but a list of objects
     (the input files: there may be 200,000) has an object a line, each written by json's C
     encoder (indent=2 is pure Python: a second for 50,000 files)."""
     pad = "  " * (level + 1)
     if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-        lines = [pad + json.dumps(v, ensure_ascii=False) for v in value]
+        lines = [pad + _JSON.encode(v) for v in value]
     elif isinstance(value, dict) and value:
         keys = (k if isinstance(k, str) else json.dumps(k) for k in value)  # as json says 1, None
-        lines = [f"{pad}{json.dumps(k, ensure_ascii=False)}: {manifest_text(v, level + 1)}"
+        lines = [f"{pad}{_JSON.encode(k)}: {manifest_text(v, level + 1)}"
                  for k, v in zip(keys, value.values())]  # fmt: skip
     elif isinstance(value, list) and value:
         lines = [pad + manifest_text(v, level + 1) for v in value]
     else:
-        return json.dumps(value, ensure_ascii=False)
+        return _JSON.encode(value)
     opening, closing = "[]" if isinstance(value, list) else "{}"
     return opening + "\n" + ",\n".join(lines) + "\n" + "  " * level + closing
 
