@@ -40,7 +40,6 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 import corpusprep
-from corpusprep._paths import real_paths
 from corpusprep.config import Settings, build, read_settings
 from corpusprep.errors import UserError
 from corpusprep.executors import Executor
@@ -196,8 +195,10 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
     run.files = _without_outputs(run.source.files(progress=not run.settings.quiet),
                                  run.settings.out_dir, made)  # fmt: skip
     run.clock.lap("source")
-    # what every input is before anything reads it: a change from here on fails the run
-    run.before = {f.path: os.stat(f.path) for f in run.files}
+    # what every input is before anything reads it (as the listing found it, if it looked):
+    # a change from here on fails the run
+    listed = run.source.listed
+    run.before = {f.path: listed.get(f.path) or os.stat(f.path) for f in run.files}
     for f in run.files:  # its size when listed is what is read (a small file's reader
         # hashes those bytes for the manifest): grown or cut since, it changed
         if f.member is None and run.before[f.path].st_size != f.size:
@@ -1404,7 +1405,7 @@ def _manifest(run: Run) -> dict[str, Any]:
         {"path": redact_text(real), **({"member": redact_text(f.member)} if f.member else {}),
          "format": f.format, "compression": f.compression, "bytes": run.before[f.path].st_size,
          "sha256": run.hashes[f.path].hex()}  # of the file on disk (a zip: the archive)
-        for f, real in zip(files, real_paths(f.path for f in files))
+        for f, real in zip(files, run.source.real_paths([f.path for f in files]))
     ]  # fmt: skip
     sha256 = input_sha256(files, run.hashes)
     train_keys, val_keys = _side_keys(run)

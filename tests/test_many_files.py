@@ -174,6 +174,51 @@ def test_a_small_file_is_opened_twice_in_a_run_listed_then_read(tmp_path):
     }
 
 
+def test_the_driver_asks_about_each_input_once_after_listing_it(tmp_path, monkeypatch):
+    """The listing's look at a file (its open for the magic bytes; the walk, which knows
+    its real path) is what the run keeps of it: after the listing, each input is stat'ed
+    once (the check, once it is read, that it did not change) and never lstat'ed. 50,311
+    files took 0.23 s more for a second stat each and 0.19 s for the manifest's real paths.
+    A link among them is listed under its real path. Every worker runs in this process."""
+    import json
+    from collections import Counter
+
+    from helpers import compose
+
+    from corpusprep.prepare import prepare
+    from corpusprep.sources.files import FilesSource
+
+    corpus = tmp_path / "corpus"
+    for i in range(40):
+        (corpus / f"d{i % 4}").mkdir(parents=True, exist_ok=True)
+        (corpus / f"d{i % 4}" / f"f{i:03d}.txt").write_text(f"document {i}\n" * (i + 1))
+    (tmp_path / "elsewhere.txt").write_text("linked in\n")
+    (corpus / "d0" / "link.txt").symlink_to(tmp_path / "elsewhere.txt")
+    inputs = {str(p) for p in corpus.rglob("*.txt")}
+    asked: Counter = Counter()
+    listing = FilesSource.files
+
+    def files(self, progress=True):
+        listed = listing(self, progress)
+        for name, call in (("stat", os.stat), ("lstat", os.lstat)):
+
+            def counted(path, *args, _call=call, _name=name, **kwargs):
+                if isinstance(path, str) and path in inputs:
+                    asked[_name, path] += 1
+                return _call(path, *args, **kwargs)
+
+            monkeypatch.setattr(os, name, counted)
+        return listed
+
+    monkeypatch.setattr(FilesSource, "files", files)
+    prepare(compose("source=files", f"source.glob={corpus}/**/*.txt", "tokenizer=byte",
+                    f"out_dir={tmp_path / 'out'}", "executor.workers=1", "quiet=true",
+                    "shard_bytes=1024"))  # fmt: skip
+    assert dict(asked) == {("stat", p): 1 for p in inputs}
+    listed = json.loads((tmp_path / "out" / "manifest.json").read_text())["source"]["files"]
+    assert sorted(f["path"] for f in listed) == sorted(os.path.realpath(p) for p in inputs)
+
+
 def _small_files(root: Path, count: int = 240) -> None:
     for i in range(count):
         folder = root / f"d{i % 6}"
