@@ -492,8 +492,10 @@ def encode(run: Run) -> None:
         # workers encode (until then, a resume redoes every shard): known already
         # (documents are keyed by them; a resume checked them), the record alone (50,311
         # files: 0.15 s before the first shard could start), else (one text) with the
-        # hashing (0.1 s per 100 MB that no core could share)
-        if work:
+        # hashing (0.1 s per 100 MB that no core could share). A resume found this input's
+        # record there (the shards it took): kept as it is, else a resume killed before
+        # its first shard came in would leave the next one nothing to resume from
+        if work and not done:
             (work / INPUTS).unlink(missing_ok=True)  # an earlier run's: of other bytes
             known = all(f.name in run.hashes or f.name in whole for f in run.files)
             hashing = Meanwhile(partial(_record_known if known else _hash_and_record, run, whole))

@@ -888,6 +888,51 @@ def test_the_record_of_hashed_documents_is_written_while_the_workers_encode(
     assert f"resuming: {manifest['shards']['count'] - 1} of " in capsys.readouterr().err
 
 
+def test_a_resume_killed_before_its_first_shard_keeps_the_earlier_shards(
+    tmp_path: Path, monkeypatch, capsys, tiktoken_cache
+):
+    """A resume that takes an earlier run's shards (its record of the input matched) and
+    is killed (SIGKILL, the OOM killer, a node lost) before its own first shard is in
+    (here: the one the earlier run's failed on) leaves that record as it was: the run
+    after it still resumes from those shards, and its outputs are a fresh run's."""
+    import multiprocessing
+
+    from helpers import compose
+
+    import corpusprep.shards as shards_module
+    from corpusprep.prepare import prepare
+
+    settings = [*_documents(tmp_path), "executor.workers=1"]
+    with monkeypatch.context() as patched:
+        _fails_at(patched, 6)
+        with pytest.raises(RuntimeError, match="shard 6 failed"):
+            prepare(compose(*settings))
+    assert list((tmp_path / "out").glob(".corpusprep-work/*/inputs.json"))
+
+    def killed_at_shard_6():
+        real = shards_module.encode_shard
+
+        def encode_shard(task):
+            if task.shard.index == 6:
+                os._exit(9)  # the driver dies: no cleanup, no record written
+            return real(task)
+
+        shards_module.encode_shard = encode_shard
+        prepare(compose(*settings))
+
+    child = multiprocessing.get_context("fork").Process(target=killed_at_shard_6)
+    child.start()
+    child.join(120)
+    assert child.exitcode == 9
+    capsys.readouterr()
+    manifest = prepare(compose(*settings))
+    done = manifest["shards"]["count"] - 1  # all but shard 6, the earlier run's
+    assert f"resuming: {done} of " in capsys.readouterr().err
+    fresh = [s if not s.startswith("out_dir=") else f"out_dir={tmp_path / 'fresh'}"
+             for s in settings]  # fmt: skip
+    assert manifest["files"] == prepare(compose(*fresh))["files"]
+
+
 @pytest.mark.parametrize("kind", ["documents", "one text"])
 def test_a_run_whose_first_shard_fails_for_good_can_still_be_resumed(
     tmp_path: Path, monkeypatch, capsys, tiktoken_cache, kind: str
