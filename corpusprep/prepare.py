@@ -488,17 +488,19 @@ def encode(run: Run) -> None:
     with disk_errors(run.out.label, _space_needed(run)):
         hashing = written = None
         # the small files read whole are hashed by their readers (their shards' markers
-        # keep the digests); the others' digests are recorded for a resume while the
-        # workers encode (until then, a resume redoes every shard): known already
-        # (documents are keyed by them; a resume checked them), the record alone (50,311
-        # files: 0.15 s before the first shard could start), else (one text) with the
-        # hashing (0.1 s per 100 MB that no core could share). A resume found this input's
-        # record there (the shards it took): kept as it is, else a resume killed before
-        # its first shard came in would leave the next one nothing to resume from
+        # keep the digests); the others' digests are recorded for a resume: known already
+        # (documents are keyed by them; a resume checked them), before any shard starts
+        # (a marker written before the record is lost to a driver killed then, and a
+        # killed driver's Slurm array runs on), else (one text) taken while the workers
+        # encode (0.1 s per 100 MB that no core could share) and recorded then. A resume
+        # found this input's record there (the shards it took): kept as it is, else a
+        # resume killed before its first shard came in would leave nothing to resume from
         if work and not done:
-            (work / INPUTS).unlink(missing_ok=True)  # an earlier run's: of other bytes
-            known = all(f.name in run.hashes or f.name in whole for f in run.files)
-            hashing = Meanwhile(partial(_record_known if known else _hash_and_record, run, whole))
+            if all(f.name in run.hashes or f.name in whole for f in run.files):
+                _record_inputs(run, _inputs_record(_without(run.hashes, whole), run.before))
+            else:
+                (work / INPUTS).unlink(missing_ok=True)  # an earlier run's: of other bytes
+                hashing = Meanwhile(partial(_hash_and_record, run, whole))
         runs = _runs(todo, run.executor.parallelism() if todo else None)
         # an input's error is said of the earliest shard in the input, not in taking order
         ranks = [r.tasks[0].shard.index for r in runs]
@@ -1151,13 +1153,6 @@ def _inputs_record(hashes: dict[str, bytes], before: dict[str, os.stat_result]) 
 
 def _record_inputs(run: Run, record: dict) -> None:
     run.out.write_work_file(INPUTS, json.dumps(record).encode())
-
-
-def _record_known(run: Run, whole: Collection[str]) -> dict[str, bytes]:
-    """The inputs' sha256, known before the run (all but those read `whole`), recorded for
-    a resume."""
-    _record_inputs(run, _inputs_record(_without(run.hashes, whole), run.before))
-    return run.hashes
 
 
 def _hash_and_record(run: Run, whole: Collection[str] = ()) -> dict[str, bytes]:

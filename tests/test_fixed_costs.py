@@ -857,13 +857,12 @@ def _documents(tmp_path: Path) -> list[str]:
             "shard_bytes=20000", f"out_dir={tmp_path / 'out'}", "quiet=true"]  # fmt: skip
 
 
-def test_the_record_of_hashed_documents_is_written_while_the_workers_encode(
+def test_the_record_of_hashed_documents_is_written_before_any_shard_is_done(
     tmp_path: Path, monkeypatch, capsys, tiktoken_cache
 ):
     """Documents are keyed by their files' sha256, taken before the first shard; the record
-    of it for a resume (every file's digest and identity: 0.15 s for 50,311 small files)
-    is written once a shard is in, not before the first one starts, and a resume finds
-    it."""
+    of it for a resume (every file's digest and identity) is written before any shard is
+    done (see the test below for why), and a resume finds it."""
     from helpers import compose
 
     import corpusprep.prepare as prepare_module
@@ -881,11 +880,53 @@ def test_the_record_of_hashed_documents_is_written_while_the_workers_encode(
         _fails_at(patched, 6)
         with pytest.raises(RuntimeError, match="shard 6 failed"):
             prepare_module.prepare(compose(*settings))
-    assert seen and seen[0] >= 1  # a shard was done before the record was taken
+    assert seen == [0]  # taken once, before any shard was done
     assert list((tmp_path / "out").glob(".corpusprep-work/*/inputs.json"))
     capsys.readouterr()
     manifest = prepare_module.prepare(compose(*settings))
     assert f"resuming: {manifest['shards']['count'] - 1} of " in capsys.readouterr().err
+
+
+def test_a_driver_killed_as_its_first_shard_is_done_leaves_it_resumable(
+    tmp_path: Path, capsys, tiktoken_cache
+):
+    """Documents are keyed by their files' sha256, known before any shard starts: their
+    record for a resume is written before then, so that every shard marked done can be
+    resumed. A driver killed (SIGKILL, its node lost) once a shard's marker is written but
+    before its result came in lost them all: on Slurm a killed driver's array runs on,
+    and the re-run that cancels it found its shards' markers and no record. Here the
+    driver runs the only worker (executor.workers=1) and dies with the first marker."""
+    import multiprocessing
+
+    from helpers import compose
+
+    import corpusprep.shards as shards_module
+    from corpusprep.prepare import prepare
+
+    settings = [*_documents(tmp_path), "executor.workers=1"]
+
+    def killed_with_the_first_marker():
+        real = shards_module._write_marker
+
+        def write_marker(*args, **kwargs):
+            real(*args, **kwargs)
+            os._exit(9)  # the driver dies: no cleanup, its result never taken
+
+        shards_module._write_marker = write_marker
+        prepare(compose(*settings))
+
+    child = multiprocessing.get_context("fork").Process(target=killed_with_the_first_marker)
+    child.start()
+    child.join(120)
+    assert child.exitcode == 9
+    assert len(list((tmp_path / "out").glob(".corpusprep-work/*/*.done"))) == 1
+    assert list((tmp_path / "out").glob(".corpusprep-work/*/inputs.json"))
+    capsys.readouterr()
+    manifest = prepare(compose(*settings))
+    assert "resuming: 1 of " in capsys.readouterr().err
+    fresh = [s if not s.startswith("out_dir=") else f"out_dir={tmp_path / 'fresh'}"
+             for s in settings]  # fmt: skip
+    assert manifest["files"] == prepare(compose(*fresh))["files"]
 
 
 def test_a_resume_killed_before_its_first_shard_keeps_the_earlier_shards(
