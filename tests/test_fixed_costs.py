@@ -929,8 +929,9 @@ def test_a_driver_killed_as_its_first_shard_is_done_leaves_it_resumable(
     assert manifest["files"] == prepare(compose(*fresh))["files"]
 
 
+@pytest.mark.parametrize("kind", ["documents", "one text"])
 def test_a_resume_killed_before_its_first_shard_keeps_the_earlier_shards(
-    tmp_path: Path, monkeypatch, capsys, tiktoken_cache
+    tmp_path: Path, monkeypatch, capsys, tiktoken_cache, kind: str
 ):
     """A resume that takes an earlier run's shards (its record of the input matched) and
     is killed (SIGKILL, the OOM killer, a node lost) before its own first shard is in
@@ -943,7 +944,7 @@ def test_a_resume_killed_before_its_first_shard_keeps_the_earlier_shards(
     import corpusprep.shards as shards_module
     from corpusprep.prepare import prepare
 
-    settings = [*_documents(tmp_path), "executor.workers=1"]
+    settings = [*(_documents if kind == "documents" else _one_text)(tmp_path), "executor.workers=1"]
     with monkeypatch.context() as patched:
         _fails_at(patched, 6)
         with pytest.raises(RuntimeError, match="shard 6 failed"):
