@@ -196,8 +196,9 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
                                  run.settings.out_dir, made)  # fmt: skip
     run.clock.lap("source")
     # what every input is before anything reads it (as the listing found it, if it looked):
-    # a change from here on fails the run
-    listed = run.source.listed
+    # a change from here on fails the run. (A plugin's source may never have run
+    # Source.__init__, which sets it.)
+    listed = getattr(run.source, "listed", None) or {}
     run.before = {f.path: listed.get(f.path) or os.stat(f.path) for f in run.files}
     for f in run.files:  # its size when listed is what is read (a small file's reader
         # hashes those bytes for the manifest): grown or cut since, it changed

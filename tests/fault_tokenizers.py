@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from corpusprep.sources import ReadOptions, Source, input_files
 from corpusprep.tokenizers.byte import ByteTokenizer
 from corpusprep.tokenizers.char import CharTokenizer
 from corpusprep.tokenizers.tiktoken import TiktokenTokenizer
@@ -168,3 +169,17 @@ class CharInPiecesTokenizer(CharTokenizer):
     than a shard is cut into pieces, which the workers take in runs and read on through."""
 
     fast = False
+
+
+class OwnInitSource(Source):
+    """A plugin's source, written against the abstract methods alone: its own __init__,
+    without Source's (which a plugin need not call)."""
+
+    def __init__(self, path: str, **options) -> None:
+        self.path, self.read = path, ReadOptions(**options)
+
+    def files(self, progress: bool = True):
+        return input_files([self.path], self.read)
+
+    def describe(self):
+        return {"kind": "own", "path": self.path}

@@ -219,6 +219,21 @@ def test_the_driver_asks_about_each_input_once_after_listing_it(tmp_path, monkey
     assert sorted(f["path"] for f in listed) == sorted(os.path.realpath(p) for p in inputs)
 
 
+def test_a_plugins_source_without_sources_init_still_runs(tmp_path):
+    """A plugin's source that implements files() and describe() but has an __init__ of its
+    own (not calling Source's) runs as before the listing's stats were kept: the run asks
+    it for nothing else."""
+    from helpers import compose
+
+    from corpusprep.prepare import prepare
+
+    (tmp_path / "in.txt").write_text("a plugin's text\n" * 200)
+    manifest = prepare(compose("source=file", "source._target_=fault_tokenizers.OwnInitSource",
+                               f"source.path={tmp_path / 'in.txt'}", "tokenizer=byte",
+                               f"out_dir={tmp_path / 'out'}", "quiet=true"))  # fmt: skip
+    assert [f["path"] for f in manifest["source"]["files"]] == [str(tmp_path / "in.txt")]
+
+
 def _small_files(root: Path, count: int = 240) -> None:
     for i in range(count):
         folder = root / f"d{i % 6}"
