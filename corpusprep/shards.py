@@ -30,7 +30,7 @@ from corpusprep.sample import Sample, Sampler, SampleRule
 from corpusprep.split import KEY_HASHES, goes_to_train, key_hash_for
 from corpusprep.text import count_chars
 from corpusprep.tokenizers import Tokenizer
-from corpusprep.writer import save_array, start_writeback
+from corpusprep.writer import file_identity, save_array, start_writeback
 
 SIDES = ("train", "val")
 # the splits whose documents are keyed by their content (for the duplicate count, and
@@ -176,8 +176,10 @@ class EncodeResult:
     # vocab_used; None where unknown (a shard resumed from an earlier run)
     ids_seen: Optional[np.ndarray] = None
     val_bytes: Optional[int] = None  # the UTF-8 bytes of the val ids it wrote; None: not counted
-    # the sha256 of each small text file it read whole (the driver does not read them)
+    # the sha256 of each small text file it read whole (the driver does not read them),
+    # and its identity once read (file_identity: the driver checks it against the listing's)
     digests: dict[str, bytes] = field(default_factory=dict)
+    read_as: dict[str, tuple[int, ...]] = field(default_factory=dict)
     # the bytes of text it read of each Parquet file that source.max_bytes caps (the
     # driver adds them up over the file's shards)
     read_bytes: dict[str, int] = field(default_factory=dict)
@@ -357,7 +359,7 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
     doc = task.first_doc - 1
     position = [task.first_char]
     chars, skipped = [0], 0  # chars: a list, added to as the pieces are read
-    digests, read_bytes = {}, {}
+    digests, read_as, read_bytes = {}, {}, {}
     # whole short documents go a batch at a time (split by document, hash or stream)
     batch = _Batch(task, writers, starts, keys, eot) if task.rules.split_by != "position" else None
     done = False
@@ -374,6 +376,8 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
                     continue
                 if part.sha256 is not None:
                     digests[segment.file.name] = part.sha256
+                if part.read_as is not None:
+                    read_as[segment.file.name] = file_identity(part.read_as)
                 if part.whole is not None:  # one piece (pieces == [whole]): counted now
                     chars[0] += len(part.whole)
                     if batch is not None and part.starts and part.ends and batch.add(doc, part):
@@ -396,7 +400,7 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
     result = EncodeResult(chars=chars[0], skipped=skipped,
                           ids_seen=None if seen is None else seen.packed(),
                           val_bytes=None if sizes is None else val_bytes,
-                          digests=digests, read_bytes=read_bytes)  # fmt: skip
+                          digests=digests, read_as=read_as, read_bytes=read_bytes)  # fmt: skip
     for side in SIDES:
         if side in writers:
             setattr(result, f"{side}_tokens", writers[side].tokens)

@@ -110,9 +110,10 @@ def read_raw(
         yield from raw_pieces(f, start, end - start, str(path), block)
 
 
-def read_small(path: str, size: int) -> bytes:
+def read_small(path: str, size: int) -> tuple[bytes, os.stat_result]:
     """The first `size` bytes of a regular file, read at once: a small file whole (a corpus
-    may be 200,000 of them; a buffered open and its seeks took longer than the read)."""
+    may be 200,000 of them; a buffered open and its seeks took longer than the read), and
+    the file's stat once they are read (what it was while read: a write meanwhile shows)."""
     try:
         fd = open_regular_fd(path)
     except FileNotFoundError:
@@ -130,9 +131,10 @@ def read_small(path: str, size: int) -> bytes:
                 raise UserError(f"{path}: the file got shorter while it was being read")
             chunks.append(data)
             size -= len(data)
+        read = os.fstat(fd)
     finally:
         os.close(fd)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks), read
 
 
 def raw_pieces(

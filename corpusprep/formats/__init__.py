@@ -14,6 +14,7 @@ Parts: the text of one document, or of the piece of a long document inside the s
 from __future__ import annotations
 
 import importlib
+import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
@@ -123,6 +124,7 @@ class Part:
     skipped: bool = False  # an invalid document left out (source.skip_invalid): no text
     key: Optional[bytes] = None  # its key where not its text's: a small text file's sha256
     sha256: Optional[bytes] = None  # a small text file read whole: its bytes' whole digest
+    read_as: Optional[os.stat_result] = None  # ... and its stat once read (file_identity)
     # Parquet, when source.max_bytes caps its text: the bytes of text its segment has read
     # so far (the driver adds them up over the file's shards)
     read: Optional[int] = None

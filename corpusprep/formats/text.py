@@ -126,14 +126,14 @@ class TextFormat(Format):
             return
         if read_whole(segment):  # in one piece: encoded with others a batch at a time (a
             # corpus of 200,000 small files spent as long in per-document steps as encoding)
-            data = read_small(file.path, file.size)
+            data, read = read_small(file.path, file.size)
             if file.size > file.max_uncut_bytes:  # else no stretch of it can be too long
                 for _ in guard_cuts([(0, data)], segment.cut_at, file.max_uncut_bytes, file.name):
                     pass
             text = decode(data, file.name, 0)
             # keyed as every text file is, by its sha256: of the very bytes read
             digest = hashlib.sha256(data).digest()
-            yield Part([text], whole=text, key=digest[:16], sha256=digest)
+            yield Part([text], whole=text, key=digest[:16], sha256=digest, read_as=read)
             return
         last = segment.end == (file.size if file.seekable else STREAM_END)
         yield Part(self.text(segment), starts=segment.start == 0, ends=last)
