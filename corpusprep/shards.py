@@ -30,7 +30,7 @@ from corpusprep.sample import Sample, Sampler, SampleRule
 from corpusprep.split import KEY_HASHES, goes_to_train, key_hash_for
 from corpusprep.text import count_chars
 from corpusprep.tokenizers import Tokenizer
-from corpusprep.writer import file_identity, save_array, start_writeback
+from corpusprep.writer import Identity, file_identity, save_array, start_writeback
 
 SIDES = ("train", "val")
 # the splits whose documents are keyed by their content (for the duplicate count, and
@@ -179,7 +179,7 @@ class EncodeResult:
     # the sha256 of each small text file it read whole (the driver does not read them),
     # and its identity once read (file_identity: the driver checks it against the listing's)
     digests: dict[str, bytes] = field(default_factory=dict)
-    read_as: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    read_as: dict[str, Identity] = field(default_factory=dict)
     # the bytes of text it read of each Parquet file that source.max_bytes caps (the
     # driver adds them up over the file's shards)
     read_bytes: dict[str, int] = field(default_factory=dict)

@@ -285,7 +285,7 @@ def test_an_input_touched_while_hashed_leaves_no_record(tmp_path: Path):
     from types import SimpleNamespace
 
     from corpusprep.formats import InputFile
-    from corpusprep.writer import OutputWriter
+    from corpusprep.writer import OutputWriter, file_identity
 
     path = tmp_path / "in.txt"
     path.write_bytes(b"hello\n" * 1000)
@@ -293,7 +293,11 @@ def test_an_input_touched_while_hashed_leaves_no_record(tmp_path: Path):
     with OutputWriter(tmp_path / "out") as out:
         work = out.work("key")
         run = SimpleNamespace(
-            files=[file], before={str(path): os.stat(path)}, out=out, cores=2, hashes={}
+            files=[file],
+            before={str(path): file_identity(os.stat(path))},
+            out=out,
+            cores=2,
+            hashes={},
         )
         _check_recorded_only_while_untouched(run, path, work)
 

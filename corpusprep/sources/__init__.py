@@ -15,10 +15,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Optional, Union
+from typing import TYPE_CHECKING, Any, BinaryIO, Optional, Union
 
 from corpusprep.errors import UserError
 from corpusprep.formats import InputFile
+
+if TYPE_CHECKING:
+    from corpusprep.writer import Identity
 
 
 @dataclass(frozen=True)
@@ -117,9 +120,9 @@ def check_bytes(key: str, value: Any, also: str = "") -> None:
 class Source(ABC):
     def __init__(self, **options: Any) -> None:
         self.options = ReadOptions(**options)
-        # each file's stat at the listing's look at it (input_files): the identity the run
+        # each file's identity at the listing's look at it (input_files), which the run
         # checks it against once read (a second stat of 50,311 files took 0.23 s)
-        self.listed: dict[str, os.stat_result] = {}
+        self.listed: dict[str, Identity] = {}
 
     @abstractmethod
     def files(self, progress: bool = True) -> list[InputFile]:
@@ -140,15 +143,16 @@ def input_files(
     paths: Sequence[Union[str, Path]],
     options: ReadOptions,
     skip_empty: bool = False,
-    listed: Optional[dict[str, os.stat_result]] = None,
+    listed: Optional[dict[str, Identity]] = None,
 ) -> list[InputFile]:
     """InputFiles for `paths`: compression from the first bytes, zip archives opened up
     into their members, the format from the name (unless set); `skip_empty`: empty files
-    left out; `listed` (a source's): each file's stat from that look added. A path given
+    left out; `listed` (a source's): each file's identity from that look added. A path given
     as a string must be absolute (a source's listing: a corpus may be 200,000 files, and
     a Path each took longer than opening them)."""
     from corpusprep.compression import detect, members
     from corpusprep.formats import format_from_name, get_format
+    from corpusprep.writer import file_identity
 
     if options.format != "auto":
         get_format(options.format)  # an unknown format fails here, before any work
@@ -179,7 +183,7 @@ def input_files(
         if skip_empty and size == 0:
             continue
         if listed is not None:
-            listed[path] = found
+            listed[path] = file_identity(found)
         compression = detect(path, head)
         cap = options.max_bytes
         if cap is not None and compression == "none" and size > cap:

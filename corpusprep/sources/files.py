@@ -32,7 +32,7 @@ class FilesSource(Source):
         **options: Any,
     ) -> None:
         super().__init__(**options)
-        self.real: dict[str, str] = {}  # each path the last listing gave: its real path
+        self.real: dict[str, str] = {}  # a path the last listing gave: its real path if other
         self.patterns = [glob] if isinstance(glob, str) else list(glob or [])
         self.exclude = [exclude] if isinstance(exclude, str) else list(exclude or [])
         if not self.patterns or not all(self.patterns):
@@ -79,7 +79,7 @@ class FilesSource(Source):
             print(f"corpusprep: note: source.glob: {dropped} path{'s' if dropped > 1 else ''} "
                   "led to files or folders already listed (symlinks); each file is read once",
                   file=sys.stderr)  # fmt: skip
-        self.real = {path: real for real, path in first.items()}
+        self.real = {path: real for real, path in first.items() if real != path}  # (few)
         # sorted: the same files always give the same documents in the same order
         return sorted(first.values())
 
@@ -95,10 +95,12 @@ class FilesSource(Source):
         return {"kind": "files", "glob": self.patterns, "exclude": self.exclude}
 
     def real_paths(self, paths: Sequence[str]) -> list[str]:
-        """As the listing found them (0.19 s for 50,311 files, looked up again)."""
-        unknown = [p for p in paths if p not in self.real]
+        """As the listing found them (0.19 s for 50,311 files, looked up again): a path it
+        gave is its own real path unless `real` says otherwise."""
+        # (files() lists each path paths() gave but the empty ones)
+        unknown = [p for p in paths if p not in self.listed and p not in self.real]
         found = dict(zip(unknown, super().real_paths(unknown)))
-        return [self.real.get(p) or found[p] for p in paths]
+        return [self.real.get(p) or found.get(p) or p for p in paths]
 
 
 def _walk_glob(pattern: str) -> tuple[list[tuple[str, Optional[str]]], int]:
