@@ -1271,11 +1271,13 @@ def _check_unchanged(before: dict[str, Identity],
     """Every input is as the run found it: not written meanwhile, even with its size and
     mtime put back (cp -p, rsync -a, touch -r), nor replaced. `read_as`: the files that
     their readers checked once read (file_identity), not looked at again (50,311 small
-    files: 0.2 s of stats once the workers were done)."""
+    files: 0.2 s of stats once the workers were done). A reader's that differs is
+    checked by a stat here: a worker on another node may see the file through a mount
+    that numbers inodes itself (sshfs, gcsfuse, an S3 mount), and a write since the
+    listing shows here too (a ctime is never put back)."""
     read_as = read_as or {}
     for path, identity in before.items():
-        now = read_as.get(path) or file_identity(_stat(path))
-        if now != identity:
+        if read_as.get(path) != identity and file_identity(_stat(path)) != identity:
             raise UserError(f"{path}: the file changed while it was being read; run again")
 
 

@@ -253,6 +253,61 @@ def test_a_small_file_written_while_its_reader_reads_it_is_an_error(tmp_path, mo
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+def test_a_reader_on_a_mount_that_numbers_inodes_otherwise_is_not_a_change(tmp_path, monkeypatch):
+    """A worker on another node (Ray, Slurm) sees the shared folder through its own mount:
+    one that numbers inodes itself (sshfs, gcsfuse, an S3 mount: their inode numbers are
+    the mount's, not the file's) gives a small file's reader another st_ino than the
+    driver's listing found, for a file no one wrote. The run still finishes, with the
+    bytes read; a file written since the listing still ends it (the driver's own stat
+    says so). Every worker runs in this process: its view is made up."""
+    import hashlib
+    import json
+
+    import pytest
+    from helpers import compose
+
+    from corpusprep.errors import UserError
+    from corpusprep.formats import text as text_format
+    from corpusprep.prepare import prepare
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(4):
+        (corpus / f"f{i}.txt").write_text(f"document {i}\n" * 10)
+    read_small = text_format.read_small
+
+    class Elsewhere:  # the stat another mount gives: the same file, another inode number
+        def __init__(self, stat):
+            self.stat = stat
+
+        def __getattr__(self, name):
+            return self.stat.st_ino + 7 if name == "st_ino" else getattr(self.stat, name)
+
+    written = []
+
+    def elsewhere(path, size):
+        if path.endswith("f2.txt") and written:  # written since the listing
+            with open(path, "r+b") as f:
+                f.write(b"D")
+        data, stat = read_small(path, size)
+        return data, Elsewhere(stat)
+
+    monkeypatch.setattr(text_format, "read_small", elsewhere)
+    cfg = compose("source=files", f"source.glob={corpus}/*.txt", "tokenizer=byte",
+                  f"out_dir={tmp_path / 'out'}", "executor.workers=1", "quiet=true")  # fmt: skip
+    prepare(cfg)
+    listed = json.loads((tmp_path / "out" / "manifest.json").read_text())["source"]["files"]
+    assert {os.path.basename(f["path"]): f["sha256"] for f in listed} == {
+        f"f{i}.txt": hashlib.sha256((corpus / f"f{i}.txt").read_bytes()).hexdigest()
+        for i in range(4)
+    }
+    written.append(True)
+    with pytest.raises(UserError, match="f2.txt: the file changed while it was being read"):
+        prepare(compose("source=files", f"source.glob={corpus}/*.txt", "tokenizer=byte",
+                        f"out_dir={tmp_path / 'again'}", "executor.workers=1", "quiet=true",
+                        "force=true"))  # fmt: skip
+
+
 def test_a_plugins_source_without_sources_init_still_runs(tmp_path):
     """A plugin's source that implements files() and describe() but has an __init__ of its
     own (not calling Source's) runs as before the listing's stats were kept: the run asks
