@@ -12,6 +12,14 @@ class UserError(Exception):
     """A problem the user can fix: the message says what is wrong, where, and what to do."""
 
 
+SHORTER = " (it got shorter)"  # changed_while_read's `how` for a file cut short
+
+
+def changed_while_read(name: str, how: str = "") -> UserError:
+    """An input written, cut or replaced while the run reads it (`how`: what was seen)."""
+    return UserError(f"{name}: the file changed while it was being read{how}; run again")
+
+
 def checked_number(value: object, key: str, whole: bool = True, least: float = 0,
                    above: bool = False, hint: str = "") -> float:  # fmt: skip
     """A number setting's value, or one line naming the key: `whole` numbers only, at

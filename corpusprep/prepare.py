@@ -41,7 +41,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import corpusprep
 from corpusprep.config import Settings, build, read_settings
-from corpusprep.errors import UserError
+from corpusprep.errors import UserError, changed_while_read
 from corpusprep.executors import Executor
 from corpusprep.executors.local import LocalExecutor, available_cores
 from corpusprep.exporters import Exporter, Streams
@@ -204,7 +204,7 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
     for f in run.files:  # its size when listed is what is read (a small file's reader
         # hashes those bytes for the manifest): grown or cut since, it changed
         if f.member is None and run.before[f.path].size != f.size:
-            raise UserError(f"{f.path}: the file changed while it was being read; run again")
+            raise changed_while_read(f.path)
     previous = None if run.settings.force else finished_manifest(run.settings.out_dir, run, made)
     if previous is not None:  # a finished run is there: redo it only if something changed
         digest = input_sha256(run.files, run.hashes)
@@ -1278,7 +1278,7 @@ def _check_unchanged(before: dict[str, Identity],
     read_as = read_as or {}
     for path, identity in before.items():
         if read_as.get(path) != identity and file_identity(_stat(path)) != identity:
-            raise UserError(f"{path}: the file changed while it was being read; run again")
+            raise changed_while_read(path)
 
 
 def corpus_name(files: list[InputFile]) -> str:

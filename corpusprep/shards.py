@@ -24,7 +24,7 @@ from typing import Optional
 
 import numpy as np
 
-from corpusprep.errors import UserError
+from corpusprep.errors import SHORTER, changed_while_read
 from corpusprep.formats import Census, Part, Segment, get_format
 from corpusprep.sample import Sample, Sampler, SampleRule
 from corpusprep.split import KEY_HASHES, goes_to_train, key_hash_for
@@ -99,7 +99,7 @@ def count_characters(shard: Shard) -> ScanResult:
             counted, left = count_chars(f, segment.end - segment.start)
             chars += counted
             if left > 0:
-                raise UserError(f"{segment.file.name}: the file got shorter while it was read")
+                raise changed_while_read(segment.file.name, SHORTER)
     return ScanResult(chars, "", int(shard.segments[0].start == 0), 0)
 
 

@@ -22,7 +22,7 @@ from typing import IO, Optional
 import numpy as np
 
 from corpusprep._paths import open_regular_fd
-from corpusprep.errors import UserError
+from corpusprep.errors import SHORTER, UserError, changed_while_read
 
 BLOCK = 1 << 16  # 64 KiB: big enough to amortise Python overhead, small enough to stay in cache
 _NEWLINE = re.compile(rb"\n")
@@ -128,7 +128,7 @@ def read_small(path: str, size: int) -> tuple[bytes, os.stat_result]:
         while size > 0:
             data = os.read(fd, size)
             if not data:
-                raise UserError(f"{path}: the file got shorter while it was being read")
+                raise changed_while_read(path, SHORTER)
             chunks.append(data)
             size -= len(data)
         read = os.fstat(fd)
@@ -146,7 +146,7 @@ def raw_pieces(
         data = f.read(block if remaining is None else min(block, remaining))
         if not data:
             if remaining is not None:
-                raise UserError(f"{name}: the file got shorter while it was being read")
+                raise changed_while_read(name, SHORTER)
             if carry:
                 yield offset, carry
             return

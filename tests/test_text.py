@@ -176,3 +176,21 @@ def test_census_learns_newline_of_crlf_text():
     census = Census()
     census.add_undecoded(b"ab\r\ncd\r\n" * 10)
     assert b"\n" in census._known and census.chars == 60 and census.seen == set("abcd\n")
+
+
+def test_a_file_cut_short_while_read_is_the_changed_files_line_with_its_fix(tmp_path):
+    """A file that got shorter between its listing and its read is said as any change
+    while the run reads it (docs/safety.md), with what to do: run again."""
+    import io
+
+    import corpusprep.text as text
+
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"hello\n" * 10)
+    said = f"{path}: the file changed while it was being read (it got shorter); run again"
+    with pytest.raises(UserError) as read:
+        text.read_small(str(path), 100)
+    assert str(read.value) == said
+    with pytest.raises(UserError) as pieces:
+        list(text.raw_pieces(io.BytesIO(b"hello\n" * 10), 0, 100, str(path)))
+    assert str(pieces.value) == said

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any, Optional
 
 from corpusprep.compression import STREAMS, open_stream, reading_errors, strip_suffix
-from corpusprep.errors import UserError
+from corpusprep.errors import SHORTER, UserError, changed_while_read
 from corpusprep.formats import (
     SKIPPED,
     STREAM_END,
@@ -65,7 +65,7 @@ class JsonlFormat(Format):
                 while left > 0:
                     line = f.readline(min(left, limit + 1))
                     if not line:
-                        raise UserError(f"{file.name}: the file got shorter while it was read")
+                        raise changed_while_read(file.name, SHORTER)
                     _check_length(line, limit, segment, segment.end - left)
                     left -= len(line)
                     yield line
