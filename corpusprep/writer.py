@@ -836,16 +836,17 @@ class GrowingDigest:
     def _run(self) -> None:
         try:  # unbuffered: a buffer would read ahead into what is not written yet
             with open(self.path, "rb", buffering=0) as f:
+                buffer = memoryview(bytearray(self.STEP))  # one, as _digest_of's
                 while (end := self._queue.get()) is not None:
                     if end is _LEFT:  # written whole: its fsync now, while the run goes on,
                         os.fsync(f.fileno())  # not in the seal's
                         return
                     while self._done < end:
-                        chunk = f.read(min(self.STEP, end - self._done))
-                        if not chunk:  # shorter than the writer said: the seal reads it
+                        size = f.readinto(buffer[: min(self.STEP, end - self._done)])
+                        if not size:  # shorter than the writer said: the seal reads it
                             raise OSError(f"{self.path}: ended at {self._done} bytes")
-                        self._hash.update(chunk)
-                        self._done += len(chunk)
+                        self._hash.update(buffer[:size])
+                        self._done += size
         except OSError:
             self._failed = True
 

@@ -780,6 +780,22 @@ def test_merged_outputs_are_hashed_while_merged(tmp_path: Path, monkeypatch, set
     assert len(streams) == (2 if "order=shuffle" in settings else 0), read_again
 
 
+def test_growing_digest_hashes_in_uneven_steps(tmp_path: Path, monkeypatch):
+    """The thread reads into one buffer, reused at every step: growth in steps smaller and
+    larger than the buffer, and not a multiple of it, gives the file's own sha256."""
+    from corpusprep.writer import GrowingDigest, OutputWriter
+
+    monkeypatch.setattr(GrowingDigest, "STEP", 7)
+    data = os.urandom(1000)
+    with OutputWriter(tmp_path / "out") as out:
+        path = out.temp("a.bin")
+        path.write_bytes(data)
+        with GrowingDigest(out, path) as digest:
+            for end in (3, 4, 20, 21, 64, 999, 1000):
+                digest.grew(end)
+        assert out._digests[path].result() == hashlib.sha256(data).hexdigest()
+
+
 def test_growing_digest_leaves_a_short_file_to_the_seal(tmp_path: Path):
     """A file that ends before what the writer said (or is written to after) gets no
     digest from the thread: the seal reads it itself, so a checksum is always the file's."""
