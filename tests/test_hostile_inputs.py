@@ -360,6 +360,19 @@ def test_bad_bounds(tmp_path: Path, override: str):
     assert_one_line_error(result, override.split("=")[0], "must be")
 
 
+@pytest.mark.parametrize("value", ["no", "off", "yes", "1", "'false'"])
+def test_skip_invalid_is_true_or_false(tmp_path: Path, value: str):
+    """source.skip_invalid=no (any string, which Python reads as true) left invalid files
+    out, the opposite of what was typed, with exit 0: it is refused as quiet=no is, with
+    the input's outputs never made."""
+    (tmp_path / "a.txt").write_text("some text\n" * 100)
+    (tmp_path / "b.txt").write_bytes(b"bad \xff byte\n" * 100)
+    result = _run(tmp_path, "source=files", "source.glob=*.txt", f"source.skip_invalid={value}")
+    assert_one_line_error(result, "source.skip_invalid=", "must be true or false")
+    assert "source.skip_invalid=true" in result.stderr  # the fix
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.bin"))
+
+
 @pytest.mark.parametrize(
     "override",
     ["source.doc_separator=123", "source.doc_end=5", "source.doc_separator=''",

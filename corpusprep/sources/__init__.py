@@ -39,6 +39,11 @@ class ReadOptions:
     max_bytes: Optional[int] = None  # the most bytes read from one input (after decompression)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.skip_invalid, bool):  # "no" is a string, and strings read as true
+            raise UserError(
+                f"source.skip_invalid={self.skip_invalid!r}: must be true or false, e.g. "
+                "source.skip_invalid=true"
+            )
         check_bytes("max_uncut_bytes", self.max_uncut_bytes)
         if self.max_bytes is not None:
             check_bytes("max_bytes", self.max_bytes, "(or null: no cap)")
