@@ -22,7 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from corpusprep import __version__, compose_cache
 from corpusprep._paths import config_path
-from corpusprep.config import check_flags, drop_leftovers, use_fast_yaml
+from corpusprep.config import check_flags, drop_leftovers, expand_home, use_fast_yaml
 from corpusprep.errors import (
     INTERRUPTED_AFTER_COMMIT,
     INTERRUPTED_AFTER_FINISHING,
@@ -82,6 +82,7 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
     try:
         _check_required(cfg)
         check_flags(cfg)  # dry_run and quiet are read before the rest
+        expand_home(cfg)
         drop_leftovers(cfg, overrides)
         if cfg.get("dry_run"):
             from corpusprep.estimate import estimate

@@ -442,6 +442,15 @@ def check_flags(cfg: DictConfig) -> None:
             raise UserError(f"{key}={value!r}: must be true or false, e.g. {key}=true")
 
 
+def expand_home(cfg: DictConfig) -> None:
+    """out_dir="~/x" (quoted: Hydra's grammar refuses a bare ~) is x in the home folder, as
+    the shell and source.path read it, not a folder named ~ here (which a later rm -rf ~
+    would take for home)."""
+    out_dir = cfg.get("out_dir")
+    if isinstance(out_dir, str) and out_dir.startswith("~"):
+        cfg.out_dir = os.path.expanduser(out_dir)
+
+
 def check_name(name: object) -> None:
     """`name` names the output folder (data/NAME) and files in it: a plain folder name."""
     text = str(name) if isinstance(name, (str, int, float)) and not isinstance(name, bool) else ""
@@ -471,6 +480,8 @@ def read_settings(cfg: DictConfig) -> Settings:
         raise UserError("out_dir is empty: set out_dir=PATH")
     if isinstance(out_dir, bool) or not isinstance(out_dir, (str, int, float)):  # 2024 is one
         raise UserError(f"out_dir={out_dir!r}: must be a path, e.g. out_dir=data/mycorpus")
+    if isinstance(out_dir, str) and not out_dir.strip():  # a folder named with spaces
+        raise UserError(f"out_dir={out_dir!r}: holds only spaces; set out_dir=PATH")
     split_by = str(cfg.get("split_by", "auto"))
     if split_by not in SPLIT_BY:
         raise UserError(f"split_by={split_by}: use one of {', '.join(SPLIT_BY)}")

@@ -198,9 +198,9 @@ def _count_jobs(config: DictConfig) -> int:
 def _real_path(path: str) -> str:
     """The folder a path names, links followed: a folder and a link to it are one."""
     try:
-        return str(Path(path).resolve())
+        return str(Path(path).expanduser().resolve())  # ~: as run_job reads it (expand_home)
     except (OSError, RuntimeError):  # a symlink loop: the job's own run says so
-        return str(Path(path).absolute())
+        return str(Path(path).expanduser().absolute())
 
 
 def check_clashes(config: DictConfig) -> None:

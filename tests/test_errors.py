@@ -73,6 +73,10 @@ CASES = {
         ["executor.retries=-1", "0 or more"],
     ),
     "out_dir a list": (["source=file", "source.path=good.txt", "out_dir=[1]"], ["out_dir=[1]"]),
+    "out_dir only spaces": (
+        ["source=file", "source.path=good.txt", "out_dir='  '"],
+        ["out_dir='  '", "out_dir=PATH"],
+    ),
     "name up a folder": (
         ["source=file", "source.path=good.txt", "name=..", "out_dir=data/x"],
         ["name='..'", "folder name"],
@@ -363,6 +367,19 @@ def test_a_number_is_a_folder_name(work, key):
     r = run_cli("source=file", "source.path=good.txt", key, "quiet=true", cwd=work)
     assert r.returncode == 0, r.stderr
     assert (work / ("2024" if key.startswith("out_dir") else "data/1.5") / "train.bin").is_file()
+
+
+@pytest.mark.parametrize("given", ['out_dir="~/{}"', "out_dir='~/{}'"])
+def test_out_dir_under_the_home_folder(work, given):
+    """out_dir="~/x" is x in the home folder, as the shell and source.path read it: it
+    made a folder named ~ in the working directory, which a later rm -rf ~ takes for home."""
+    home = work / "home"
+    home.mkdir()
+    r = run_cli("source=file", "source.path=good.txt", given.format("runs/a"), "quiet=true",
+                cwd=work, env={"HOME": str(home)})  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert (home / "runs" / "a" / "train.bin").is_file()
+    assert not (work / "~").exists()
 
 
 def test_a_number_setting_from_the_environment_is_taken(work):

@@ -190,3 +190,12 @@ def test_values_that_differ_only_in_a_slash_get_their_own_folders(work):
     jobs = sorted(p for p in folder.iterdir() if p.is_dir())
     assert len(jobs) == 2 and all((job / "train.bin").is_file() for job in jobs)
     assert [row["status"] for row in table(folder)] == ["ok", "ok"]
+
+
+def test_a_sweeps_clash_check_reads_out_dir_under_home_as_the_run_does(tmp_path, monkeypatch):
+    """Two jobs with out_dir "~/a" and $HOME/a write to one folder (run_job expands ~): the
+    clash check compares them as that folder."""
+    from corpusprep.sweep import _real_path
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert _real_path("~/a") == _real_path(str(tmp_path / "a")) == str((tmp_path / "a").resolve())
