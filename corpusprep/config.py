@@ -138,6 +138,9 @@ def build(node: DictConfig | dict, what: str) -> Any:
 
 
 PLUGIN_GROUPS = ("source", "tokenizer", "executor", "format")
+# the top-level keys of conf/config.yaml (tests/test_first_steps.py checks they are the same)
+TOP_KEYS = ("name", "split", "split_by", "val_size", "order", "seed", "eot", "dtype", "out_dir",
+            "shard_tokens", "shard_bytes", "quiet", "force", "dry_run")  # fmt: skip
 
 
 def drop_leftovers(cfg: DictConfig, overrides: list[str]) -> None:
@@ -147,6 +150,9 @@ def drop_leftovers(cfg: DictConfig, overrides: list[str]) -> None:
     (one the class does not take was refused before Hydra ran: corpusprep.overrides)."""
     from omegaconf import open_dict
 
+    from corpusprep.overrides import check_file_key, check_file_top_keys
+
+    check_file_top_keys(cfg, [*TOP_KEYS, *PLUGIN_GROUPS])
     given = [o.lstrip("+~").split("=", 1)[0] for o in overrides if "=" in o]
     for group in PLUGIN_GROUPS:
         node = cfg.get(group)
@@ -159,6 +165,7 @@ def drop_leftovers(cfg: DictConfig, overrides: list[str]) -> None:
         mine = {k.split(".")[1] for k in given if k.startswith(f"{group}.")}
         with open_dict(node):
             for key in [k for k in node if k not in taken | mine | {"_target_", "name"}]:
+                check_file_key(group, node, key)  # another option's, or misspelt
                 del node[key]
 
 

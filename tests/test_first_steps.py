@@ -127,6 +127,53 @@ def test_a_preset_keeps_its_settings_when_the_tokenizer_changes(tmp_path, seeded
     assert manifest["tokens"] == {"train": 1_003_854, "val": 111_540}
 
 
+def _own_config(tmp_path: Path, files: dict[str, str]) -> list[str]:
+    """A --config-dir holding `files` (path under it -> text), and a small input."""
+    for name, text in files.items():
+        (tmp_path / "conf" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "conf" / name).write_text(text)
+    (tmp_path / "a.txt").write_text("some text to read\n" * 200)
+    return ["--config-dir", str(tmp_path / "conf"), "source=file", "source.path=a.txt",
+            "out_dir=out", "quiet=true"]  # fmt: skip
+
+
+def test_a_misspelt_key_in_a_config_file_is_refused(tmp_path, tiktoken_cache):
+    """tokenizer.encodng in a file of one's own was dropped as if a preset's leftover, and
+    the run went on with GPT-2 (exit 0, nothing recorded): a key no option of the group
+    takes is a misspelling, said in one line with the key it meant."""
+    args = _own_config(
+        tmp_path,
+        {
+            "tokenizer/typo.yaml": (
+                "_target_: corpusprep.tokenizers.tiktoken.TiktokenTokenizer\nencodng: cl100k_base\n"
+            )
+        },
+    )
+    from helpers import assert_one_line_error
+
+    r = run_cli(*args, "tokenizer=typo", cwd=tmp_path)
+    assert_one_line_error(r, "tokenizer.encodng", "config file", "did you mean tokenizer.encoding")
+    assert not (tmp_path / "out" / "train.bin").exists()
+
+
+def test_a_misspelt_top_level_key_in_a_preset_is_refused(tmp_path):
+    """splitt: 0.5 in a preset of one's own ran with split 0.9: a top-level key close to one
+    corpusprep has is a misspelling. A name of one's own for an interpolation (a helper
+    value) is not close to any, and stays."""
+    from helpers import assert_one_line_error
+
+    args = _own_config(tmp_path, {
+        "dataset/typo.yaml": "# @package _global_\nsplitt: 0.5\n",
+        "dataset/helper.yaml": "# @package _global_\nmy_fraction: 0.5\nsplit: ${my_fraction}\n",
+    })  # fmt: skip
+    r = run_cli(*args, "dataset=typo", cwd=tmp_path)
+    assert_one_line_error(r, "splitt", "config file", "did you mean split")
+    r = run_cli(*args, "dataset=helper", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["split"]["fraction"] == 0.5 and manifest["tokens"]["train"] == 1800
+
+
 def test_the_bundled_gpt2_ranks_are_tiktokens(tiktoken_cache):
     import tiktoken
 
@@ -352,3 +399,14 @@ def test_the_multirun_flag_may_come_last(tmp_path, seeded_cache):
     r = run_cli("dataset=shakespeare_char", "split=0.8,0.9", "quiet=true", "-m", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert len(list(tmp_path.glob("multirun/*/*/*/manifest.json"))) == 2
+
+
+def test_the_top_level_keys_are_config_yamls():
+    """config.TOP_KEYS (what a preset's misspelt top-level key is told apart from) is the
+    list of keys conf/config.yaml sets."""
+    from omegaconf import OmegaConf
+
+    from corpusprep.config import TOP_KEYS
+
+    keys = set(OmegaConf.load(REPO / "conf" / "config.yaml")) - {"defaults", "hydra"}
+    assert keys == set(TOP_KEYS)
