@@ -423,6 +423,12 @@ def test_progress_on_a_terminal(tmp_path):
 A, B = b'{"text": "a"}\n', b'{"text": "b"}\n'
 BAD = {  # lines of d.jsonl, extra overrides, what the one-line error must say
     "glob matches nothing": ([], ["source.glob=nothing/*.jsonl"], ["matches no file"]),
+    # its one match is excluded: the pattern was right, the exclusion took everything
+    "exclude takes every match": (
+        [A],
+        ["source.exclude=['*.jsonl']"],
+        ["source.glob='d.jsonl': matches 1 file,", "source.exclude=['*.jsonl'] leaves out every"],
+    ),
     # a folder named as the glob: the pattern that reads the files in it
     "glob names a folder": (
         [A],

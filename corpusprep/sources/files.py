@@ -60,6 +60,13 @@ class FilesSource(Source):
                     f"the files in it use source.glob='{wanted}' (or the pattern that "
                     "matches them)"
                 )
+            if listed and not matches:  # the pattern is right: the exclusion took all
+                n = len(listed)
+                raise UserError(
+                    f"source.glob={pattern!r}: matches {n:,} file{'s' if n > 1 else ''}, and "
+                    f"source.exclude={self.exclude} leaves out every one; narrow "
+                    "source.exclude (or drop it)"
+                )
             if not matches:
                 raise UserError(
                     f"source.glob={pattern!r}: matches no file (from {os.getcwd()}); "
