@@ -195,6 +195,7 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
     made = _read_manifest(Path(run.settings.out_dir))  # an earlier run's (read once)
     run.files = _without_outputs(run.source.files(progress=not run.settings.quiet),
                                  run.settings.out_dir, made)  # fmt: skip
+    _refuse_other_outputs(run.files, getattr(run.source, "patterns", None))
     run.clock.lap("source")
     # what every input is before anything reads it (as the listing found it, if it looked):
     # a change from here on fails the run. (A plugin's source may never have run
@@ -217,6 +218,33 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
     elif run.settings.force and made:
         run.replacing = replacing(run, made, input_checked=False)  # force: no hashing
     return None
+
+
+OUTPUT_NAMES = ("manifest.json", "train.bin", "val.bin")  # a folder of ours has these
+
+
+def _refuse_other_outputs(files: list[InputFile], patterns: Optional[list[str]]) -> None:
+    """A glob over a folder that holds another run's out_dir read its files as text: its
+    ids failed as invalid UTF-8, then (skipped) its manifest.json as JSON, neither saying
+    what it was. One line names the folder and the source.exclude that leaves it out, in
+    the form the patterns match (relative to here unless a pattern is absolute)."""
+    from corpusprep.dataset import MAX_MANIFEST_BYTES, read_json
+
+    named = [f.path for f in files if f.member is None and os.path.basename(f.path) in OUTPUT_NAMES]
+    folders = sorted({os.path.dirname(path) for path in named})
+    for folder in folders:
+        try:  # bounded, a regular file, JSON (never a pickle: the folder may be anyone's)
+            manifest = read_json(Path(folder) / "manifest.json", MAX_MANIFEST_BYTES)
+        except UserError:  # none there, or not one of ours
+            continue
+        if not (isinstance(manifest, dict) and "corpusprep" in manifest and "files" in manifest):
+            continue
+        relative = patterns and not any(os.path.isabs(os.path.expanduser(p)) for p in patterns)
+        shown = os.path.relpath(folder) if relative else folder
+        raise UserError(
+            f"{shown}: a corpusprep output folder (its manifest.json) is among the input "
+            f"files; leave it out with 'source.exclude=[{shown}/*]' (or move it)"
+        )
 
 
 def _without_outputs(files: list[InputFile], out_dir: str,

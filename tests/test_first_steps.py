@@ -377,6 +377,39 @@ def test_a_glob_over_the_folder_holding_out_dir_never_reads_its_outputs(tmp_path
     assert "train.bin" in alone.stderr and "out_dir" in alone.stderr
 
 
+@pytest.mark.parametrize("absolute", [False, True])
+def test_another_runs_output_folder_in_a_glob_is_named_with_its_exclusion(tmp_path, absolute):
+    """`source.glob='corpus/**/*'` over a folder holding an earlier run's out_dir (not this
+    run's, whose files are left out): its doc_index failed as invalid UTF-8, whose advice
+    (skip_invalid) led to its manifest.json failing as JSON. One line names the folder and
+    the source.exclude that leaves it out, which works; the files of a folder that only
+    has a manifest.json of someone else's are read."""
+    from helpers import assert_one_line_error
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("first document\n" * 300)
+    (corpus / "b.txt").write_text("second document\n" * 300)
+    first = run_cli("source=files", "source.glob=corpus/*.txt", "split_by=document",
+                    "val_size=1", "out_dir=corpus/out", "quiet=true", cwd=tmp_path)  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    glob = f"{corpus}/**/*" if absolute else "corpus/**/*"
+    args = ("source=files", f"source.glob={glob}", "out_dir=out2", "quiet=true")
+    r = run_cli(*args, cwd=tmp_path)
+    folder = str(corpus / "out") if absolute else "corpus/out"
+    assert_one_line_error(r, folder, "corpusprep output folder", f"source.exclude=[{folder}/*]")
+    fix = next(part for part in r.stderr.split() if part.startswith("'source.exclude="))
+    again = run_cli(*args, fix.strip("'"), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    manifest = json.loads((tmp_path / "out2" / "manifest.json").read_text())
+    assert [Path(f["path"]).name for f in manifest["source"]["files"]] == ["a.txt", "b.txt"]
+    # a manifest.json that is not corpusprep's is a file like any other
+    (corpus / "data").mkdir()
+    (corpus / "data" / "manifest.json").write_text('{"text": "a JSON document"}\n')
+    other = run_cli(*args, fix.strip("'"), "force=true", cwd=tmp_path)
+    assert other.returncode == 0, other.stderr
+
+
 def test_the_summary_reads_well(tmp_path, seeded_cache):
     r = run_cli("dataset=shakespeare_char", "split=0.9999999", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
