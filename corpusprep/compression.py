@@ -382,7 +382,10 @@ def members(path: Path) -> list[str]:
         with zipfile.ZipFile(path) as archive:
             names = [i.filename for i in archive.infolist() if not i.is_dir()]
     except (OSError, zipfile.BadZipFile) as e:
-        raise UserError(f"{path}: not a readable zip archive ({e})") from None
+        raise UserError(
+            f"{path}: not a readable zip archive ({e}); it may be cut short: get the whole "
+            "file again"
+        ) from None
     if not names:
         raise UserError(f"{path}: the zip archive holds no file; there is nothing to tokenize")
     seen: set[str] = set()

@@ -469,6 +469,12 @@ def test_corrupt_archives(tmp_path):
     (tmp_path / "e.jsonl.zst").write_bytes(b"\x28\xb5\x2f\xfd" + b"garbage" * 10)
     r = run_cli("source=files", "source.glob=e.jsonl.zst", "out_dir=out", cwd=tmp_path)
     assert_one_line_error(r, "e.jsonl.zst", "zstd")
+    whole = tmp_path / "whole.zip"  # a zip cut short has lost its directory at the end
+    with zipfile.ZipFile(whole, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("d.jsonl", jsonl_bytes(make_docs(200)))
+    (tmp_path / "f.zip").write_bytes(whole.read_bytes()[:-40])
+    r = run_cli("source=files", "source.glob=f.zip", "out_dir=out", cwd=tmp_path)
+    assert_one_line_error(r, "f.zip: not a readable zip archive", "get the whole file again")
     assert not (tmp_path / "out").exists()
 
 

@@ -18,6 +18,7 @@ def work(tmp_path):
     (tmp_path / "sneaky.txt").write_bytes(b"ok\n" * 5000 + b"ab\xc3x\xa9\n")
     (tmp_path / "folder").mkdir()
     (tmp_path / "a_file").write_text("x")
+    (tmp_path / "control.jsonl").write_bytes(b'{"text": "a"}\n{"text": "a\tb"}\n')
     (tmp_path / "tiny.txt").write_text("ab")
     (tmp_path / "wide.txt").write_text("".join(chr(c) for c in range(0x10000, 0x10000 + 70_000)))
     (tmp_path / "program").write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4)
@@ -73,6 +74,23 @@ CASES = {
         ["executor.retries=-1", "0 or more"],
     ),
     "out_dir a list": (["source=file", "source.path=good.txt", "out_dir=[1]"], ["out_dir=[1]"]),
+    "ranks file missing": (
+        [
+            "source=file",
+            "source.path=good.txt",
+            "tokenizer=tiktoken",
+            "tokenizer.ranks_file=no.tiktoken",
+        ],
+        ["tokenizer.ranks_file=no.tiktoken: no such file; give the path of a .tiktoken"],
+    ),
+    "bpe vocab_size with an exponent": (
+        ["source=file", "source.path=good.txt", "tokenizer=bpe", "tokenizer.vocab_size=1e3"],
+        ["tokenizer.vocab_size=1000.0: must be a whole number", "tokenizer.vocab_size=4096"],
+    ),
+    "json with a raw control character": (
+        ["source=file", "source.path=control.jsonl"],
+        ["control.jsonl:2: not valid JSON (Invalid control character, column 12)", "!at,"],
+    ),
     "out_dir only spaces": (
         ["source=file", "source.path=good.txt", "out_dir='  '"],
         ["out_dir='  '", "out_dir=PATH"],

@@ -196,7 +196,7 @@ def test_a_given_model_cut_into_shards(tmp_path, shakespeare, collapse):
         # the trainer's int32: it failed after the scan with "cannot parse ... as int"
         ("tokenizer.vocab_size=2147483648", "tokenizer.vocab_size=2147483648: more than"),
         ("tokenizer.model=nowhere.model", "tokenizer.model=nowhere.model: no such file"),
-        ("tokenizer.model=bad.model", "not a SentencePiece model"),
+        ("tokenizer.model=bad.model", "SentencePiece model (the tokenizer.model file spm_train"),
         # an attack: an empty file got sentencepiece's "Model is not initialized" and its
         # log lines; a FIFO was said to be no file at all
         ("tokenizer.model=empty.model", "tokenizer.model=empty.model: the file is empty"),

@@ -140,9 +140,15 @@ def _several(line: bytes, where: Any, error: ValueError) -> list[Any]:
         except ValueError as e:
             error = e
     raise UserError(
-        f"{where}: not valid JSON ({getattr(error, 'msg', error)}, column "
+        f"{where}: not valid JSON ({_json_message(error)}, column "
         f"{getattr(error, 'colno', '?')}); fix or remove the line"
     ) from None
+
+
+def _json_message(error: Exception) -> str:
+    """json's message without its "at" (said before ": line 1 column 23"): "Invalid control
+    character at" reads "Invalid control character" once the column follows."""
+    return str(getattr(error, "msg", error)).removesuffix(" at")
 
 
 def _part(value: Any, file: InputFile, where: Any) -> Part:
@@ -255,7 +261,7 @@ class _Elements:
                 raise self._error("nested too deeply to read") from None
             except ValueError as e:  # not valid, or not all read yet: read on to know
                 if self.eof or _invalid(e, self.text):
-                    raise self._error(f"not valid JSON ({getattr(e, 'msg', e)})") from None
+                    raise self._error(f"not valid JSON ({_json_message(e)})") from None
                 self._more(e)
                 continue
             if self.eof or not _may_go_on(value, self.text, end):

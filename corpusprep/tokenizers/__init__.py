@@ -251,7 +251,7 @@ def read_tokenizer_file(path: Path, key: str, limit: int, what: str) -> bytes:
     try:
         return read_regular(path, limit)
     except FileNotFoundError:
-        raise UserError(f"{key}: no such file") from None
+        raise UserError(f"{key}: no such file; give the path of {what}") from None
     except OSError as e:
         if e.errno in (errno.EINVAL, errno.EFBIG):
             why = f"not a regular file of at most {limit >> 20} MB; give {what}"

@@ -67,6 +67,11 @@ class BpeTokenizer(TiktokenTokenizer):
         seed: int = 0,
         backend: str = "tiktoken",
     ) -> None:
+        if isinstance(vocab_size, float):  # 1e3: "give 257 or more" did not say what was wrong
+            raise UserError(
+                f"tokenizer.vocab_size={vocab_size}: must be a whole number of tokens, written "
+                "without a point or an exponent (e.g. tokenizer.vocab_size=4096)"
+            )
         if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 257:
             raise UserError(
                 f"tokenizer.vocab_size={vocab_size}: a byte-level BPE has 256 byte tokens and "

@@ -123,10 +123,11 @@ class SentencePieceTokenizer(Tokenizer):
         self.sha256 = hashlib.sha256(model).hexdigest()
         try:
             sp = self._sp()
-        except RuntimeError as e:  # not a model file
+        except RuntimeError:  # not a model file
             self.model = None
             raise UserError(f"tokenizer.model={self.given or FILE}: not a SentencePiece model "
-                            f"({str(e).splitlines()[0][:120]})") from None  # fmt: skip
+                            "(the tokenizer.model file spm_train or a model's folder gives); "
+                            "give one, or tokenizer.model=null to train one") from None  # fmt: skip
         pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
         self.cut_at, self.cuts = cut_rule(model_spec(model), pieces,
                                           sp.unk_id() in sp.encode("\n"))  # fmt: skip
