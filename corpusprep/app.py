@@ -18,7 +18,7 @@ import traceback
 from typing import Any, NoReturn, Optional
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseException
 
 from corpusprep import __version__, compose_cache
 from corpusprep._paths import config_path
@@ -93,7 +93,7 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
 
             result = prepare(cfg, overrides)
     except (UserError, OmegaConfBaseException, TaskFailed) as e:
-        message = str(e) if isinstance(e, UserError) else f"config: {str(e).splitlines()[0]}"
+        message = str(e) if isinstance(e, UserError) else _config_error(e, cfg)
         if isinstance(e, TaskFailed) and isinstance(e.__cause__, MemoryError):
             message = (f"{e}: out of memory; run with fewer workers (executor.workers=N) or a "
                        "smaller source.max_uncut_bytes, then again (it resumes from the "
@@ -139,6 +139,39 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
         )
         fail(said, code=_interrupt_code())
     return result
+
+
+_NO_ENV = re.compile(r"Environment variable '([^']*)' not found")
+
+
+def _config_error(e: BaseException, cfg: DictConfig) -> str:
+    """OmegaConf's error as one line naming the key it was resolving (cfg.get leaves it
+    out: the first key that fails to resolve); a missing environment variable with the fix
+    (set it, or give ${oc.env:NAME,DEFAULT} a default)."""
+    said = str(e).splitlines()[0] if str(e) else type(e).__name__
+    key = getattr(e, "full_key", None) or _unresolved(cfg) or "config"
+    missing = _NO_ENV.search(said)
+    if missing:
+        name = missing.group(1)
+        return (f"{key}: the environment variable {name} is not set; set it (export "
+                f"{name}=...) or give a default: '{key}=${{oc.env:{name},DEFAULT}}'")  # fmt: skip
+    if isinstance(e, InterpolationResolutionError):
+        return f"{key}: {said}; fix the ${{...}} in its value"
+    return f"{key}: {said}"
+
+
+def _unresolved(node: DictConfig, prefix: str = "") -> Optional[str]:
+    """The first key of `node` whose value fails to resolve (an interpolation), if any."""
+    for key in node:
+        try:
+            value = node[key]
+        except OmegaConfBaseException:
+            return f"{prefix}{key}"
+        if isinstance(value, DictConfig):
+            found = _unresolved(value, f"{prefix}{key}.")
+            if found:
+                return found
+    return None
 
 
 def _interrupted(commits: int, finished: int, out_dir: Optional[str], status: str = "") -> str:

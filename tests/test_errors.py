@@ -74,6 +74,17 @@ CASES = {
         ["executor.retries=-1", "0 or more"],
     ),
     "out_dir a list": (["source=file", "source.path=good.txt", "out_dir=[1]"], ["out_dir=[1]"]),
+    "environment variable unset": (
+        ["source=file", "source.path=good.txt", "name=${oc.env:CORPUSPREP_TEST_UNSET}"],
+        [
+            "name: the environment variable CORPUSPREP_TEST_UNSET is not set",
+            "'name=${oc.env:CORPUSPREP_TEST_UNSET,DEFAULT}'",
+        ],
+    ),  # fmt: skip
+    "interpolation of no key": (
+        ["source=file", "source.path=good.txt", "split=${nope}"],
+        ["split: Interpolation key 'nope' not found", "fix the ${...}"],
+    ),
     "ranks file missing": (
         [
             "source=file",
