@@ -163,10 +163,14 @@ def _config_error(e: BaseException, cfg: DictConfig) -> str:
 def _unresolved(node: DictConfig, prefix: str = "") -> Optional[str]:
     """The first key of `node` whose value fails to resolve (an interpolation), if any."""
     for key in node:
+        if not prefix and key == "hydra":  # Hydra's own, resolved only inside Hydra
+            continue
         try:
             value = node[key]
-        except OmegaConfBaseException:
+        except InterpolationResolutionError:
             return f"{prefix}{key}"
+        except OmegaConfBaseException:  # ??? (said before: _check_required)
+            continue
         if isinstance(value, DictConfig):
             found = _unresolved(value, f"{prefix}{key}.")
             if found:
