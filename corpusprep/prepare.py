@@ -196,6 +196,7 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
     run.files = _without_outputs(run.source.files(progress=not run.settings.quiet),
                                  run.settings.out_dir, made)  # fmt: skip
     _refuse_other_outputs(run.files, getattr(run.source, "patterns", None))
+    _check_read_options(run.files, getattr(run.source, "options", None), run.overrides)
     run.clock.lap("source")
     # what every input is before anything reads it (as the listing found it, if it looked):
     # a change from here on fails the run. (A plugin's source may never have run
@@ -218,6 +219,31 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
     elif run.settings.force and made:
         run.replacing = replacing(run, made, input_checked=False)  # force: no hashing
     return None
+
+
+def _check_read_options(files: list[InputFile], options: Any, overrides: list[str]) -> None:
+    """A read option the command line sets that no input file's format uses does nothing
+    (as val_size with a split by position): a text_field for plain text, a document
+    separator or end for JSON Lines or Parquet. Refused, as the user meant something by it.
+    A preset's own (tinystories' separator) stays for another source's documents."""
+    if options is None:  # a plugin's source that keeps none
+        return
+    given = {o.lstrip("+~").split("=", 1)[0] for o in overrides if "=" in o}
+    formats = sorted({f.format for f in files})
+    what = f"the input is {' and '.join(formats)}; drop it (or set source.format)"
+    if ("source.text_field" in given and options.text_field != "text"
+            and not {"jsonl", "parquet"} & set(formats)):  # fmt: skip
+        raise UserError(
+            f"source.text_field={options.text_field}: does nothing here (it names the field "
+            f"of JSON Lines and Parquet documents that holds their text), and {what}"
+        )
+    for key in ("doc_separator", "doc_end"):
+        value = getattr(options, key)
+        if f"source.{key}" in given and value is not None and "text" not in formats:
+            raise UserError(
+                f"source.{key}={value!r}: does nothing here (it cuts plain text into "
+                f"documents), and {what}"
+            )
 
 
 OUTPUT_NAMES = ("manifest.json", "train.bin", "val.bin")  # a folder of ours has these

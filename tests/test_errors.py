@@ -85,6 +85,14 @@ CASES = {
         ["source=file", "source.path=good.txt", "split=${nope}"],
         ["split: Interpolation key 'nope' not found", "fix the ${...}"],
     ),
+    "text_field of plain text": (
+        ["source=file", "source.path=good.txt", "source.text_field=body"],
+        ["source.text_field=body: does nothing here", "text", "drop it"],
+    ),
+    "doc_separator of JSON Lines": (
+        ["source=file", "source.path=control.jsonl", "source.doc_separator=XX"],
+        ["source.doc_separator='XX': does nothing here", "jsonl", "drop it"],
+    ),
     "ranks file missing": (
         [
             "source=file",
