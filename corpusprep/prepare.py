@@ -70,6 +70,7 @@ from corpusprep.split import permutation, split_point, val_document_count, val_d
 from corpusprep.tokenizers import NOWHERE, Tokenizer
 from corpusprep.tokenizers.tiktoken import ONE_BYTE_CUTS
 from corpusprep.writer import (
+    MANIFEST,
     WORK,
     GrowingDigest,
     Identity,
@@ -771,6 +772,8 @@ def commit(run: Run) -> dict[str, Any]:
                if not entry.name.startswith(".") and entry.name not in run.produced
                and not run.out.removes(entry.name)]  # fmt: skip
     run.exporter.warn_others(staying, str(run.cfg.get("name")))  # the files' stem
+    if not run.replacing and not (run.out.out_dir / MANIFEST).exists():
+        run.replacing = _replacing_others(run)
     meta = run.tokenizer.meta()
     if meta is not None:  # None: no meta.pkl (GPT-2, nanoGPT's default without one)
         run.out.write_bytes("meta.pkl", _meta_bytes(meta, run.tokenizer.vocab_size))
@@ -790,6 +793,17 @@ def commit(run: Run) -> dict[str, Any]:
     if run.replacing:  # said once it is true: a commit that fails replaces nothing
         print(run.replacing, file=sys.stderr)
     return committed
+
+
+def _replacing_others(run: Run) -> Optional[str]:
+    """The line said when the commit replaces files of an out_dir no corpusprep run made
+    (nanoGPT's own prepare.py wrote train.bin and val.bin there): which ones."""
+    names = [n for n in (*run.produced, "meta.pkl") if (run.out.out_dir / n).is_file()]
+    if not names:
+        return None
+    listed = ", ".join(dict.fromkeys(names))
+    where = run.settings.out_dir
+    return f"corpusprep: replacing {listed} in {where}, which no corpusprep run wrote (no manifest)"
 
 
 def _side_orders(perm: np.ndarray, val_docs: Optional[np.ndarray], split_by: str,

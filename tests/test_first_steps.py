@@ -443,3 +443,24 @@ def test_the_top_level_keys_are_config_yamls():
 
     keys = set(OmegaConf.load(REPO / "conf" / "config.yaml")) - {"defaults", "hydra"}
     assert keys == set(TOP_KEYS)
+
+
+def test_replacing_files_no_corpusprep_run_wrote_is_said(tmp_path):
+    """out_dir holding nanoGPT's own train.bin and val.bin (its prepare.py's, no manifest):
+    they were replaced without a word. The run says which files it replaces; a user's file
+    of another name stays, and a second run (its own files now) says nothing."""
+    (tmp_path / "a.txt").write_text("some text to read\n" * 300)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "train.bin").write_bytes(b"\0\1" * 50)
+    (out / "val.bin").write_bytes(b"\0\1" * 5)
+    (out / "prepare.py").write_text("# nanoGPT's\n")
+    args = ("source=file", "source.path=a.txt", "out_dir=out", "quiet=true")
+    r = run_cli(*args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    said = [line for line in r.stderr.splitlines() if "replacing" in line]
+    assert len(said) == 1 and "meta.pkl" not in said[0], r.stderr
+    assert "train.bin, val.bin" in said[0] and "no corpusprep run wrote" in said[0], said
+    assert (out / "prepare.py").read_text() == "# nanoGPT's\n"
+    again = run_cli(*args, "force=true", cwd=tmp_path)
+    assert again.returncode == 0 and "replacing" not in again.stderr, again.stderr
