@@ -1197,7 +1197,12 @@ def finished_manifest(out_dir: str, run: Run,
     except BaseException:
         stop.set()
         raise
-    if checking.result() != []:
+    changed = checking.result()
+    if changed:  # (None: an older version's folder, without checksums)
+        print(f"corpusprep: note: {os.path.join(out_dir, changed[0])} does not match its manifest"
+              f"{f' (nor do {len(changed) - 1} more)' if len(changed) > 1 else ''}: changed "
+              "since its run; making the outputs again", file=sys.stderr)  # fmt: skip
+    if changed != []:
         return None
     from corpusprep.dataset import READ_FORMATS, load
 

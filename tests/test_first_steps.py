@@ -464,3 +464,21 @@ def test_replacing_files_no_corpusprep_run_wrote_is_said(tmp_path):
     assert (out / "prepare.py").read_text() == "# nanoGPT's\n"
     again = run_cli(*args, "force=true", cwd=tmp_path)
     assert again.returncode == 0 and "replacing" not in again.stderr, again.stderr
+
+
+def test_a_rerun_says_why_it_redoes_a_folder_whose_outputs_changed(tmp_path):
+    """train.bin changed after its run (same size): the re-run redid the folder, rightly,
+    without saying why. It says which file no longer matches its manifest."""
+    (tmp_path / "a.txt").write_text("some text to read\n" * 300)
+    args = ("source=file", "source.path=a.txt", "out_dir=out", "quiet=true")
+    assert run_cli(*args, cwd=tmp_path).returncode == 0
+    train = tmp_path / "out" / "train.bin"
+    made = train.read_bytes()
+    train.write_bytes(bytes(len(made)))
+    r = run_cli(*args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    said = [line for line in r.stderr.splitlines() if "train.bin" in line]
+    assert len(said) == 1 and "does not match its manifest" in said[0], r.stderr
+    assert train.read_bytes() == made
+    again = run_cli(*args, cwd=tmp_path)
+    assert "manifest" not in again.stderr and "up to date" in again.stdout + again.stderr
