@@ -80,7 +80,7 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
     failed job is recorded and the others go on."""
     commits, finished = _commits(), _commits("FINISHED")
     try:
-        _check_required(cfg)
+        check_required(cfg)
         check_flags(cfg)  # dry_run and quiet are read before the rest
         expand_home(cfg)
         drop_leftovers(cfg, overrides)
@@ -169,7 +169,7 @@ def _unresolved(node: DictConfig, prefix: str = "") -> Optional[str]:
             value = node[key]
         except InterpolationResolutionError:
             return f"{prefix}{key}"
-        except OmegaConfBaseException:  # ??? (said before: _check_required)
+        except OmegaConfBaseException:  # ??? (said before: check_required)
             continue
         if isinstance(value, DictConfig):
             found = _unresolved(value, f"{prefix}{key}.")
@@ -567,7 +567,7 @@ REQUIRED_EXAMPLES = {
 }
 
 
-def _check_required(cfg: DictConfig) -> None:
+def check_required(cfg: DictConfig) -> None:
     """No corpus chosen at all gets a hint, and a required key left unset names itself with
     an example, not OmegaConf's missing-value message (or "???" as a value)."""
     source = cfg.get("source")

@@ -170,7 +170,8 @@ class SweepCallback(Callback):
             writer.writerows(rows)
         counts = Counter(r["status"] for r in rows)
         tally = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-        line = f"corpusprep sweep: {len(rows)} jobs ({tally}) -> {sweep}"
+        jobs = f"{len(rows)} job{'s' if len(rows) != 1 else ''}"
+        line = f"corpusprep sweep: {jobs} ({tally}) -> {sweep}"
         if not _quiet(config):
             print(f"\n{line}")
             print(markdown(rows))
@@ -208,13 +209,23 @@ def check_clashes(config: DictConfig) -> None:
     A job's default out_dir is its own sweep folder; only explicit ones can clash."""
     from hydra import compose
 
+    from corpusprep.app import check_required
+    from corpusprep.errors import UserError
+
     seen: dict[str, int] = {}
     try:
         jobs = expand(config)
     except Exception:
         return  # another sweeper (e.g. an optimizer): its jobs are not known in advance
+    unset: set[str] = set()  # what each job lacks (nothing to prepare, a required key)
     for number, overrides in enumerate(jobs):
         cfg = compose(config_name="config", overrides=overrides)
+        try:
+            check_required(cfg)
+        except UserError as e:
+            unset.add(str(e))
+        else:
+            unset.add("")
         if "cp.out_dir" in str(OmegaConf.to_container(cfg, resolve=False)["out_dir"]):
             continue  # the default: unique per job
         out_dir = _real_path(str(cfg.out_dir))
@@ -227,3 +238,6 @@ def check_clashes(config: DictConfig) -> None:
             )
             sys.exit(1)
         seen[out_dir] = number
+    if len(unset) == 1 and "" not in unset:  # every job lacks it: said once, as a run does
+        print(f"corpusprep: error: {unset.pop()}", file=sys.stderr)
+        sys.exit(1)

@@ -81,6 +81,23 @@ def test_jobs_that_would_share_a_folder_stop_the_sweep_first(work):
     assert not (work / "data").exists()
 
 
+@pytest.mark.parametrize("args", [["-m"], ["-m", "split=0.8,0.9"], ["-m", "source=files"]])
+def test_a_sweep_with_nothing_to_prepare_stops_first(work, args):
+    """`-m` with no corpus made a sweep folder holding a failed job per job and a table
+    ("1 jobs"): when every job misses the same setting, it is said once, before any
+    folder, as a plain run says it."""
+    r = run_cli(*args, cwd=work)
+    fragment = "source.glob is required" if "source=files" in args else "nothing to prepare"
+    assert_one_line_error(r, fragment)
+    assert not (work / "multirun").exists()
+
+
+def test_a_sweep_of_one_job_says_one_job(work):
+    r = run_cli("-m", "source=file", "source.path=a.txt", cwd=work)
+    assert r.returncode == 0, r.stderr
+    assert "corpusprep sweep: 1 job (1 ok)" in r.stdout
+
+
 # found by an attack: a folder named twice, once through a symlink to it, got past the check
 # (and one job then failed on the other's lock, after work)
 def test_jobs_that_share_a_folder_through_a_symlink_stop_the_sweep_first(work):
