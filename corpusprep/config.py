@@ -93,12 +93,22 @@ def _job_num() -> str:
     return str(HydraConfig.get().job.num) if HydraConfig.initialized() else ""
 
 
+def _docs() -> str:
+    """The folder of corpusprep's documentation pages, for --help: installed with it (the
+    wheel holds docs/ as corpusprep/docs), or a checkout's docs/."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    for folder in (os.path.join(package, "docs"), os.path.join(os.path.dirname(package), "docs")):
+        if os.path.isfile(os.path.join(folder, "keys.md")):
+            return folder
+    return "docs/ in corpusprep's source"
+
+
 def register_resolvers() -> None:
     """corpusprep's ${cp.*} resolvers, registered when this module is imported: by the
     command line, by Hydra's compose API (corpusprep.conf's __init__ and _paths.config_path
     import it), and by whatever builds a plugin."""
     resolvers = (("cp.stem", _stem), ("cp.first", _first), ("cp.stdlib", _stdlib),
-                 ("cp.out_dir", _out_dir), ("cp.safe", _safe))  # fmt: skip
+                 ("cp.out_dir", _out_dir), ("cp.safe", _safe), ("cp.docs", _docs))  # fmt: skip
     for name, fn in resolvers:
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)

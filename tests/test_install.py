@@ -124,6 +124,10 @@ def test_the_readmes_first_command_works_offline_in_a_fresh_venv(newcomer):
               src, env)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert (src / "sh" / "train.bin").stat().st_size == 2 * 301_966  # GPT-2: no download
+    # --help names the reference pages where pip put them (a newcomer has no source folder)
+    r = _bash("cd / && python -m corpusprep --help", src, env)
+    (keys,) = re.findall(r"option: (\S+/keys\.md);", r.stdout)
+    assert "site-packages" in keys and Path(keys).read_text().startswith("# ")
 
 
 def test_a_launcher_without_its_extra_names_the_pip_command(newcomer):

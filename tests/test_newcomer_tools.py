@@ -282,3 +282,13 @@ def test_dry_run_of_documents_splits_as_the_run(tmp_path):
     for extra in ([], ["dry_run=true"]):
         r = run_cli("source=file", "source.path=t.txt", "val_size=0.1", *extra, cwd=tmp_path)
         assert r.returncode == 1 and "val_size=0.1: does nothing with split_by=position" in r.stderr
+
+
+def test_help_names_the_reference_pages_that_are_there(tmp_path):
+    """--help pointed at 'docs/keys.md in corpusprep's source', which a pip install lacks:
+    it names the folder of the pages, which exists (the checkout's here; the installed
+    package's in tests/test_install.py)."""
+    r = run_cli("--help", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (keys,) = re.findall(r"option: (\S+/keys\.md);", r.stdout)
+    assert Path(keys).is_file() and (Path(keys).parent / "errors.md").is_file()
