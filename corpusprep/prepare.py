@@ -1198,11 +1198,11 @@ def finished_manifest(out_dir: str, run: Run,
         stop.set()
         raise
     changed = checking.result()
-    if changed:  # (None: an older version's folder, without checksums)
-        print(f"corpusprep: note: {os.path.join(out_dir, changed[0])} does not match its manifest"
-              f"{f' (nor do {len(changed) - 1} more)' if len(changed) > 1 else ''}: changed "
-              "since its run; making the outputs again", file=sys.stderr)  # fmt: skip
-    if changed != []:
+    if changed:  # said at the commit, as a replacement is (a run that fails says one line)
+        more = f" (nor did {len(changed) - 1} more)" if len(changed) > 1 else ""
+        run.replacing = (f"corpusprep: note: {os.path.join(out_dir, changed[0])} did not match "
+                         f"its manifest{more}: changed since its run; made again")  # fmt: skip
+    if changed != []:  # (None: an older version's folder, without checksums)
         return None
     from corpusprep.dataset import READ_FORMATS, load
 

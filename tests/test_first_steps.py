@@ -478,7 +478,7 @@ def test_a_rerun_says_why_it_redoes_a_folder_whose_outputs_changed(tmp_path):
     r = run_cli(*args, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     said = [line for line in r.stderr.splitlines() if "train.bin" in line]
-    assert len(said) == 1 and "does not match its manifest" in said[0], r.stderr
+    assert len(said) == 1 and "did not match its manifest" in said[0], r.stderr
     assert train.read_bytes() == made
     again = run_cli(*args, cwd=tmp_path)
     assert "manifest" not in again.stderr and "up to date" in again.stdout + again.stderr
