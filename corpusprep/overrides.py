@@ -378,25 +378,32 @@ def check_file_key(group: str, node: DictConfig, sub: str) -> None:
     """A key of a group's node that its class does not take, set by a config file (a preset
     for another option of the group: `dataset=shakespeare tokenizer=char`, dropped then). If
     no option of the group takes it, it is a misspelling (encodng: cl100k_base in a file of
-    one's own), which dropping would hide: one line naming it and the key meant."""
+    one's own), which dropping would hide: one line naming it and the key meant. Only a near
+    miss of a key the class takes: an option of a --config-dir may take any other."""
+    takes = sorted(_taken(node) or _settable(node))  # the class's, listed in the file or not
+    if not difflib.get_close_matches(sub, takes, n=1, cutoff=0.7):
+        return  # not a near miss: an option's of a --config-dir (whose options we cannot list)
     if _choices_taking(group, sub):
         return
     key, choice = f"{group}.{sub}", choice_name(group, node)
     what = f"set in a config file (a preset or --config-dir), but {group}={choice} has no such key"
-    takes = sorted(_taken(node) or _settable(node))  # the class's, listed in the file or not
     raise UserError(_unknown(key, what, _closest(key, [f"{group}.{k}" for k in takes])))
 
 
 def check_file_top_keys(cfg: DictConfig, known: list[str]) -> None:
     """A top-level key corpusprep does not have, set by a config file (the command line's are
-    refused before Hydra runs): close to one it has, a misspelling (splitt: 0.5 left split as
-    it was); else a name of one's own for an interpolation (a helper value), kept."""
+    refused before Hydra runs): close to one it has and read by no ${...}, a misspelling
+    (splitt: 0.5 left split as it was); else a helper value of one's own, kept."""
     what = "set in a config file (a preset or --config-dir), but there is no such key"
+    raw = None  # the config as written, to find ${...} that name a key (read once, if needed)
     for key in cfg:
         if key in known or key == "hydra":
             continue
         close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.7)
         if close:
+            raw = raw if raw is not None else str(OmegaConf.to_container(cfg, resolve=False))
+            if re.search(r"\$\{[^}]*(?<![\w.])" + re.escape(str(key)) + r"(?!\w)", raw):
+                continue  # a helper value an interpolation reads (root_dir: for out_dir)
             raise UserError(_unknown(str(key), what, f"did you mean {close[0]}?"))
 
 
