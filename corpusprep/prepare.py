@@ -253,8 +253,11 @@ OUTPUT_NAMES = ("manifest.json", "train.bin", "val.bin")  # a folder of ours has
 def _refuse_other_outputs(files: list[InputFile], patterns: Optional[list[str]]) -> None:
     """A glob over a folder that holds another run's out_dir read its files as text: its
     ids failed as invalid UTF-8, then (skipped) its manifest.json as JSON, neither saying
-    what it was. One line names the folder and the source.exclude that leaves it out, in
-    the form the patterns match (relative to here unless a pattern is absolute)."""
+    what it was. One line names the folder (as the patterns give it: relative to here
+    unless one is absolute) and the source.exclude that leaves it out: its absolute path,
+    glob characters escaped ([ in a name), quoted for Hydra."""
+    from glob import escape
+
     from corpusprep.dataset import MAX_MANIFEST_BYTES, read_json
 
     named = [f.path for f in files if f.member is None and os.path.basename(f.path) in OUTPUT_NAMES]
@@ -268,9 +271,10 @@ def _refuse_other_outputs(files: list[InputFile], patterns: Optional[list[str]])
             continue
         relative = patterns and not any(os.path.isabs(os.path.expanduser(p)) for p in patterns)
         shown = os.path.relpath(folder) if relative else folder
+        pattern = escape(folder) + "/*"  # absolute: matches however the glob gave it
         raise UserError(
             f"{shown}: a corpusprep output folder (its manifest.json) is among the input "
-            f"files; leave it out with 'source.exclude=[{shown}/*]' (or move it)"
+            f"files; leave it out with 'source.exclude=[\"{pattern}\"]' (or move it)"
         )
 
 

@@ -49,7 +49,7 @@ class FilesSource(Source):
                 skipped += again
             else:
                 listed = [(m, None) for m in globlib.glob(pattern) if os.path.isfile(m)]
-            matches = [(m, r) for m, r in listed if not any(fnmatch(m, x) for x in self.exclude)]
+            matches = [(m, r) for m, r in listed if not self._excluded(m)]
             folders = [] if listed else sorted(filter(os.path.isdir, globlib.glob(pattern)))
             if folders:
                 folder = folders[0]
@@ -97,6 +97,15 @@ class FilesSource(Source):
         if not files:
             raise UserError(f"source.glob={self.patterns}: every matching file is empty")
         return files
+
+    def _excluded(self, path: str) -> bool:
+        """Whether a pattern of source.exclude matches the path as the glob gave it, without
+        its ./ parts, or absolute ('./**/*' lists ./data/x/f: data/x/* and /home/u/data/x/*
+        leave it out)."""
+        if not self.exclude:
+            return False
+        forms = {path, os.path.normpath(path), os.path.abspath(path)}
+        return any(fnmatch(form, x) for x in self.exclude for form in forms)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "files", "glob": self.patterns, "exclude": self.exclude}
