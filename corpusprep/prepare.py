@@ -776,9 +776,14 @@ def commit(run: Run) -> dict[str, Any]:
                if not entry.name.startswith(".") and entry.name not in run.produced
                and not run.out.removes(entry.name)]  # fmt: skip
     run.exporter.warn_others(staying, str(run.cfg.get("name")))  # the files' stem
-    if not run.replacing and not (run.out.out_dir / MANIFEST).exists():
-        run.replacing = _replacing_others(run)
     meta = run.tokenizer.meta()
+    if meta is None and "meta.pkl" in staying:  # nanoGPT's train.py would read it
+        print(f"corpusprep: warning: {run.cfg.get('name')}: out_dir holds a meta.pkl this run "
+              "does not write (its tokenizer has none), from which nanoGPT's train.py and "
+              "sample.py would take the vocabulary; move it out of out_dir",
+              file=sys.stderr)  # fmt: skip
+    if not run.replacing and not (run.out.out_dir / MANIFEST).exists():
+        run.replacing = _replacing_others(run, meta is not None)
     if meta is not None:  # None: no meta.pkl (GPT-2, nanoGPT's default without one)
         run.out.write_bytes("meta.pkl", _meta_bytes(meta, run.tokenizer.vocab_size))
     for name, data in run.tokenizer.files().items():  # a trained vocabulary
@@ -799,10 +804,12 @@ def commit(run: Run) -> dict[str, Any]:
     return committed
 
 
-def _replacing_others(run: Run) -> Optional[str]:
+def _replacing_others(run: Run, meta: bool) -> Optional[str]:
     """The line said when the commit replaces files of an out_dir no corpusprep run made
-    (nanoGPT's own prepare.py wrote train.bin and val.bin there): which ones."""
-    names = [n for n in (*run.produced, "meta.pkl") if (run.out.out_dir / n).is_file()]
+    (nanoGPT's own prepare.py wrote train.bin and val.bin there): which ones (`meta`: this
+    run writes a meta.pkl)."""
+    ours = [*run.produced, *(["meta.pkl"] if meta else [])]
+    names = [n for n in ours if (run.out.out_dir / n).is_file()]
     if not names:
         return None
     listed = ", ".join(dict.fromkeys(names))

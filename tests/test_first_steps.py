@@ -539,3 +539,24 @@ def test_a_top_level_helper_an_interpolation_reads_stays(tmp_path, helper):
     args = _own_config(tmp_path, {"dataset/h.yaml": "# @package _global_\n" + helper})
     r = run_cli(*[a for a in args if a != "out_dir=out"], "dataset=h", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
+
+
+def test_a_meta_pkl_this_run_does_not_write_is_not_said_replaced(tmp_path, tiktoken_cache):
+    """nanoGPT's char files there, then a GPT-2 run (no meta.pkl): the note named meta.pkl
+    as replaced while it stayed, and nanoGPT's train.py would read vocab 65 from it (found
+    by an attack). The note names the two files; a warning says to move meta.pkl out."""
+    import pickle
+
+    (tmp_path / "a.txt").write_text("some text to read\n" * 300)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "train.bin").write_bytes(b"\0\1" * 50)
+    (out / "val.bin").write_bytes(b"\0\1" * 5)
+    (out / "meta.pkl").write_bytes(pickle.dumps({"vocab_size": 65}))
+    r = run_cli("source=file", "source.path=a.txt", "tokenizer=tiktoken", "out_dir=out",
+                "quiet=true", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    (said,) = [line for line in r.stderr.splitlines() if "replacing" in line]
+    assert "train.bin, val.bin in" in said and "meta.pkl" not in said, said
+    (warned,) = [line for line in r.stderr.splitlines() if "meta.pkl" in line]
+    assert "warning" in warned and "move it out of out_dir" in warned
