@@ -149,8 +149,15 @@ def _config_error(e: BaseException, cfg: DictConfig) -> str:
     out: the first key that fails to resolve); a missing environment variable with the fix
     (set it, or give ${oc.env:NAME,DEFAULT} a default)."""
     said = str(e).splitlines()[0] if str(e) else type(e).__name__
-    key = getattr(e, "full_key", None) or _unresolved(cfg) or "config"
     missing = _NO_ENV.search(said)
+    # the key whose own value reads the variable (name reads ${source.name}, which reads it)
+    holder = _holding(cfg, f"oc.env:{missing.group(1)}") if missing else None
+    key = holder or getattr(e, "full_key", None) or _unresolved(cfg) or "config"
+    if missing and key.startswith("source."):  # refused anyway, default or not
+        from corpusprep.config import env_error
+
+        value = _holding(cfg, f"oc.env:{missing.group(1)}", value=True)
+        return str(env_error("source", key.split(".", 1)[1], value))
     if missing:
         name = missing.group(1)
         return (f"{key}: the environment variable {name} is not set; set it (export "
@@ -158,6 +165,20 @@ def _config_error(e: BaseException, cfg: DictConfig) -> str:
     if isinstance(e, InterpolationResolutionError):
         return f"{key}: {said}; fix the ${{...}} in its value"
     return f"{key}: {said}"
+
+
+def _holding(cfg: DictConfig, text: str, value: bool = False) -> Optional[str]:
+    """The first key whose value as written holds `text` (or, `value`, that value)."""
+    with contextlib.suppress(Exception):  # the config as written: it reads nothing
+        flat = [("", OmegaConf.to_container(cfg, resolve=False))]
+        while flat:
+            prefix, node = flat.pop(0)
+            for key, item in node.items() if isinstance(node, dict) else ():
+                if isinstance(item, dict):
+                    flat.append((f"{prefix}{key}.", item))
+                elif isinstance(item, str) and text in item:
+                    return item if value else f"{prefix}{key}"
+    return None
 
 
 def _unresolved(node: DictConfig, prefix: str = "") -> Optional[str]:

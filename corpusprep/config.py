@@ -290,13 +290,13 @@ def refuse_env(node: DictConfig, what: str) -> None:
 
     for key, value in _strings(raw):  # written in the value itself (oc.env, or legacy env)
         if _ENV.search(value) and not is_shipped(key, value):
-            raise _env_error(what, key, value)
+            raise env_error(what, key, value)
     for key, value in raw.items():  # through other keys: resolve each one, watching oc.env
         if "${" in str(value) and _reads_env(node, key) and not is_shipped(key, value):
-            raise _env_error(what, key, value)
+            raise env_error(what, key, value)
 
 
-def _env_error(what: str, key: str, value: Any) -> UserError:
+def env_error(what: str, key: str, value: Any) -> UserError:
     return UserError(redact_text(
         f"{what}.{key}={value}: a {what} value may not read the environment (oc.env): a "
         "config file could send a secret away in it; write the value itself, on the "

@@ -81,6 +81,13 @@ CASES = {
             "'name=${oc.env:CORPUSPREP_TEST_UNSET,DEFAULT}'",
         ],
     ),  # fmt: skip
+    "source value from an unset variable": (
+        ["source=file", "source.path=${oc.env:CORPUSPREP_TEST_UNSET}"],
+        [
+            "source.path=${oc.env:CORPUSPREP_TEST_UNSET}: a source value may not read the environment",
+            "write the value itself",
+        ],
+    ),  # fmt: skip
     "interpolation of no key": (
         ["source=file", "source.path=good.txt", "split=${nope}"],
         ["split: Interpolation key 'nope' not found", "fix the ${...}"],
