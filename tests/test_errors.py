@@ -84,7 +84,7 @@ CASES = {
     "source value from an unset variable": (
         ["source=file", "source.path=${oc.env:CORPUSPREP_TEST_UNSET}"],
         [
-            "source.path=${oc.env:CORPUSPREP_TEST_UNSET}: a source value may not read the environment",
+            "source.path=${oc.env:CORPUSPREP_TEST_UNSET}: a source value may not read",
             "write the value itself",
         ],
     ),  # fmt: skip
