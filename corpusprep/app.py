@@ -87,7 +87,7 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
         if cfg.get("dry_run"):
             from corpusprep.estimate import estimate
 
-            result = estimate(cfg)
+            result = estimate(cfg, overrides)
         else:
             from corpusprep.prepare import prepare
 

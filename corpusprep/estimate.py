@@ -12,14 +12,21 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 from omegaconf import DictConfig
 
 from corpusprep.config import Settings, build, read_settings
 from corpusprep.formats import InputFile, Segment, get_format, let_go_of_readers
-from corpusprep.prepare import corpus_name, eot_mode, is_single_text, plan, split_rule
+from corpusprep.prepare import (
+    check_inputs,
+    corpus_name,
+    eot_mode,
+    is_single_text,
+    plan,
+    split_rule,
+)
 from corpusprep.sample import merge_samples
 from corpusprep.shards import scan_shard
 from corpusprep.writer import choose_dtype
@@ -27,19 +34,20 @@ from corpusprep.writer import choose_dtype
 SAMPLE_BYTES = 8 << 20
 
 
-def estimate(cfg: DictConfig) -> dict[str, Any]:
+def estimate(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str, Any]:
     try:
-        return _estimate(cfg)
+        return _estimate(cfg, overrides or [])
     finally:  # what reading its sample kept open (a piece's reading), in this process:
         let_go_of_readers()  # a library's or a sweep's, which runs on after it
 
 
-def _estimate(cfg: DictConfig) -> dict[str, Any]:
+def _estimate(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
     settings = read_settings(cfg)
     source = build(cfg.source, "source")
     tokenizer = build(cfg.tokenizer, "tokenizer")
     executor = build(cfg.executor, "executor")
     files = source.files(progress=not settings.quiet)
+    check_inputs(files, source, overrides)  # as the run checks them
     single = is_single_text(files)
     split_by = split_rule(settings, single, corpus_name(files))  # the run's own checks
     eot = eot_mode(settings.eot, single, tokenizer)

@@ -196,8 +196,7 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
     made = _read_manifest(Path(run.settings.out_dir))  # an earlier run's (read once)
     run.files = _without_outputs(run.source.files(progress=not run.settings.quiet),
                                  run.settings.out_dir, made)  # fmt: skip
-    _refuse_other_outputs(run.files, getattr(run.source, "patterns", None))
-    _check_read_options(run.files, getattr(run.source, "options", None), run.overrides)
+    check_inputs(run.files, run.source, run.overrides)
     run.clock.lap("source")
     # what every input is before anything reads it (as the listing found it, if it looked):
     # a change from here on fails the run. (A plugin's source may never have run
@@ -220,6 +219,13 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
     elif run.settings.force and made:
         run.replacing = replacing(run, made, input_checked=False)  # force: no hashing
     return None
+
+
+def check_inputs(files: list[InputFile], source: Source, overrides: list[str]) -> None:
+    """The listed inputs make sense for the run (before anything reads them; dry_run too):
+    no other run's output folder among them, no read option given that they cannot use."""
+    _refuse_other_outputs(files, getattr(source, "patterns", None))
+    _check_read_options(files, getattr(source, "options", None), overrides)
 
 
 def _check_read_options(files: list[InputFile], options: Any, overrides: list[str]) -> None:

@@ -96,6 +96,10 @@ CASES = {
         ["source=file", "source.path=good.txt", "source.text_field=body"],
         ["source.text_field=body: does nothing here", "text", "drop it"],
     ),
+    "doc_end of JSON Lines in a dry run": (
+        ["source=file", "source.path=control.jsonl", "source.doc_end=x", "dry_run=true"],
+        ["source.doc_end='x': does nothing here", "drop it"],
+    ),
     "doc_separator of JSON Lines": (
         ["source=file", "source.path=control.jsonl", "source.doc_separator=XX"],
         ["source.doc_separator='XX': does nothing here", "jsonl", "drop it"],
