@@ -151,13 +151,12 @@ def _config_error(e: BaseException, cfg: DictConfig) -> str:
     said = str(e).splitlines()[0] if str(e) else type(e).__name__
     missing = _NO_ENV.search(said)
     # the key whose own value reads the variable (name reads ${source.name}, which reads it)
-    holder = _holding(cfg, f"oc.env:{missing.group(1)}") if missing else None
-    key = holder or getattr(e, "full_key", None) or _unresolved(cfg) or "config"
-    if missing and key.startswith("source."):  # refused anyway, default or not
+    held = _holding(cfg, f"oc.env:{missing.group(1)}") if missing else None
+    key = (held and held[0]) or getattr(e, "full_key", None) or _unresolved(cfg) or "config"
+    if held and held[0].startswith("source."):  # refused anyway, default or not
         from corpusprep.config import env_error
 
-        value = _holding(cfg, f"oc.env:{missing.group(1)}", value=True)
-        return str(env_error("source", key.split(".", 1)[1], value))
+        return str(env_error("source", held[0].split(".", 1)[1], held[1]))
     if missing:
         name = missing.group(1)
         return (f"{key}: the environment variable {name} is not set; set it (export "
@@ -167,8 +166,8 @@ def _config_error(e: BaseException, cfg: DictConfig) -> str:
     return f"{key}: {said}"
 
 
-def _holding(cfg: DictConfig, text: str, value: bool = False) -> Optional[str]:
-    """The first key whose value as written holds `text` (or, `value`, that value)."""
+def _holding(cfg: DictConfig, text: str) -> Optional[tuple[str, str]]:
+    """The first key whose value as written holds `text`, and that value."""
     with contextlib.suppress(Exception):  # the config as written: it reads nothing
         flat = [("", OmegaConf.to_container(cfg, resolve=False))]
         while flat:
@@ -177,7 +176,7 @@ def _holding(cfg: DictConfig, text: str, value: bool = False) -> Optional[str]:
                 if isinstance(item, dict):
                     flat.append((f"{prefix}{key}.", item))
                 elif isinstance(item, str) and text in item:
-                    return item if value else f"{prefix}{key}"
+                    return f"{prefix}{key}", item
     return None
 
 

@@ -153,6 +153,11 @@ TOP_KEYS = ("name", "split", "split_by", "val_size", "order", "seed", "eot", "dt
             "shard_tokens", "shard_bytes", "quiet", "force", "dry_run")  # fmt: skip
 
 
+def overridden_keys(overrides: list[str]) -> set[str]:
+    """The keys the command line sets (`+key=`, `~key=` too), as written."""
+    return {o.lstrip("+~").split("=", 1)[0] for o in overrides if "=" in o}
+
+
 def drop_leftovers(cfg: DictConfig, overrides: list[str]) -> None:
     """Remove the keys a preset set for another choice of a group: `dataset=shakespeare
     tokenizer=char` keeps the preset's source and name but not its tokenizer.encoding,
@@ -163,7 +168,7 @@ def drop_leftovers(cfg: DictConfig, overrides: list[str]) -> None:
     from corpusprep.overrides import check_file_key, check_file_top_keys
 
     check_file_top_keys(cfg, [*TOP_KEYS, *PLUGIN_GROUPS])
-    given = [o.lstrip("+~").split("=", 1)[0] for o in overrides if "=" in o]
+    given = overridden_keys(overrides)
     for group in PLUGIN_GROUPS:
         node = cfg.get(group)
         target = node.get("_target_") if isinstance(node, DictConfig) else None

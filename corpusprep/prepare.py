@@ -40,7 +40,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 import corpusprep
-from corpusprep.config import Settings, build, read_settings
+from corpusprep.config import Settings, build, overridden_keys, read_settings
 from corpusprep.errors import UserError, changed_while_read
 from corpusprep.executors import Executor
 from corpusprep.executors.local import LocalExecutor, available_cores
@@ -235,7 +235,7 @@ def _check_read_options(files: list[InputFile], options: Any, overrides: list[st
     A preset's own (tinystories' separator) stays for another source's documents."""
     if options is None:  # a plugin's source that keeps none
         return
-    given = {o.lstrip("+~").split("=", 1)[0] for o in overrides if "=" in o}
+    given = overridden_keys(overrides)
     formats = sorted({f.format for f in files})
     what = f"the input is {' and '.join(formats)}; drop it (or set source.format)"
     if ("source.text_field" in given and options.text_field != "text"
@@ -253,7 +253,7 @@ def _check_read_options(files: list[InputFile], options: Any, overrides: list[st
             )
 
 
-OUTPUT_NAMES = ("manifest.json", "train.bin", "val.bin")  # a folder of ours has these
+OUTPUT_NAMES = (MANIFEST, "train.bin", "val.bin")  # a folder of ours has these
 
 
 def _refuse_other_outputs(files: list[InputFile], patterns: Optional[list[str]]) -> None:
@@ -264,16 +264,11 @@ def _refuse_other_outputs(files: list[InputFile], patterns: Optional[list[str]])
     glob characters escaped ([ in a name), quoted for Hydra."""
     from glob import escape
 
-    from corpusprep.dataset import MAX_MANIFEST_BYTES, read_json
-
     named = [f.path for f in files if f.member is None and os.path.basename(f.path) in OUTPUT_NAMES]
     folders = sorted({os.path.dirname(path) for path in named})
     for folder in folders:
-        try:  # bounded, a regular file, JSON (never a pickle: the folder may be anyone's)
-            manifest = read_json(Path(folder) / "manifest.json", MAX_MANIFEST_BYTES)
-        except UserError:  # none there, or not one of ours
-            continue
-        if not (isinstance(manifest, dict) and "corpusprep" in manifest and "files" in manifest):
+        manifest = _read_manifest(Path(folder))  # bounded JSON: the folder may be anyone's
+        if manifest is None or "corpusprep" not in manifest:  # none there, or not one of ours
             continue
         relative = patterns and not any(os.path.isabs(os.path.expanduser(p)) for p in patterns)
         shown = os.path.relpath(folder) if relative else folder
@@ -818,7 +813,7 @@ def _replacing_others(run: Run, meta: bool) -> Optional[str]:
     names = [n for n in ours if (run.out.out_dir / n).is_file()]
     if not names:
         return None
-    listed = ", ".join(dict.fromkeys(names))
+    listed = ", ".join(names)
     where = run.settings.out_dir
     return f"corpusprep: replacing {listed} in {where}, which no corpusprep run wrote (no manifest)"
 

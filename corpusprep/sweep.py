@@ -217,15 +217,14 @@ def check_clashes(config: DictConfig) -> None:
         jobs = expand(config)
     except Exception:
         return  # another sweeper (e.g. an optimizer): its jobs are not known in advance
-    unset: set[str] = set()  # what each job lacks (nothing to prepare, a required key)
+    lacking: list[Optional[str]] = []  # what each job lacks (nothing to prepare, a required key)
     for number, overrides in enumerate(jobs):
         cfg = compose(config_name="config", overrides=overrides)
         try:
             check_required(cfg)
+            lacking.append(None)
         except UserError as e:
-            unset.add(str(e))
-        else:
-            unset.add("")
+            lacking.append(str(e))
         if "cp.out_dir" in str(OmegaConf.to_container(cfg, resolve=False)["out_dir"]):
             continue  # the default: unique per job
         out_dir = _real_path(str(cfg.out_dir))
@@ -238,6 +237,6 @@ def check_clashes(config: DictConfig) -> None:
             )
             sys.exit(1)
         seen[out_dir] = number
-    if len(unset) == 1 and "" not in unset:  # every job lacks it: said once, as a run does
-        print(f"corpusprep: error: {unset.pop()}", file=sys.stderr)
+    if lacking and lacking[0] is not None and set(lacking) == {lacking[0]}:  # every job: once,
+        print(f"corpusprep: error: {lacking[0]}", file=sys.stderr)  # as a run says it
         sys.exit(1)
