@@ -225,10 +225,6 @@ def test_a_small_file_written_while_its_reader_reads_it_is_an_error(tmp_path, mo
     the listing found (inode, size, mtime, ctime): one written meanwhile, even to the same
     size, is one line, and no output is made. Every worker runs in this process."""
     import pytest
-    from helpers import compose
-
-    from corpusprep.errors import UserError
-    from corpusprep.prepare import prepare
 
     if not os.path.isdir("/proc/self/fd"):
         pytest.skip("needs /proc to tell which file a descriptor reads")
@@ -246,11 +242,7 @@ def test_a_small_file_written_while_its_reader_reads_it_is_an_error(tmp_path, mo
         return data
 
     monkeypatch.setattr(os, "read", read)
-    cfg = compose("source=files", f"source.glob={corpus}/*.txt", "tokenizer=byte",
-                  f"out_dir={tmp_path / 'out'}", "executor.workers=1", "quiet=true")  # fmt: skip
-    with pytest.raises(UserError, match="f2.txt: the file changed while it was being read"):
-        prepare(cfg)
-    assert not (tmp_path / "out" / "manifest.json").exists()
+    _fails_as_changed(corpus, tmp_path / "out")
 
 
 def test_a_reader_on_a_mount_that_numbers_inodes_otherwise_is_not_a_change(tmp_path, monkeypatch):
@@ -418,11 +410,7 @@ def test_a_file_grown_between_its_listing_and_the_runs_first_look_is_an_error(
     those bytes is the manifest's: a file that grew after it was listed (a log still being
     written) but before the run took every file's stat gave a manifest whose sha256 was
     not the file's, and output without its last bytes. It is one line, as a change later."""
-    import pytest
-    from helpers import compose
 
-    from corpusprep.errors import UserError
-    from corpusprep.prepare import prepare
     from corpusprep.sources.files import FilesSource
 
     corpus = tmp_path / "corpus"
@@ -438,11 +426,7 @@ def test_a_file_grown_between_its_listing_and_the_runs_first_look_is_an_error(
         return listed
 
     monkeypatch.setattr(FilesSource, "files", files)
-    cfg = compose("source=files", f"source.glob={corpus}/*.txt", "tokenizer=byte",
-                  f"out_dir={tmp_path / 'out'}", "executor.workers=1", "quiet=true")  # fmt: skip
-    with pytest.raises(UserError, match="f2.txt: the file changed while it was being read"):
-        prepare(cfg)
-    assert not (tmp_path / "out" / "manifest.json").exists()
+    _fails_as_changed(corpus, tmp_path / "out")
 
 
 def test_dotdot_after_a_link_in_a_pattern_lists_what_it_listed_before(tmp_path, monkeypatch):
@@ -461,3 +445,17 @@ def test_dotdot_after_a_link_in_a_pattern_lists_what_it_listed_before(tmp_path, 
     monkeypatch.chdir(tmp_path)
     listed = FilesSource(glob=["x/lnk/../**/top*.txt", "z/top.txt"]).paths()
     assert listed == [str(tmp_path / "x" / "top.txt"), str(tmp_path / "z" / "top.txt")]
+
+
+def _fails_as_changed(corpus: Path, out: Path) -> None:
+    """The run over corpus/*.txt fails as f2.txt changed while read, and makes no outputs."""
+    from helpers import compose
+
+    from corpusprep.errors import UserError
+    from corpusprep.prepare import prepare
+
+    cfg = compose("source=files", f"source.glob={corpus}/*.txt", "tokenizer=byte",
+                  f"out_dir={out}", "executor.workers=1", "quiet=true")  # fmt: skip
+    with pytest.raises(UserError, match="f2.txt: the file changed while it was being read"):
+        prepare(cfg)
+    assert not (out / "manifest.json").exists()
