@@ -191,3 +191,65 @@ def test_a_carriage_return_inside_a_json_text_is_a_character(tmp_path, suffix):
         bounds = [*ds.docs(side).tolist(), len(ids)]
         got += ["".join(meta["itos"][int(i)] for i in ids[a:b]) for a, b in zip(bounds, bounds[1:])]
     assert sorted(got) == sorted(docs)
+
+
+def _nanogpt_ids(chars: str, text: str) -> list[int]:
+    stoi = {ch: i for i, ch in enumerate(sorted(set(chars)))}
+    return [stoi[c] for c in text]
+
+
+def test_encode_pieces_gives_nanogpts_ids_for_any_mix_of_characters():
+    """encode_pieces (ASCII two characters at a time, other text by code point, into one
+    reused buffer) gives stoi's ids for ASCII, text sprinkled with characters of UTF-16's
+    first plane or beyond it, odd and even lengths, a non-ASCII character last, ids past 255."""
+    from corpusprep.tokenizers.char import CharTokenizer
+
+    rng = np.random.default_rng(5)
+    ascii_ = [chr(c) for c in range(128)]
+    plane = ["é", "ÿ", "Ā", "€", "日", "\u2028", "\uffff", "ɀ", "\u0100", "\u0180"]
+    beyond = ["😀", "𝄞"]
+    many = [chr(0x4E00 + i) for i in range(400)]  # ids up to 500+: wider than one byte
+    texts = [""]
+    for pool in (ascii_, ascii_ + plane, ascii_ + plane + beyond, plane, ascii_ + many):
+        for n in (1, 2, 3, 7, 64, 1001):
+            for _ in range(4):
+                weights = np.where(np.array([c.isascii() for c in pool]), 50.0, 1.0)
+                picks = rng.choice(len(pool), size=n, p=weights / weights.sum())
+                texts.append("".join(pool[i] for i in picks))
+    texts += ["abcé", "abcdé", "éabc", "é", "a€", "€a€", "x" * 999 + "日", "😀", "😀😀"]
+    texts += ["a😀b😀", "\uffff😀\uffff", "😀\uffffé𝄞", "ab" * 9 + "𝄞"]
+    corpus = "".join(texts)
+    tok = CharTokenizer(corpus)
+    for text, ids in zip(texts, tok.encode_pieces(texts)):
+        assert ids.tolist() == _nanogpt_ids(corpus, text), repr(text[:40])
+        assert ids.tolist() == tok.encode(text).tolist()
+
+
+@pytest.mark.parametrize("unknown", ["Z", "é", "日", "\u0100", "😀", "\uffff"])
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_encode_pieces_refuses_a_character_outside_the_vocabulary(unknown, where):
+    """A character the scan did not see (the text changed in between) is an error that
+    names it, wherever it stands in ASCII or sprinkled text, past the table or inside it."""
+    from corpusprep.tokenizers.char import CharTokenizer
+
+    tok = CharTokenizer("abc d\n€ÿ")
+    body = "abc d €ÿ abc"
+    text = {
+        "first": unknown + body,
+        "middle": body[:5] + unknown + body[5:],
+        "last": body + unknown,
+    }
+    with pytest.raises(KeyError, match="not in the vocabulary"):
+        list(tok.encode_pieces([text[where]]))
+    with pytest.raises(KeyError, match="not in the vocabulary"):
+        list(tok.encode_pieces(["abc", text[where].replace("€ÿ", "")]))
+
+
+def test_encode_pieces_on_a_lone_surrogate_fails_as_encode_does():
+    from corpusprep.tokenizers.char import CharTokenizer
+
+    tok = CharTokenizer("ab\udc80")
+    with pytest.raises(UnicodeEncodeError):
+        tok.encode("a\udc80b")
+    with pytest.raises(UnicodeEncodeError):
+        list(tok.encode_pieces(["a\udc80b"]))
