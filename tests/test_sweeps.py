@@ -130,6 +130,22 @@ def test_launchers(work, launcher):
     assert rows[0]["train_tokens"] and "no such file" in rows[2]["reason"]
 
 
+# found by an attack: inside a joblib job, multiprocessing's default context is loky's, whose
+# processes have no kill(): a shard's error became a traceback ending in AttributeError
+def test_a_failed_shard_under_joblib_is_a_row_with_its_own_error(work):
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    text = b"hello world, this is a text.\n" * 2000
+    (work / "bad.txt").write_bytes(text[:30000] + b"\xff" + text[30000:])
+    r = run_cli("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "source=file",
+                "source.path=a.txt,bad.txt", "shard_bytes=4096", "executor.workers=2",
+                cwd=work)  # fmt: skip
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "AttributeError" not in r.stderr, r.stderr
+    rows = table(sweep_dir(work))
+    assert [row["status"] for row in rows] == ["ok", "failed"]
+    assert "not valid UTF-8 at byte 30000" in rows[1]["reason"], rows[1]["reason"]
+
+
 def test_two_sweeps_in_the_same_second_get_two_folders(work):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "corpusprep", "-m", "source=file", "source.path=a.txt,b.txt"]

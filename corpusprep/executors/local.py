@@ -126,7 +126,7 @@ class LocalExecutor(Executor):
         return self._pool
 
     def _new_pool(self, workers: int) -> ProcessPoolExecutor:
-        context = multiprocessing.get_context(self.start_method)
+        context = multiprocessing.get_context(self.start_method or _platform_default())
         if context.get_start_method() == "fork":
             # forked workers inherit the driver's objects (the tokenizer's ranks, the
             # config, modules): frozen, their collections never walk them, and so never
@@ -164,6 +164,12 @@ def _forking(pool: ProcessPoolExecutor, workers: int) -> contextlib.AbstractCont
 
     started = len(getattr(pool, "_processes", None) or {})
     return signals_held() if started < workers else contextlib.nullcontext()
+
+
+def _platform_default() -> str:
+    """The platform's own start method (listed first). Not multiprocessing's current
+    default: inside a joblib job that is loky's, whose processes cannot be killed."""
+    return multiprocessing.get_all_start_methods()[0]
 
 
 def _kill(pool: ProcessPoolExecutor) -> None:
