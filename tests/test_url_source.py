@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import pickle
 import socket
+import subprocess
+import sys
+import threading
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import LocalHTTPServer, assert_one_line_error, run_cli
+from helpers import REPO, LocalHTTPServer, assert_one_line_error, run_cli
 
 from corpusprep.errors import UserError
-from corpusprep.sources.url import UrlSource
+from corpusprep.sources.url import BUNDLED, UrlSource
 
 HOST = "127.0.0.1"
 TRAIN_TOKENS = 1_003_854  # nanoGPT's int(n * 0.9) of tiny shakespeare's 1,115,394 characters
@@ -32,6 +36,7 @@ class LocalServer(LocalHTTPServer):
     def __init__(self, body: bytes) -> None:
         self.body = body
         self.sha256 = hashlib.sha256(body).hexdigest()
+        self.together = threading.Barrier(2, timeout=30)
         super().__init__(_handler_for)
 
     def url(self, path: str) -> str:
@@ -59,6 +64,9 @@ def _handler_for(server: LocalServer) -> type[BaseHTTPRequestHandler]:
                     self._send(200, server.body)
             elif path == "/error500.txt":
                 self._send(500, b"server error\n")
+            elif path == "/together.txt":  # sent once two runs ask: they download side by side
+                server.together.wait()
+                self._send(200, server.body * 4)
             else:
                 self._send(404, b"not found\n")
 
@@ -150,6 +158,72 @@ def test_download_lands_in_cache(server: LocalServer, cache_dir: Path, shakespea
         "url": server.url("/input.txt"),
         "cache_path": str(path),
     }
+
+
+# found by an attack: two runs sharing a cache that download one URL side by side: the
+# second replaced the first's copy while the first read it ("changed while it was read")
+def test_a_second_download_of_a_url_keeps_the_first_complete_copy(server, cache_dir):
+    url = server.url("/input.txt")
+    path = _source(url, cache_dir, sha256=server.sha256).local_path(progress=False)
+    before = os.stat(path)
+    # another run that found no copy when it looked, and finishes its download now
+    _source(url, cache_dir, sha256=server.sha256)._download(path, progress=False)
+    after = os.stat(path)
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert path.read_bytes() == server.body
+    assert _cache_files(cache_dir) == [path.name]  # its own copy was not left behind
+
+
+def test_a_dangling_link_at_the_cached_name_is_replaced(server, cache_dir):
+    src = _source(server.url("/input.txt"), cache_dir, sha256=server.sha256)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    src.cache_path().symlink_to(cache_dir / "gone.txt")
+    path = src.local_path(progress=False)
+    assert not path.is_symlink() and path.read_bytes() == server.body
+
+
+def test_the_bundled_copy_keeps_a_copy_already_there(cache_dir):
+    (url, sha256), _ = next(iter(BUNDLED.items()))
+    source = _source(url, cache_dir, sha256=sha256)
+    path = source.local_path(progress=False)
+    assert source.bundled
+    before = os.stat(path)
+    assert _source(url, cache_dir, sha256=sha256)._from_bundle(path)
+    assert os.stat(path).st_ino == before.st_ino
+    assert _cache_files(cache_dir) == [path.name]
+
+
+def test_two_runs_downloading_one_url_into_one_cache_both_succeed(server, tmp_path, cache_dir):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CORPUSPREP_CACHE_DIR": str(cache_dir)}
+    runs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "corpusprep",
+                "source=url",
+                "quiet=true",
+                f"source.url={server.url('/together.txt')}",
+                f"out_dir={tmp_path}/out{i}",
+                "shard_bytes=65536",
+                "source.retries=0",
+                "source.timeout=30",
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for i in range(2)
+    ]
+    outcomes = [(p.wait(timeout=120), p.stderr.read()) for p in runs]
+    assert [code for code, _ in outcomes] == [0, 0], outcomes
+    assert (tmp_path / "out0" / "train.bin").read_bytes() == (
+        tmp_path / "out1" / "train.bin"
+    ).read_bytes()
+    assert server.count("/together.txt") == 2
+    assert len(_cache_files(cache_dir)) == 1
 
 
 def test_cache_hit_needs_no_server(server: LocalServer, cache_dir: Path, shakespeare: Path):

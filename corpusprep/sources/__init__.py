@@ -67,6 +67,25 @@ def new_part(dest: Path) -> tuple[Path, BinaryIO]:
     raise FileExistsError(errno.EEXIST, "no free name for a partial download", str(dest))
 
 
+def publish(part: Path, dest: Path) -> None:
+    """Put a finished download in the cache, unless another run sharing the cache has put
+    its own there meanwhile: replacing that would change a file the other run may be
+    reading (it fails, "changed while it was being read"). The first complete copy stays;
+    `part` is left for the caller to remove. What is not a regular file there (a dangling
+    link), and any file where the file system has no hard links, is replaced."""
+    try:
+        os.link(part, dest)
+    except FileExistsError:
+        with contextlib.suppress(OSError):
+            if stat.S_ISREG(os.lstat(dest).st_mode):
+                return
+        os.replace(part, dest)
+    except OSError as e:
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
+            raise
+        os.replace(part, dest)
+
+
 STALE_PART_SECONDS = 3600  # a part file unwritten this long: its download was killed
 
 

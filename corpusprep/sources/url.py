@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import os
 import re
 import time
 import zlib
@@ -33,6 +32,7 @@ from corpusprep.sources import (
     check_text_file,
     input_files,
     new_part,
+    publish,
     remove_stale_parts,
 )
 from corpusprep.writer import file_sha256
@@ -161,7 +161,7 @@ class UrlSource(Source):
             part, f = new_part(dest)
             with f:
                 f.write(data)
-            os.replace(part, dest)
+            publish(part, dest)
         except OSError as e:
             raise _cache_error(dest, e, len(data)) from None
         finally:
@@ -276,7 +276,7 @@ class UrlSource(Source):
                     f"{redact(self.url)}: the download has sha256 {found}, expected {self.sha256}; "
                     "check source.url and source.sha256 (nothing was cached)"
                 )
-            os.replace(part, dest)
+            publish(part, dest)
         except requests.exceptions.InvalidHeader as e:  # urllib3's check of Content-Length
             why = redact(str(e).splitlines()[0] if str(e) else "InvalidHeader")
             raise self._refused(f"the server's answer is invalid ({why})", dest) from None
