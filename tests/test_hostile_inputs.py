@@ -239,6 +239,34 @@ def test_glob_through_symlink_loops_reads_each_file_once(tmp_path: Path):
     assert "3 paths" in notes[0] and "symlink" in notes[0] and "read once" in notes[0]
 
 
+# found by an attack: a glob left out a dangling link and a FIFO that it matched, with no
+# word: a folder of links whose targets went missing lost documents silently
+@pytest.mark.parametrize("pattern", ["gb/*.txt", "gb/**/*.txt"])
+def test_a_glob_matching_what_is_not_a_file_says_so(tmp_path: Path, pattern: str):
+    (tmp_path / "gb").mkdir()
+    (tmp_path / "gb" / "a.txt").write_text("some words here\n" * 500)
+    (tmp_path / "gb" / "b.txt").symlink_to("/nowhere/gone.txt")
+    os.mkfifo(tmp_path / "gb" / "c.txt")
+    (tmp_path / "gb" / "d.txt").symlink_to("d.txt")  # a loop
+    r = _run(tmp_path, "source=files", f"source.glob='{pattern}'", timeout=60)
+    named = ["gb/b.txt (a link to nothing)", "gb/c.txt (a FIFO)", "gb/d.txt (a link loop)"]
+    assert_one_line_error(r, f"source.glob='{pattern}'", *named, "source.exclude=")
+    assert not (tmp_path / "out").exists()
+    # the advised exclusion works as given
+    advice = r.stderr.split("'source.exclude=", 1)[1].split("'", 1)[0]
+    r = _run(tmp_path, "source=files", f"source.glob='{pattern}'", f"source.exclude={advice}",
+             timeout=60)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    files = [Path(f["path"]).name for f in _manifest(tmp_path)["source"]["files"]]
+    assert files == ["a.txt"]
+
+
+def test_a_glob_naming_only_a_dangling_link_says_what_it_is(tmp_path: Path):
+    (tmp_path / "gone.txt").symlink_to("/nowhere/gone.txt")
+    r = _run(tmp_path, "source=files", "source.glob=gone.txt")
+    assert_one_line_error(r, "gone.txt (a link to nothing)")
+
+
 # --- 4. seeds and the char tokenizer's separator --------------------------------------------
 
 

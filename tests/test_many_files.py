@@ -101,7 +101,7 @@ def test_the_walk_gives_each_files_real_path(tmp_path, monkeypatch):
     (tmp_path / "a" / "b" / "deep" / "to_c.txt").symlink_to(tmp_path / "c" / "h.txt")
     monkeypatch.chdir(tmp_path / "a")
     for pattern in (f"{tmp_path}/**/*.txt", "../**/*.txt", "**/*", f"{tmp_path}/c/up/**/f.txt"):
-        listed, _ = _walk_glob(pattern)
+        listed, _, _ = _walk_glob(pattern)
         assert len(listed) > 2
         assert [real for _, real in listed] == [os.path.realpath(p) for p, _ in listed]
 

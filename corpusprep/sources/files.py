@@ -8,9 +8,11 @@ and paths that resolve to a file already listed are dropped, with a note on stde
 
 from __future__ import annotations
 
+import errno
 import glob as globlib
 import os
 import re
+import stat
 import sys
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -45,11 +47,14 @@ class FilesSource(Source):
         for pattern in self.patterns:
             pattern = os.path.expanduser(pattern)
             if "**" in pattern.split("/"):  # the walk lists regular files only
-                listed, again = _walk_glob(pattern)
+                listed, again, odd = _walk_glob(pattern)
                 skipped += again
             else:
-                listed = [(m, None) for m in globlib.glob(pattern) if os.path.isfile(m)]
+                found = globlib.glob(pattern)
+                listed = [(m, None) for m in found if os.path.isfile(m)]
+                odd = [m for m in found if not os.path.isfile(m) and not os.path.isdir(m)]
             matches = [(m, r) for m, r in listed if not self._excluded(m)]
+            self._refuse_odd([m for m in odd if not self._excluded(m)], pattern)
             folders = [] if listed else sorted(filter(os.path.isdir, globlib.glob(pattern)))
             if folders:
                 folder = folders[0]
@@ -98,6 +103,21 @@ class FilesSource(Source):
             raise UserError(f"source.glob={self.patterns}: every matching file is empty")
         return files
 
+    def _refuse_odd(self, odd: list[str], pattern: str) -> None:
+        """Matches that are neither files nor folders (a dangling link, a FIFO, a link
+        loop): one line naming them, rather than documents missing without a word (a
+        folder of links some of whose targets are gone)."""
+        if not odd:
+            return
+        named = ", ".join(f"{m} ({_what(m)})" for m in odd[:3])
+        more = f" and {len(odd) - 3:,} more" if len(odd) > 3 else ""
+        advice = ",".join(f'"{globlib.escape(os.path.abspath(m))}"' for m in odd[:3])
+        raise UserError(
+            f"source.glob={pattern!r} matches {named}{more}, not a file to read; remove "
+            f"{'it' if len(odd) == 1 else 'them'}, or leave {'it' if len(odd) == 1 else 'them'} "
+            f"out with 'source.exclude=[{advice}{',...' if more else ''}]'"
+        )
+
     def _excluded(self, path: str) -> bool:
         """Whether a pattern of source.exclude matches the path as the glob gave it, without
         its ./ parts, or absolute ('./**/*' lists ./data/x/f: data/x/* and /home/u/data/x/*
@@ -119,11 +139,12 @@ class FilesSource(Source):
         return [self.real.get(p) or found.get(p) or p for p in paths]
 
 
-def _walk_glob(pattern: str) -> tuple[list[tuple[str, Optional[str]]], int]:
+def _walk_glob(pattern: str) -> tuple[list[tuple[str, Optional[str]]], int, list[str]]:
     """The paths a recursive glob matches (glob's rules: `**` is any run of folders, a
     wildcard skips names starting with "."), each with its real path (None where the
-    walk cannot tell it: see `known`), entering each real folder once; and how many times
-    a folder was reached again (through a symlink) and left alone."""
+    walk cannot tell it: see `known`), entering each real folder once; how many times
+    a folder was reached again (through a symlink) and left alone; and the matches that
+    are neither files nor folders (a dangling link, a FIFO)."""
     parts = pattern.split("/")
     fixed = next(i for i, p in enumerate(parts) if globlib.has_magic(p))
     root = "/".join(parts[:fixed]) or ("/" if pattern.startswith("/") else "")
@@ -132,7 +153,7 @@ def _walk_glob(pattern: str) -> tuple[list[tuple[str, Optional[str]]], int]:
         if p and not (p == "**" and pats[-1:] == ("**",)):
             pats += (p,)
     hidden = any(p.startswith(".") for p in pats)  # else hidden folders can match nothing
-    paths, again = [], 0
+    paths, again, odd = [], 0, []
     top = root or "."
     seen = {os.path.realpath(top)}
     # a path is made absolute by dropping "name/.." (os.path.abspath): after a link to a
@@ -153,11 +174,13 @@ def _walk_glob(pattern: str) -> tuple[list[tuple[str, Optional[str]]], int]:
                     continue
                 seen.add(real)
                 todo.append((name, real))
-            elif _match(name, pats) and _is_file(entry):
+            elif _match(name, pats) and not _is_file(entry):
+                odd.append(os.path.join(root, *name))
+            elif _match(name, pats):
                 real = (os.path.realpath(entry.path) if entry.is_symlink()
                         else os.path.join(real_folder, entry.name))  # fmt: skip
                 paths.append((os.path.join(root, *name), real if known else None))
-    return paths, again
+    return paths, again, odd
 
 
 def _entries(folder: str) -> Iterator[os.DirEntry]:
@@ -166,6 +189,23 @@ def _entries(folder: str) -> Iterator[os.DirEntry]:
             yield from sorted(it, key=lambda e: e.name)
     except OSError:  # unreadable: glob leaves it out too
         return
+
+
+def _what(path: str) -> str:
+    """What a path that is neither a file nor a folder is, in a few words."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "a link to nothing" if os.path.islink(path) else "gone"
+    except OSError as e:
+        return "a link loop" if e.errno == errno.ELOOP else (e.strerror or "unreadable").lower()
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
 
 
 def _is_file(entry: os.DirEntry) -> bool:
