@@ -19,6 +19,7 @@ def work(tmp_path):
     (tmp_path / "folder").mkdir()
     (tmp_path / "a_file").write_text("x")
     (tmp_path / "control.jsonl").write_bytes(b'{"text": "a"}\n{"text": "a\tb"}\n')
+    (tmp_path / "surrogate.jsonl").write_bytes(b'{"text": "a\\ud800b"}\n{"text": "ok"}\n')
     (tmp_path / "tiny.txt").write_text("ab")
     (tmp_path / "wide.txt").write_text("".join(chr(c) for c in range(0x10000, 0x10000 + 70_000)))
     (tmp_path / "program").write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4)
@@ -38,6 +39,10 @@ CASES = {
     "invalid utf-8 the scan lets pass": (
         ["source=file", "source.path=sneaky.txt"],
         ["sneaky.txt", "not valid UTF-8 at byte 15002 ", "0xc3"],
+    ),
+    "a lone surrogate in a JSON text": (  # found by an attack: it named no fix
+        ["source=file", "source.path=surrogate.jsonl", "tokenizer=byte"],
+        ["surrogate.jsonl:1", "lone surrogate", "fix or remove it", "source.skip_invalid=true"],
     ),
     "unknown dataset": (["dataset=nope"], ["dataset=nope", "shakespeare_char"]),
     "shuffle with a split by hash": (

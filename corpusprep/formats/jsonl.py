@@ -169,7 +169,10 @@ def _part(value: Any, file: InputFile, where: Any) -> Part:
     if not value.isascii() and not _encodable(value):
         if file.skip_invalid:
             return SKIPPED
-        raise UserError(f"{where}: the text holds a lone surrogate (\\ud800-\\udfff)")
+        raise UserError(
+            f"{where}: the text holds a lone surrogate (\\ud800-\\udfff), which no UTF can "
+            "store; fix or remove it, or set source.skip_invalid=true"
+        )
     return Part([value], whole=value)
 
 
