@@ -346,11 +346,36 @@ def replacing(run: Run, made: dict[str, Any], input_checked: bool) -> Optional[s
         more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
         what = f"made with {', '.join(changed[:3])}{more}"
     else:
-        sha256 = str(made.get("source", {}).get("sha256"))[:12]
-        what, suffix = f"made from other input (sha256 {sha256}...)", ["new"]
+        what, suffix = _made_otherwise(run, made), ["new"]
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(suffix[:2]))
     keep = _unused(f"{run.settings.out_dir.rstrip('/')}-{slug}")
     return f"corpusprep: replacing {run.settings.out_dir}, {what}; out_dir={keep} keeps both"
+
+
+def _made_otherwise(run: Run, made: dict[str, Any]) -> str:
+    """What else than the settings made the earlier outputs: other input, other files or
+    library of the tokenizer (a ranks file edited, a reused folder prepared again), or
+    another corpusprep."""
+    was = str(made.get("source", {}).get("sha256"))
+    if was != input_sha256(run.files, run.hashes):
+        return f"made from other input (sha256 {was[:12]}...)"
+    described = made.get("tokenizer") if isinstance(made.get("tokenizer"), dict) else {}
+    same_ids = getattr(run.tokenizer, "FINGERPRINT_AS", {})
+    now = run.tokenizer.identity()
+    keys = [k for k in now if k in described and k not in same_ids and described[k] != now[k]]
+    if keys:
+        shown = [f"tokenizer.{k}={_short(_shown(described[k]))}" for k in keys[:3]]
+        return f"made with {', '.join(shown)}{' and more' if len(keys) > 3 else ''}"
+    if made.get("corpusprep") != corpusprep.__version__:
+        return f"made by corpusprep {_shown(made.get('corpusprep'))}"
+    return "made from other input"
+
+
+def _short(text: str) -> str:
+    """A value for one line: a sha256 by its first 12 digits, anything long cut at 40."""
+    if re.fullmatch(r"[0-9a-f]{64}", text):
+        return text[:12] + "..."
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _unused(folder: str) -> str:

@@ -13,6 +13,7 @@ says what it does.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from pathlib import Path
@@ -258,6 +259,33 @@ def test_the_replacing_line_names_each_change_once(tmp_path):
         "corpusprep: replacing data/good, made with source.path=good.txt; "
         "out_dir=data/good-my keeps both"
     ]
+
+
+# found by an attack: only the ranks file changed, and the line said "made from other
+# input", showing the unchanged input's own sha256
+def test_the_replacing_line_names_what_changed_besides_the_settings(tmp_path, tiktoken_cache):
+    (tmp_path / "good.txt").write_text("the cat and the dog\n" * 2000)
+    from corpusprep.tokenizers.tiktoken import bundled_ranks
+
+    lines = [f"{base64.b64encode(t).decode()} {r}" for t, r in bundled_ranks("gpt2").items()]
+    (tmp_path / "r.tiktoken").write_text("\n".join(lines) + "\n")
+    base = ["source=file", "source.path=good.txt", "tokenizer=tiktoken", "quiet=true",
+            "tokenizer.ranks_file=r.tiktoken", "out_dir=data/good"]  # fmt: skip
+    assert run_cli(*base, cwd=tmp_path).returncode == 0
+    # the ranks of " the" and " and" swapped: other ids from the same text and settings
+    a, b = base64.b64encode(b" the").decode(), base64.b64encode(b" and").decode()
+    swapped = [f"{b if t == a else a if t == b else t} {r}" for t, r in (x.split() for x in lines)]
+    (tmp_path / "r.tiktoken").write_text("\n".join(swapped) + "\n")
+    r = run_cli(*base, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (line,) = _replacing_line(r)
+    assert "made with tokenizer.ranks_sha256=" in line and "other input" not in line, line
+    # the input changed too: said first
+    (tmp_path / "good.txt").write_text("another text\n" * 2000)
+    (tmp_path / "r.tiktoken").write_text("\n".join(lines) + "\n")
+    r = run_cli(*base, cwd=tmp_path)
+    (line,) = _replacing_line(r)
+    assert "made from other input" in line, line
 
 
 def test_following_the_advice_never_replaces_what_it_kept(tmp_path):
