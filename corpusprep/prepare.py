@@ -654,11 +654,30 @@ def choose_sides(run: Run) -> None:
         _take_counts(run, run.results)
     settings = run.settings
     if run.split_by == "document":
+        if run.docs == 1:
+            _refuse_one_cut_document(run.files)
         val = val_document_count(run.docs, settings.split, settings.val_size)
         run.val_docs = val_documents(run.docs, val, settings.seed)
     if settings.order == "shuffle":  # each side's documents, in the permutation's order
         perm = permutation(run.docs, settings.seed)
         run.order = {"val": perm, "train": perm}  # narrowed to each side below
+
+
+def _refuse_one_cut_document(files: list[InputFile]) -> None:
+    """One text to cut into documents that came out as one (the separator never occurs):
+    said as that, not as a split that leaves train empty; a separator with a backslash in
+    it is most often a newline written as \\n on the command line, where quotes keep it."""
+    for f in files:
+        for key in ("doc_end", "doc_separator"):
+            value = getattr(f, key, None)
+            if value:
+                tip = (" (\\n there is a backslash and an n: on the command line give a newline "
+                       f"as bash's $'source.{key}=\"\\n\\n\"', or set it in a YAML file)"
+                       if "\\" in value else "")  # fmt: skip
+                raise UserError(
+                    f"{f.name}: with source.{key}={value!r} it is one document, which a split "
+                    f"by document cannot split; check that source.{key} occurs in it{tip}"
+                )
 
 
 def merge_parts(run: Run) -> None:

@@ -44,6 +44,16 @@ CASES = {
         ["source=file", "source.path=surrogate.jsonl", "tokenizer=byte"],
         ["surrogate.jsonl:1", "lone surrogate", "fix or remove it", "source.skip_invalid=true"],
     ),
+    # found by an attack: '\n\n' in quotes is a backslash and an n; the run then said only
+    # that the split left train empty
+    "a document end written as backslash-n": (
+        ["source=file", "source.path=good.txt", 'source.doc_end="\\n\\n"'],
+        ["good.txt: with source.doc_end=", "one document", "$'source.doc_end=\"\\n\\n\"'"],
+    ),
+    "a document separator that never occurs": (
+        ["source=file", "source.path=good.txt", "source.doc_separator=@@"],
+        ["good.txt: with source.doc_separator='@@' it is one document", "occurs in it"],
+    ),
     "unknown dataset": (["dataset=nope"], ["dataset=nope", "shakespeare_char"]),
     "shuffle with a split by hash": (
         ["source=file", "source.path=docs.jsonl", "split_by=hash", "order=shuffle"],
