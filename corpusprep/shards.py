@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import secrets
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from itertools import groupby
@@ -272,6 +273,9 @@ class _Writer:
         self.tokens = 0
         self.held: list[np.ndarray] = []
         self.held_bytes = 0
+        # a part file's CRC-32, kept in the shard's marker: a resume reuses the part only
+        # if it still has it (damaged in place at the same size, it is redone)
+        self.crc: Optional[int] = 0 if target.fresh else None
 
     def write(self, ids: np.ndarray, owned: bool = False) -> None:
         """Write ids; `owned`: an array of our own, held without a copy."""
@@ -312,6 +316,8 @@ class _Writer:
         if self.text_bytes is not None:
             self.text_bytes = add_text_bytes(self.text_bytes, ids, self.token_bytes, self.index)
         data = memoryview(np.ascontiguousarray(ids)).cast("B")
+        if self.crc is not None:
+            self.crc = zlib.crc32(data, self.crc)
         while data:
             data = data[self.file.write(data) :]
 
@@ -401,6 +407,7 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
                           ids_seen=None if seen is None else seen.packed(),
                           val_bytes=None if sizes is None else val_bytes,
                           digests=digests, read_as=read_as, read_bytes=read_bytes)  # fmt: skip
+    crcs = {side: w.crc for side, w in writers.items() if w.crc is not None}
     for side in SIDES:
         if side in writers:
             setattr(result, f"{side}_tokens", writers[side].tokens)
@@ -408,9 +415,11 @@ def encode_shard(task: EncodeTask) -> EncodeResult:
         setattr(result, f"{side}_keys", np.array(keys[side], dtype=np.uint64))
         index = getattr(task, f"{side}_index")
         if index is not None:
-            _save_in_place(np.array(starts[side], dtype=np.uint64), index)
+            array = np.array(starts[side], dtype=np.uint64)
+            crcs[f"{side}_index"] = zlib.crc32(array)
+            _save_in_place(array, index)
     if task.marker is not None:  # the shard is done: a re-run can take it as it is
-        _write_marker(task.marker, result, task.rules.key_hash)
+        _write_marker(task.marker, result, task.rules.key_hash, crcs)
     return result
 
 
@@ -460,7 +469,7 @@ def encode_run(run: ShardRun) -> list[EncodeResult]:
 COUNTS = ("train_tokens", "val_tokens", "train_docs", "val_docs", "chars", "skipped")
 
 
-def _write_marker(marker: str, result: EncodeResult, key_hash: str) -> None:
+def _write_marker(marker: str, result: EncodeResult, key_hash: str, crcs: dict[str, int]) -> None:
     keys = np.concatenate([result.train_keys, result.val_keys]).astype("<u8")
     _save_in_place(keys, f"{marker}.keys")
     record = {k: getattr(result, k) for k in COUNTS}
@@ -469,6 +478,7 @@ def _write_marker(marker: str, result: EncodeResult, key_hash: str) -> None:
     record["val_bytes"] = result.val_bytes
     record["sha256"] = {name: digest.hex() for name, digest in result.digests.items()}
     record["read_bytes"] = result.read_bytes
+    record["crc32"] = crcs  # of each file the shard wrote (its part of train, val, index)
     with _in_place(marker) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(json.dumps(record))  # json.dump is pure Python: 1,000 files' digests a shard
 
@@ -554,18 +564,35 @@ def finished(task: EncodeTask, itemsize: int, hashes: dict[str, bytes]) -> Optio
         result = EncodeResult(**counts, train_keys=keys[:split].astype(np.uint64),
                               val_keys=keys[split:].astype(np.uint64),
                               val_bytes=val_bytes, read_bytes=read_bytes)  # fmt: skip
+        crcs = record.get("crc32")
+        if not isinstance(crcs, dict):
+            return None
         for side in SIDES:
             target = getattr(task, side)
             tokens = getattr(result, f"{side}_tokens")
-            if target is not None and os.path.getsize(target.path) != tokens * itemsize:
+            if target is not None and not _whole(target.path, tokens * itemsize, crcs.get(side)):
                 return None
             index = getattr(task, f"{side}_index")
             docs = getattr(result, f"{side}_docs")
-            if index is not None and os.path.getsize(index) != 8 * docs:
+            if index is not None and not _whole(index, 8 * docs, crcs.get(f"{side}_index")):
                 return None
         return result
     except (OSError, ValueError, KeyError, TypeError, RecursionError):  # not one we wrote
         return None
+
+
+def _whole(path: str, size: int, crc: object) -> bool:
+    """Whether a file a finished shard wrote is as it was: its size, then its CRC-32
+    (a regular file, read without following a link: the work folder may be anyone's)."""
+    from corpusprep._paths import open_regular_fd
+
+    if os.path.getsize(path) != size or not _count(crc):
+        return False
+    found = 0
+    with os.fdopen(open_regular_fd(path), "rb", buffering=0) as f:
+        while chunk := f.read(1 << 20):
+            found = zlib.crc32(chunk, found)
+    return found == crc
 
 
 def _count(value: object) -> bool:

@@ -347,6 +347,27 @@ def test_a_resume_with_the_same_content_reuses_the_shards(tmp_path):
     assert _data(_visible(tmp_path / "out")) == _data(_visible(tmp_path / "fresh"))
 
 
+# found by an attack: a finished part damaged in place at the same size was reused, and the
+# folder then counted as up to date (its manifest's sha256 taken over the bad bytes)
+@pytest.mark.parametrize("damaged", ["train", "index"])
+def test_a_resume_redoes_a_finished_shard_whose_files_changed_at_the_same_size(tmp_path, damaged):
+    _docs(tmp_path)
+    args = _resumable(tmp_path)
+    work = _crash_leaving_shards(tmp_path, args)
+    marker = sorted(work.glob("*.done"))[0]
+    shard = marker.name.split(".")[0]
+    named = {"train": f"train.{shard}.part", "index": f"train.{shard}.docs"}[damaged]
+    (part,) = [p for p in work.iterdir() if p.name.startswith(named)]
+    data = bytearray(part.read_bytes())
+    data[4] ^= 1
+    part.write_bytes(bytes(data))
+    r = run_cli(*args, cwd=tmp_path, env=ENV)
+    assert r.returncode == 0, r.stderr
+    fresh = run_cli(*_resumable(tmp_path, "fresh"), cwd=tmp_path, env=ENV)
+    assert fresh.returncode == 0
+    assert _data(_visible(tmp_path / "out")) == _data(_visible(tmp_path / "fresh"))
+
+
 class _Gadget:
     def __reduce__(self):
         return (Path.write_text, (Path(os.environ["GADGET_FILE"]), "pwned"))
