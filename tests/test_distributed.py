@@ -461,6 +461,30 @@ def test_ray_is_asked_for_warnings_only(monkeypatch):
     assert asked["logging_level"] == logging.WARNING and asked["log_to_driver"] is False
 
 
+def test_rays_notice_that_it_turned_token_auth_on_is_left_out(monkeypatch, caplog):
+    """Ray 2.5x turns token authentication on for a new local instance, with a WARNING line
+    above every run's output (an attack saw it above a one-line error): that notice alone
+    is left out; the warning that authentication is off stays."""
+    import logging
+    from types import SimpleNamespace
+
+    import corpusprep.executors.ray as ray_executor
+
+    name = "ray._private.authentication.authentication_token_setup"
+
+    def init(**kw):
+        logging.getLogger(name).warning("Token authentication is enabled for this Ray cluster.")
+        logging.getLogger(name).warning("Token authentication is disabled for this Ray cluster.")
+
+    fake = SimpleNamespace(is_initialized=lambda: False, init=init)
+    monkeypatch.setattr(ray_executor, "_ray", lambda: fake)
+    with caplog.at_level(logging.WARNING):
+        ray_executor.RayExecutor()._connect()
+    said = [r.getMessage() for r in caplog.records if r.name == name]
+    assert said == ["Token authentication is disabled for this Ray cluster."]
+    assert not logging.getLogger(name).filters  # only while Ray starts
+
+
 class _Planted:
     """A result pickle a stranger left in a work folder: unpickling it makes `flag`."""
 

@@ -14,6 +14,7 @@ marker last, so that is harmless, and the merge follows the plan, not finishing 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import sys
@@ -24,6 +25,23 @@ from corpusprep.errors import UserError, checked_number
 from corpusprep.executors import Executor, R, T, checked_retries
 
 CONNECT_SECONDS = 5  # a head node answers a TCP connect well within this
+
+
+@contextlib.contextmanager
+def _without_token_notice() -> Iterator[None]:
+    """Ray 2.5x turns token authentication on for a new local instance and says so in a
+    WARNING line above every run's output (an attack saw it above a one-line error): that
+    notice alone is left out; its warning that authentication is off is not."""
+    logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled for this")
+
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
 
 
 def _ray() -> Any:
@@ -91,7 +109,8 @@ class RayExecutor(Executor):
             if self.address is None:
                 kwargs.update(include_dashboard=False)
             try:
-                ray.init(**kwargs)
+                with _without_token_notice():
+                    ray.init(**kwargs)
             except ConnectionError as e:
                 raise UserError(
                     f"executor.address={self.address}: cannot reach a Ray cluster ({e}); "
