@@ -174,6 +174,32 @@ def test_a_second_download_of_a_url_keeps_the_first_complete_copy(server, cache_
     assert _cache_files(cache_dir) == [path.name]  # its own copy was not left behind
 
 
+# found by an attack on the change above: a file of other bytes put at the cached name while
+# a pinned download ran was kept, and the run read it (exit 0, another sha256)
+def test_a_pinned_download_never_keeps_a_copy_of_other_bytes(server, cache_dir):
+    url = server.url("/input.txt")
+    path = _source(url, cache_dir).cache_path()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(server.body.upper())  # there before the pinned run publishes
+    _source(url, cache_dir, sha256=server.sha256)._download(path, progress=False)
+    assert path.read_bytes() == server.body
+    path.write_bytes(server.body.upper())
+    (bundled_url, sha256), _ = next(iter(BUNDLED.items()))
+    bundled = _source(bundled_url, cache_dir, sha256=sha256)
+    bundled.cache_path().write_bytes(b"other bytes\n")
+    assert bundled._from_bundle(bundled.cache_path())
+    assert hashlib.sha256(bundled.cache_path().read_bytes()).hexdigest() == sha256
+
+
+def test_an_unpinned_download_keeps_the_copy_already_there(server, cache_dir):
+    url = server.url("/input.txt")
+    path = _source(url, cache_dir).cache_path()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"an earlier run's copy\n")  # the cache: the first copy serves
+    _source(url, cache_dir)._download(path, progress=False)
+    assert path.read_bytes() == b"an earlier run's copy\n"
+
+
 def test_a_dangling_link_at_the_cached_name_is_replaced(server, cache_dir):
     src = _source(server.url("/input.txt"), cache_dir, sha256=server.sha256)
     cache_dir.mkdir(parents=True, exist_ok=True)

@@ -67,17 +67,22 @@ def new_part(dest: Path) -> tuple[Path, BinaryIO]:
     raise FileExistsError(errno.EEXIST, "no free name for a partial download", str(dest))
 
 
-def publish(part: Path, dest: Path) -> None:
+def publish(part: Path, dest: Path, sha256: Optional[str] = None) -> None:
     """Put a finished download in the cache, unless another run sharing the cache has put
     its own there meanwhile: replacing that would change a file the other run may be
-    reading (it fails, "changed while it was being read"). The first complete copy stays;
-    `part` is left for the caller to remove. What is not a regular file there (a dangling
-    link), and any file where the file system has no hard links, is replaced."""
+    reading (it fails, "changed while it was being read"). The first complete copy stays,
+    if it has the pinned `sha256` (else this one, checked, replaces it); `part` is left for
+    the caller to remove. What is not a regular file there (a dangling link), and any
+    file where the file system has no hard links, is replaced."""
+    from corpusprep.writer import file_sha256
+
     try:
         os.link(part, dest)
     except FileExistsError:
         with contextlib.suppress(OSError):
-            if stat.S_ISREG(os.lstat(dest).st_mode):
+            if stat.S_ISREG(os.lstat(dest).st_mode) and (
+                sha256 is None or file_sha256(dest) == sha256
+            ):
                 return
         os.replace(part, dest)
     except OSError as e:

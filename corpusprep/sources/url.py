@@ -161,7 +161,7 @@ class UrlSource(Source):
             part, f = new_part(dest)
             with f:
                 f.write(data)
-            publish(part, dest)
+            publish(part, dest, self.sha256)
         except OSError as e:
             raise _cache_error(dest, e, len(data)) from None
         finally:
@@ -276,7 +276,7 @@ class UrlSource(Source):
                     f"{redact(self.url)}: the download has sha256 {found}, expected {self.sha256}; "
                     "check source.url and source.sha256 (nothing was cached)"
                 )
-            publish(part, dest)
+            publish(part, dest, self.sha256)
         except requests.exceptions.InvalidHeader as e:  # urllib3's check of Content-Length
             why = redact(str(e).splitlines()[0] if str(e) else "InvalidHeader")
             raise self._refused(f"the server's answer is invalid ({why})", dest) from None
