@@ -471,6 +471,7 @@ COUNTS = ("train_tokens", "val_tokens", "train_docs", "val_docs", "chars", "skip
 
 def _write_marker(marker: str, result: EncodeResult, key_hash: str, crcs: dict[str, int]) -> None:
     keys = np.concatenate([result.train_keys, result.val_keys]).astype("<u8")
+    crcs = {**crcs, "keys": zlib.crc32(keys)}
     _save_in_place(keys, f"{marker}.keys")
     record = {k: getattr(result, k) for k in COUNTS}
     record["train_keys"] = len(result.train_keys)
@@ -478,7 +479,7 @@ def _write_marker(marker: str, result: EncodeResult, key_hash: str, crcs: dict[s
     record["val_bytes"] = result.val_bytes
     record["sha256"] = {name: digest.hex() for name, digest in result.digests.items()}
     record["read_bytes"] = result.read_bytes
-    record["crc32"] = crcs  # of each file the shard wrote (its part of train, val, index)
+    record["crc32"] = crcs  # of each file the shard wrote (its part of train, val, index, keys)
     with _in_place(marker) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(json.dumps(record))  # json.dump is pure Python: 1,000 files' digests a shard
 
@@ -557,6 +558,9 @@ def finished(task: EncodeTask, itemsize: int, hashes: dict[str, bytes]) -> Optio
             return None
         with os.fdopen(open_regular_fd(f"{task.marker}.keys"), "rb") as f:
             keys = np.fromfile(f, dtype="<u8")
+        crcs = record.get("crc32")
+        if not isinstance(crcs, dict) or zlib.crc32(keys) != crcs.get("keys"):
+            return None
         # a key per document where the split keys them; else none (one text: its document)
         docs = counts["train_docs"] + counts["val_docs"] if keyed else 0
         if len(keys) != docs or split > len(keys):
@@ -564,9 +568,6 @@ def finished(task: EncodeTask, itemsize: int, hashes: dict[str, bytes]) -> Optio
         result = EncodeResult(**counts, train_keys=keys[:split].astype(np.uint64),
                               val_keys=keys[split:].astype(np.uint64),
                               val_bytes=val_bytes, read_bytes=read_bytes)  # fmt: skip
-        crcs = record.get("crc32")
-        if not isinstance(crcs, dict):
-            return None
         for side in SIDES:
             target = getattr(task, side)
             tokens = getattr(result, f"{side}_tokens")

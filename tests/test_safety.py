@@ -349,23 +349,29 @@ def test_a_resume_with_the_same_content_reuses_the_shards(tmp_path):
 
 # found by an attack: a finished part damaged in place at the same size was reused, and the
 # folder then counted as up to date (its manifest's sha256 taken over the bad bytes)
-@pytest.mark.parametrize("damaged", ["train", "index"])
+@pytest.mark.parametrize("damaged", ["train", "index", "keys"])
 def test_a_resume_redoes_a_finished_shard_whose_files_changed_at_the_same_size(tmp_path, damaged):
     _docs(tmp_path)
-    args = _resumable(tmp_path)
+    args = [*_resumable(tmp_path), "split_by=hash"]  # (keys: the duplicate count's)
     work = _crash_leaving_shards(tmp_path, args)
     marker = sorted(work.glob("*.done"))[0]
     shard = marker.name.split(".")[0]
-    named = {"train": f"train.{shard}.part", "index": f"train.{shard}.docs"}[damaged]
+    named = {"train": f"train.{shard}.part", "index": f"train.{shard}.docs",
+             "keys": f"{shard}.done.keys"}[damaged]  # fmt: skip
     (part,) = [p for p in work.iterdir() if p.name.startswith(named)]
     data = bytearray(part.read_bytes())
     data[4] ^= 1
+    if damaged == "keys":  # every document of the shard keyed alike: counted as duplicates
+        data = bytearray(len(data))
     part.write_bytes(bytes(data))
     r = run_cli(*args, cwd=tmp_path, env=ENV)
     assert r.returncode == 0, r.stderr
-    fresh = run_cli(*_resumable(tmp_path, "fresh"), cwd=tmp_path, env=ENV)
+    fresh = run_cli(*_resumable(tmp_path, "fresh"), "split_by=hash", cwd=tmp_path, env=ENV)
     assert fresh.returncode == 0
     assert _data(_visible(tmp_path / "out")) == _data(_visible(tmp_path / "fresh"))
+    documents = [json.loads((tmp_path / o / "manifest.json").read_text())["documents"]
+                 for o in ("out", "fresh")]  # fmt: skip
+    assert documents[0] == documents[1]
 
 
 class _Gadget:
