@@ -146,6 +146,18 @@ def test_a_failed_shard_under_joblib_is_a_row_with_its_own_error(work):
     assert "not valid UTF-8 at byte 30000" in rows[1]["reason"], rows[1]["reason"]
 
 
+# found by an attack: spawned workers of a joblib job looked for loky's start method
+# (multiprocessing's default there) and died; the table blamed memory
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_workers_of_any_start_method_run_under_joblib(work, method):
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    r = run_cli("-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "source=file",
+                "source.path=a.txt,b.txt", "shard_bytes=4096", "executor.workers=2",
+                f"executor.start_method={method}", cwd=work)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [row["status"] for row in table(sweep_dir(work))] == ["ok", "ok"]
+
+
 def test_two_sweeps_in_the_same_second_get_two_folders(work):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     cmd = [sys.executable, "-m", "corpusprep", "-m", "source=file", "source.path=a.txt,b.txt"]

@@ -22,6 +22,9 @@ def available_cores() -> int:
     return os.cpu_count() or 1
 
 
+_STANDARD = (None, *multiprocessing.get_all_start_methods())  # None: not chosen yet
+
+
 class LocalExecutor(Executor):
     shared_files = True  # one machine, one file system
 
@@ -126,7 +129,11 @@ class LocalExecutor(Executor):
         return self._pool
 
     def _new_pool(self, workers: int) -> ProcessPoolExecutor:
-        context = multiprocessing.get_context(self.start_method or _platform_default())
+        if multiprocessing.get_start_method(allow_none=True) not in _STANDARD:
+            # loky's, in a joblib job: its processes have no kill(), and a spawned worker
+            # looks the default up by name and fails; the platform's serves from here on
+            multiprocessing.set_start_method(None, force=True)
+        context = multiprocessing.get_context(self.start_method)
         if context.get_start_method() == "fork":
             # forked workers inherit the driver's objects (the tokenizer's ranks, the
             # config, modules): frozen, their collections never walk them, and so never
@@ -164,12 +171,6 @@ def _forking(pool: ProcessPoolExecutor, workers: int) -> contextlib.AbstractCont
 
     started = len(getattr(pool, "_processes", None) or {})
     return signals_held() if started < workers else contextlib.nullcontext()
-
-
-def _platform_default() -> str:
-    """The platform's own start method (listed first). Not multiprocessing's current
-    default: inside a joblib job that is loky's, whose processes cannot be killed."""
-    return multiprocessing.get_all_start_methods()[0]
 
 
 def _kill(pool: ProcessPoolExecutor) -> None:
