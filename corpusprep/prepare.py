@@ -224,7 +224,7 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
 def check_inputs(files: list[InputFile], source: Source, overrides: list[str]) -> None:
     """The listed inputs make sense for the run (before anything reads them; dry_run too):
     no other run's output folder among them, no read option given that they cannot use."""
-    _refuse_other_outputs(files, getattr(source, "patterns", None))
+    _refuse_other_outputs(files, getattr(source, "patterns", None), getattr(source, "exclude", []))
     _check_read_options(files, getattr(source, "options", None), overrides)
 
 
@@ -256,13 +256,17 @@ def _check_read_options(files: list[InputFile], options: Any, overrides: list[st
 OUTPUT_NAMES = (MANIFEST, "train.bin", "val.bin")  # a folder of ours has these
 
 
-def _refuse_other_outputs(files: list[InputFile], patterns: Optional[list[str]]) -> None:
+def _refuse_other_outputs(files: list[InputFile], patterns: Optional[list[str]],
+                          excluded: list[str]) -> None:  # fmt: skip
     """A glob over a folder that holds another run's out_dir read its files as text: its
     ids failed as invalid UTF-8, then (skipped) its manifest.json as JSON, neither saying
     what it was. One line names the folder (as the patterns give it: relative to here
     unless one is absolute) and the source.exclude that leaves it out: its absolute path,
-    glob characters escaped ([ in a name), quoted for Hydra."""
+    glob characters escaped ([ in a name), quoted for Hydra and the shell, beside the
+    exclusions given."""
     from glob import escape
+
+    from corpusprep.sources.files import exclude_override
 
     named = [f.path for f in files if f.member is None and os.path.basename(f.path) in OUTPUT_NAMES]
     folders = sorted({os.path.dirname(path) for path in named})
@@ -275,7 +279,7 @@ def _refuse_other_outputs(files: list[InputFile], patterns: Optional[list[str]])
         pattern = escape(folder) + "/*"  # absolute: matches however the glob gave it
         raise UserError(
             f"{shown}: a corpusprep output folder (its manifest.json) is among the input "
-            f"files; leave it out with 'source.exclude=[\"{pattern}\"]' (or move it)"
+            f"files; leave it out with {exclude_override([*excluded, pattern])} (or move it)"
         )
 
 

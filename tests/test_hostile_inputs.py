@@ -261,6 +261,44 @@ def test_a_glob_matching_what_is_not_a_file_says_so(tmp_path: Path, pattern: str
     assert files == ["a.txt"]
 
 
+# found by an attack on the change above: the advice broke when pasted for names holding
+# a quote or a trailing backslash; with more than three, or an exclusion already given,
+# following it brought back the first error
+@pytest.mark.parametrize(
+    "names",
+    [["it's.txt"], ['q"uote.txt'], ["tail\\"], ["a b [1] *.txt", "é=,$x"],
+     [f"f{i}" for i in range(5)]],
+)  # fmt: skip
+def test_the_advice_for_what_is_not_a_file_works_pasted_in_bash(tmp_path: Path, names):
+    import shlex
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.txt").write_text("some words here\n" * 500)
+    (tmp_path / "d" / "kept-out.txt").symlink_to("/nowhere")
+    for name in names:
+        (tmp_path / "d" / name).symlink_to("/nowhere/gone")
+    given = ["source=files", "source.glob=d/*", "out_dir=out", "quiet=true"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def bash(*extra: str):
+        command = " ".join([shlex.quote(sys.executable), "-m", "corpusprep",
+                            *map(shlex.quote, given), *extra])  # fmt: skip
+        return subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env,
+                               capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    first = bash(shlex.quote(f"source.exclude=[{tmp_path}/d/kept-out.txt]"))
+    assert_one_line_error(first, "not a file to read", "source.exclude=")
+    advice = first.stderr.split(" out with ", 1)[1].strip()  # as the line gives it
+    r = bash(advice)
+    assert r.returncode == 0, (advice, r.stderr)
+    files = [Path(f["path"]).name for f in _manifest(tmp_path)["source"]["files"]]
+    assert files == ["a.txt"]
+
+
 def test_a_glob_naming_only_a_dangling_link_says_what_it_is(tmp_path: Path):
     (tmp_path / "gone.txt").symlink_to("/nowhere/gone.txt")
     r = _run(tmp_path, "source=files", "source.glob=gone.txt")

@@ -12,6 +12,7 @@ import errno
 import glob as globlib
 import os
 import re
+import shlex
 import stat
 import sys
 from collections import deque
@@ -106,17 +107,22 @@ class FilesSource(Source):
     def _refuse_odd(self, odd: list[str], pattern: str) -> None:
         """Matches that are neither files nor folders (a dangling link, a FIFO, a link
         loop): one line naming them, rather than documents missing without a word (a
-        folder of links some of whose targets are gone)."""
+        folder of links some of whose targets are gone), with a source.exclude that
+        leaves them out as pasted in a shell (up to MAX_ADVISED; the exclusions given
+        stay in it)."""
         if not odd:
             return
-        named = ", ".join(f"{m} ({_what(m)})" for m in odd[:3])
+        odd = sorted(odd)
+        named = ", ".join(f"{_printable(m)} ({_what(m)})" for m in odd[:3])
         more = f" and {len(odd) - 3:,} more" if len(odd) > 3 else ""
-        advice = ",".join(f'"{globlib.escape(os.path.abspath(m))}"' for m in odd[:3])
-        raise UserError(
-            f"source.glob={pattern!r} matches {named}{more}, not a file to read; remove "
-            f"{'it' if len(odd) == 1 else 'them'}, or leave {'it' if len(odd) == 1 else 'them'} "
-            f"out with 'source.exclude=[{advice}{',...' if more else ''}]'"
-        )
+        them = "it" if len(odd) == 1 else "them"
+        if len(odd) > MAX_ADVISED:
+            how = "with patterns in source.exclude"
+        else:
+            new = [_printable(globlib.escape(os.path.abspath(m))) for m in odd]
+            how = f"with {exclude_override([*self.exclude, *new])}"
+        raise UserError(f"source.glob={pattern!r} matches {named}{more}, not a file to read; "
+                        f"remove {them}, or leave {them} out {how}")  # fmt: skip
 
     def _excluded(self, path: str) -> bool:
         """Whether a pattern of source.exclude matches the path as the glob gave it, without
@@ -137,6 +143,27 @@ class FilesSource(Source):
         unknown = [p for p in paths if p not in self.listed and p not in self.real]
         found = dict(zip(unknown, super().real_paths(unknown)))
         return [self.real.get(p) or found.get(p) or p for p in paths]
+
+
+MAX_ADVISED = 20  # paths an advised source.exclude lists; more: patterns are the way
+
+
+def exclude_override(patterns: list[str]) -> str:
+    """source.exclude=[...] holding these patterns, as typed in a shell: each in Hydra's
+    double quotes (a quote, and backslashes before a quote or the end, escaped), the
+    whole quoted for the shell."""
+
+    def quoted(text: str) -> str:
+        text = re.sub(r'(\\*)"', lambda m: m.group(1) * 2 + '\\"', text)
+        return '"' + re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text) + '"'
+
+    return shlex.quote(f"source.exclude=[{','.join(map(quoted, patterns))}]")
+
+
+def _printable(path: str) -> str:
+    """A path for one line, and a pattern that matches it: each control character (a
+    newline in a name) as ?."""
+    return re.sub(r"[\x00-\x1f\x7f]", "?", path)
 
 
 def _walk_glob(pattern: str) -> tuple[list[tuple[str, Optional[str]]], int, list[str]]:
