@@ -668,20 +668,26 @@ def choose_sides(run: Run) -> None:
 
 
 def _refuse_one_cut_document(files: list[InputFile]) -> None:
-    """One text to cut into documents that came out as one (the separator never occurs):
-    said as that, not as a split that leaves train empty; a separator with a backslash in
-    it is most often a newline written as \\n on the command line, where quotes keep it."""
+    """One text to cut into documents that came out as one: said as that, not as a split
+    that leaves train empty. A \\n in the value is most often a newline meant, written on
+    the command line, where quotes keep it as a backslash and an n."""
     for f in files:
         for key in ("doc_end", "doc_separator"):
             value = getattr(f, key, None)
-            if value:
-                tip = (" (\\n there is a backslash and an n: on the command line give a newline "
-                       f"as bash's $'source.{key}=\"\\n\\n\"', or set it in a YAML file)"
-                       if "\\" in value else "")  # fmt: skip
-                raise UserError(
-                    f"{f.name}: with source.{key}={value!r} it is one document, which a split "
-                    f"by document cannot split; check that source.{key} occurs in it{tip}"
-                )
+            if not value:
+                continue
+            tip = ""
+            if "\\n" in value and key == "doc_end":
+                tip = (" (\\n there is a backslash and an n: on the command line give "
+                       "newlines as bash's $'source.doc_end=\"\\n\\n\"', or set it in YAML)")  # fmt: skip
+            elif "\\n" in value:
+                tip = (" (\\n there is a backslash and an n; a separator is a line of its own: "
+                       "give its text, e.g. source.doc_separator='<|endoftext|>')")  # fmt: skip
+            raise UserError(
+                f"{f.name}: source.{key}={value!r} leaves it one document, which a split by "
+                f"document cannot split; check source.{key}, or split it by position "
+                f"(split_by=position){tip}"
+            )
 
 
 def merge_parts(run: Run) -> None:

@@ -48,11 +48,16 @@ CASES = {
     # that the split left train empty
     "a document end written as backslash-n": (
         ["source=file", "source.path=good.txt", 'source.doc_end="\\n\\n"'],
-        ["good.txt: with source.doc_end=", "one document", "$'source.doc_end=\"\\n\\n\"'"],
+        ["good.txt: source.doc_end=", "leaves it one document", "split_by=position",
+         "$'source.doc_end=\"\\n\\n\"'"],  # fmt: skip
     ),
     "a document separator that never occurs": (
         ["source=file", "source.path=good.txt", "source.doc_separator=@@"],
-        ["good.txt: with source.doc_separator='@@' it is one document", "occurs in it"],
+        ["good.txt: source.doc_separator='@@' leaves it one document", "!$'", "!occurs"],
+    ),
+    "a document separator written as backslash-n": (  # a line of its own: no bash advice
+        ["source=file", "source.path=good.txt", 'source.doc_separator="\\n"'],
+        ["leaves it one document", "a separator is a line of its own", "!$'"],
     ),
     "unknown dataset": (["dataset=nope"], ["dataset=nope", "shakespeare_char"]),
     "shuffle with a split by hash": (
