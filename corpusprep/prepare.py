@@ -678,11 +678,15 @@ def _refuse_one_cut_document(files: list[InputFile]) -> None:
                 continue
             tip = ""
             if "\\n" in value and key == "doc_end":
-                tip = (" (\\n there is a backslash and an n: on the command line give "
-                       "newlines as bash's $'source.doc_end=\"\\n\\n\"', or set it in YAML)")  # fmt: skip
+                tip = (
+                    " (\\n there is a backslash and an n: on the command line give newlines "
+                    "as bash's $'source.doc_end=\"\\n\\n\"', or set it in a YAML file)"
+                )
             elif "\\n" in value:
-                tip = (" (\\n there is a backslash and an n; a separator is a line of its own: "
-                       "give its text, e.g. source.doc_separator='<|endoftext|>')")  # fmt: skip
+                tip = (
+                    " (\\n there is a backslash and an n; a separator is a line of its own: "
+                    "give its text, e.g. source.doc_separator='<|endoftext|>')"
+                )
             raise UserError(
                 f"{f.name}: source.{key}={value!r} leaves it one document, which a split by "
                 f"document cannot split; check source.{key}, or split it by position "
