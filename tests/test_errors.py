@@ -48,8 +48,12 @@ CASES = {
     # that the split left train empty
     "a document end written as backslash-n": (
         ["source=file", "source.path=good.txt", 'source.doc_end="\\n\\n"'],
-        ["good.txt: source.doc_end=", "leaves it one document", "split_by=position",
-         "$'source.doc_end=\"\\n\\n\"'"],  # fmt: skip
+        [
+            "good.txt: source.doc_end=",
+            "leaves it one document",
+            "split_by=position",
+            "$'source.doc_end=\"\\n\\n\"'",
+        ],
     ),
     "a document separator that never occurs": (
         ["source=file", "source.path=good.txt", "source.doc_separator=@@"],
