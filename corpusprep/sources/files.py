@@ -150,10 +150,11 @@ MAX_ADVISED = 20  # paths an advised source.exclude lists; more: patterns are th
 
 def exclude_override(patterns: list[str]) -> str:
     """source.exclude=[...] holding these patterns, as typed in a shell: each in Hydra's
-    double quotes (a quote, and backslashes before a quote or the end, escaped), the
-    whole quoted for the shell."""
+    double quotes (a quote, and backslashes before a quote or the end, escaped; ${ escaped
+    too, which OmegaConf would resolve), the whole quoted for the shell."""
 
     def quoted(text: str) -> str:
+        text = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", text)
         text = re.sub(r'(\\*)"', lambda m: m.group(1) * 2 + '\\"', text)
         return '"' + re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text) + '"'
 
