@@ -658,8 +658,8 @@ def choose_sides(run: Run) -> None:
         _take_counts(run, run.results)
     settings = run.settings
     if run.split_by == "document":
-        if run.docs == 1:
-            _refuse_one_cut_document(run.files)
+        if run.docs == 1 and not run.skipped and len(run.files) == 1:
+            _refuse_one_cut_document(run.files[0])
         val = val_document_count(run.docs, settings.split, settings.val_size)
         run.val_docs = val_documents(run.docs, val, settings.seed)
     if settings.order == "shuffle":  # each side's documents, in the permutation's order
@@ -667,31 +667,36 @@ def choose_sides(run: Run) -> None:
         run.order = {"val": perm, "train": perm}  # narrowed to each side below
 
 
-def _refuse_one_cut_document(files: list[InputFile]) -> None:
+def _refuse_one_cut_document(file: InputFile) -> None:
     """One text to cut into documents that came out as one: said as that, not as a split
     that leaves train empty. A \\n in the value is most often a newline meant, written on
     the command line, where quotes keep it as a backslash and an n."""
-    for f in files:
-        for key in ("doc_end", "doc_separator"):
-            value = getattr(f, key, None)
-            if not value:
-                continue
-            tip = ""
-            if "\\n" in value and key == "doc_end":
-                tip = (
-                    " (\\n there is a backslash and an n: on the command line give newlines "
-                    "as bash's $'source.doc_end=\"\\n\\n\"', or set it in a YAML file)"
-                )
-            elif "\\n" in value:
-                tip = (
-                    " (\\n there is a backslash and an n; a separator is a line of its own: "
-                    "give its text, e.g. source.doc_separator='<|endoftext|>')"
-                )
-            raise UserError(
-                f"{f.name}: source.{key}={value!r} leaves it one document, which a split by "
-                f"document cannot split; check source.{key}, or split it by position "
-                f"(split_by=position){tip}"
+    for key in ("doc_end", "doc_separator"):
+        value = getattr(file, key, None)
+        if not value:
+            continue
+        tip = ""
+        if "\\n" in value and key == "doc_end":
+            tip = (
+                " (\\n there is a backslash and an n: on the command line give newlines "
+                "as bash's $'source.doc_end=\"\\n\\n\"', or set it in a YAML file)"
             )
+        elif "\\n" in value:
+            tip = (
+                " (\\n there is a backslash and an n; a separator is a line of its own: "
+                "give its text, e.g. source.doc_separator='<|endoftext|>')"
+            )
+        raise UserError(
+            f"{file.name}: source.{key}={_as_typed(value)} leaves it one document, which a "
+            f"split by document cannot split; check source.{key}, or split it by position "
+            f"(split_by=position){tip}"
+        )
+
+
+def _as_typed(value: str) -> str:
+    """A string setting as the user typed it, quoted: repr only if it holds a control
+    character (a newline), which must not break the line."""
+    return f"'{value}'" if value.isprintable() else repr(value)
 
 
 def merge_parts(run: Run) -> None:

@@ -19,6 +19,9 @@ def work(tmp_path):
     (tmp_path / "folder").mkdir()
     (tmp_path / "a_file").write_text("x")
     (tmp_path / "control.jsonl").write_bytes(b'{"text": "a"}\n{"text": "a\tb"}\n')
+    (tmp_path / "sk").mkdir()
+    (tmp_path / "sk" / "a.txt").write_bytes(b"bad \xff one")
+    (tmp_path / "sk" / "b.txt").write_text("good text here, no marker\n")
     (tmp_path / "surrogate.jsonl").write_bytes(b'{"text": "a\\ud800b"}\n{"text": "ok"}\n')
     (tmp_path / "tiny.txt").write_text("ab")
     (tmp_path / "wide.txt").write_text("".join(chr(c) for c in range(0x10000, 0x10000 + 70_000)))
@@ -58,6 +61,11 @@ CASES = {
     "a document separator that never occurs": (
         ["source=file", "source.path=good.txt", "source.doc_separator=@@"],
         ["good.txt: source.doc_separator='@@' leaves it one document", "!$'", "!occurs"],
+    ),
+    # found by an attack: the only document left was another file's, the other skipped
+    "one document left after skipping": (
+        ["source=files", "source.glob=sk/*.txt", "source.doc_end=XYZ", "source.skip_invalid=true"],
+        ["split=0.9 of 1 documents leaves train empty", "!doc_end"],
     ),
     "a document separator written as backslash-n": (  # a line of its own: no bash advice
         ["source=file", "source.path=good.txt", 'source.doc_separator="\\n"'],
