@@ -191,6 +191,35 @@ def test_a_pinned_download_never_keeps_a_copy_of_other_bytes(server, cache_dir):
     assert hashlib.sha256(bundled.cache_path().read_bytes()).hexdigest() == sha256
 
 
+def test_a_planted_copy_of_another_size_is_replaced_without_reading_it(server, cache_dir,
+                                                                       monkeypatch):  # fmt: skip
+    """found by an attack: an 8 GB sparse file planted at the name was hashed whole (25 s)"""
+    import corpusprep.writer
+
+    url = server.url("/input.txt")
+    path = _source(url, cache_dir).cache_path()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.truncate(1 << 30)
+    hashed = []
+    real = corpusprep.writer.file_sha256
+    monkeypatch.setattr(corpusprep.writer, "file_sha256", lambda p, *a: hashed.append(p) or real(p))
+    _source(url, cache_dir, sha256=server.sha256)._download(path, progress=False)
+    assert path.read_bytes() == server.body and hashed == []
+
+
+def test_a_folder_at_the_cached_name_is_one_line_naming_it(server, cache_dir, tmp_path):
+    src = _source(server.url("/input.txt"), cache_dir, sha256=server.sha256)
+    src.cache_path().mkdir(parents=True)
+    with pytest.raises(UserError) as e:
+        src.local_path(progress=False)
+    assert str(e.value).startswith(f"{src.cache_path()}: a folder where the download goes")
+    assert "remove it" in str(e.value) and "source.cache_dir" in str(e.value)
+    assert "free some space" not in str(e.value)
+    r = _cli(tmp_path, cache_dir, server.url("/input.txt"))  # the CLI: one line
+    assert_one_line_error(r, "a folder where the download goes")
+
+
 def test_an_unpinned_download_keeps_the_copy_already_there(server, cache_dir):
     url = server.url("/input.txt")
     path = _source(url, cache_dir).cache_path()

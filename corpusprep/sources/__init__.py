@@ -73,17 +73,27 @@ def publish(part: Path, dest: Path, sha256: Optional[str] = None) -> None:
     reading (it fails, "changed while it was being read"). The first complete copy stays,
     if it has the pinned `sha256` (else this one, checked, replaces it); `part` is left for
     the caller to remove. What is not a regular file there (a dangling link), and any
-    file where the file system has no hard links, is replaced."""
+    file where the file system has no hard links, is replaced; a folder is an error."""
     from corpusprep.writer import file_sha256
 
     try:
         os.link(part, dest)
     except FileExistsError:
-        with contextlib.suppress(OSError):
-            if stat.S_ISREG(os.lstat(dest).st_mode) and (
-                sha256 is None or file_sha256(dest) == sha256
-            ):
-                return
+        try:
+            there = os.lstat(dest)
+        except FileNotFoundError:  # gone again meanwhile
+            os.replace(part, dest)
+            return
+        if stat.S_ISDIR(there.st_mode):
+            raise UserError(
+                f"{dest}: a folder where the download goes; remove it, or set "
+                "source.cache_dir to another folder"
+            ) from None
+        if stat.S_ISREG(there.st_mode) and (  # (of another size: other bytes, never read)
+            sha256 is None
+            or (there.st_size == os.stat(part).st_size and file_sha256(dest) == sha256)
+        ):
+            return
         os.replace(part, dest)
     except OSError as e:
         if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
