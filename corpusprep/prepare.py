@@ -266,7 +266,7 @@ def _refuse_other_outputs(files: list[InputFile], patterns: Optional[list[str]],
     exclusions given."""
     from glob import escape
 
-    from corpusprep.sources.files import exclude_override
+    from corpusprep.sources.files import exclude_override, printable
 
     named = [f.path for f in files if f.member is None and os.path.basename(f.path) in OUTPUT_NAMES]
     folders = sorted({os.path.dirname(path) for path in named})
@@ -275,7 +275,7 @@ def _refuse_other_outputs(files: list[InputFile], patterns: Optional[list[str]],
         if manifest is None or "corpusprep" not in manifest:  # none there, or not one of ours
             continue
         relative = patterns and not any(os.path.isabs(os.path.expanduser(p)) for p in patterns)
-        shown = os.path.relpath(folder) if relative else folder
+        shown = printable(os.path.relpath(folder) if relative else folder)
         pattern = escape(folder) + "/*"  # absolute: matches however the glob gave it
         raise UserError(
             f"{shown}: a corpusprep output folder (its manifest.json) is among the input "
@@ -696,7 +696,9 @@ def _refuse_one_cut_document(file: InputFile) -> None:
 def _as_typed(value: str) -> str:
     """A string setting as the user typed it, quoted: repr only if it holds a control
     character (a newline), which must not break the line."""
-    return f"'{value}'" if value.isprintable() else repr(value)
+    if value.isprintable() and "'" not in value:
+        return f"'{value}'"
+    return f'"{value}"' if value.isprintable() and '"' not in value else repr(value)
 
 
 def merge_parts(run: Run) -> None:

@@ -84,6 +84,11 @@ def val_document_count(n: int, split: float, val_size: Optional[Union[int, float
         val = math.ceil(val_size * n)
     else:
         val = int(val_size)
+    if n == 1:
+        raise UserError(
+            "1 document cannot be split by document; split it by position "
+            "(split_by=position), or give more documents"
+        )
     if not 0 < val < n:
         side = "val" if val <= 0 else "train"
         asked = f"val_size={val_size}" if val_size is not None else f"split={split}"

@@ -58,6 +58,10 @@ CASES = {
             "$'source.doc_end=\"\\n\\n\"'",
         ],
     ),
+    "a document end holding a quote": (
+        ["source=file", "source.path=good.txt", 'source.doc_end="it\'s"'],
+        ['source.doc_end="it\'s" leaves it one document'],
+    ),
     "a document separator that never occurs": (
         ["source=file", "source.path=good.txt", "source.doc_separator=@@"],
         ["good.txt: source.doc_separator='@@' leaves it one document", "!$'", "!occurs"],
@@ -65,7 +69,7 @@ CASES = {
     # found by an attack: the only document left was another file's, the other skipped
     "one document left after skipping": (
         ["source=files", "source.glob=sk/*.txt", "source.doc_end=XYZ", "source.skip_invalid=true"],
-        ["split=0.9 of 1 documents leaves train empty", "!doc_end"],
+        ["1 document cannot be split by document", "split_by=position", "!doc_end"],
     ),
     "a document separator written as backslash-n": (  # a line of its own: no bash advice
         ["source=file", "source.path=good.txt", 'source.doc_separator="\\n"'],

@@ -481,6 +481,21 @@ def test_the_exclusion_advised_for_an_output_folder_keeps_those_given(tmp_path):
     assert again.returncode == 0, again.stderr
 
 
+def test_the_output_folder_line_stays_one_line_for_a_name_with_a_newline(tmp_path):
+    from helpers import assert_one_line_error
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.txt").write_text("first document\n" * 300)
+    made = run_cli("source=file", "source.path=data/a.txt", "out_dir=data/o", "quiet=true",
+                   cwd=tmp_path)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    (tmp_path / "data" / "o").rename(tmp_path / "data" / "o\nnl")
+    args = ("source=files", "source.glob=data/**/*", "out_dir=../elsewhere", "quiet=true",
+            "source.exclude=[\"/zz\nyy\"]")  # fmt: skip
+    r = run_cli(*args, cwd=tmp_path)
+    assert_one_line_error(r, "o?nl: a corpusprep output folder")
+
+
 def test_the_summary_reads_well(tmp_path, seeded_cache):
     r = run_cli("dataset=shakespeare_char", "split=0.9999999", cwd=tmp_path)
     assert r.returncode == 0, r.stderr

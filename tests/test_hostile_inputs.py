@@ -267,7 +267,7 @@ def test_a_glob_matching_what_is_not_a_file_says_so(tmp_path: Path, pattern: str
 @pytest.mark.parametrize(
     "names",
     [["it's.txt"], ['q"uote.txt'], ["tail\\"], ["a b [1] *.txt", "é=,$x"],
-     [f"f{i}" for i in range(5)], ["b${x}.txt", "c\\${y}"]],
+     [f"f{i}" for i in range(5)], ["b${x}.txt", "c\\${y}"], ["x${oc.env:HOME}", "a${ env :X}"]],
 )  # fmt: skip
 def test_the_advice_for_what_is_not_a_file_works_pasted_in_bash(tmp_path: Path, names):
     import shlex

@@ -220,6 +220,50 @@ def test_a_folder_at_the_cached_name_is_one_line_naming_it(server, cache_dir, tm
     assert_one_line_error(r, "a folder where the download goes")
 
 
+def test_a_planted_copy_that_cannot_be_read_is_replaced(server, cache_dir, monkeypatch):
+    """found by an attack: an unreadable file of the same size planted during a pinned
+    download failed the run ('free some space'); it cannot be the pinned file: replaced"""
+    import corpusprep.writer
+
+    url = server.url("/input.txt")
+    path = _source(url, cache_dir).cache_path()
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(bytes(len(server.body)))
+
+    def unreadable(p, *a):
+        raise PermissionError(13, "Permission denied", str(p))
+
+    monkeypatch.setattr(corpusprep.writer, "file_sha256", unreadable)
+    _source(url, cache_dir, sha256=server.sha256)._download(path, progress=False)
+    assert path.read_bytes() == server.body
+
+
+def test_a_cached_copy_that_cannot_be_read_is_one_line(server, cache_dir, monkeypatch):
+    import corpusprep.sources.url as url_module
+
+    src = _source(server.url("/input.txt"), cache_dir, sha256=server.sha256)
+    src.local_path(progress=False)
+
+    def unreadable(p, *a):
+        raise PermissionError(13, "Permission denied", str(p))
+
+    monkeypatch.setattr(url_module, "file_sha256", unreadable)
+    with pytest.raises(UserError) as e:
+        src.local_path(progress=False)
+    assert str(e.value).startswith(f"{src.cache_path()}: cannot read the cached copy")
+    assert "Permission denied" in str(e.value) and "delete" in str(e.value)
+
+
+def test_a_cache_that_refuses_the_file_says_why_not_free_space(tmp_path):
+    from corpusprep.sources.url import _cache_error
+
+    dest = tmp_path / "k-input.txt"
+    denied = str(_cache_error(dest, PermissionError(13, "Permission denied"), 20_000))
+    assert "free some space" not in denied and "20 kB" in denied, denied
+    full = str(_cache_error(dest, OSError(28, "No space left on device"), 20_000_000))
+    assert "free some space" in full and "20.0 MB" in full, full
+
+
 def test_an_unpinned_download_keeps_the_copy_already_there(server, cache_dir):
     url = server.url("/input.txt")
     path = _source(url, cache_dir).cache_path()

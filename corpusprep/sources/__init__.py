@@ -74,8 +74,6 @@ def publish(part: Path, dest: Path, sha256: Optional[str] = None) -> None:
     if it has the pinned `sha256` (else this one, checked, replaces it); `part` is left for
     the caller to remove. What is not a regular file there (a dangling link), and any
     file where the file system has no hard links, is replaced; a folder is an error."""
-    from corpusprep.writer import file_sha256
-
     try:
         os.link(part, dest)
     except FileExistsError:
@@ -90,8 +88,7 @@ def publish(part: Path, dest: Path, sha256: Optional[str] = None) -> None:
                 "source.cache_dir to another folder"
             ) from None
         if stat.S_ISREG(there.st_mode) and (  # (of another size: other bytes, never read)
-            sha256 is None
-            or (there.st_size == os.stat(part).st_size and file_sha256(dest) == sha256)
+            sha256 is None or (there.st_size == os.stat(part).st_size and _has(dest, sha256))
         ):
             return
         os.replace(part, dest)
@@ -99,6 +96,16 @@ def publish(part: Path, dest: Path, sha256: Optional[str] = None) -> None:
         if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
             raise
         os.replace(part, dest)
+
+
+def _has(path: Path, sha256: str) -> bool:
+    """Whether the file has this sha256 (unreadable: it is not the file)."""
+    from corpusprep.writer import file_sha256
+
+    try:
+        return file_sha256(path) == sha256
+    except OSError:
+        return False
 
 
 STALE_PART_SECONDS = 3600  # a part file unwritten this long: its download was killed

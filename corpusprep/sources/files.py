@@ -113,13 +113,13 @@ class FilesSource(Source):
         if not odd:
             return
         odd = sorted(odd)
-        named = ", ".join(f"{_printable(m)} ({_what(m)})" for m in odd[:3])
+        named = ", ".join(f"{printable(m)} ({_what(m)})" for m in odd[:3])
         more = f" and {len(odd) - 3:,} more" if len(odd) > 3 else ""
         them = "it" if len(odd) == 1 else "them"
         if len(odd) > MAX_ADVISED:
             how = "with patterns in source.exclude"
         else:
-            new = [_printable(globlib.escape(os.path.abspath(m))) for m in odd]
+            new = [printable(globlib.escape(os.path.abspath(m))) for m in odd]
             how = f"with {exclude_override([*self.exclude, *new])}"
         raise UserError(f"source.glob={pattern!r} matches {named}{more}, not a file to read; "
                         f"remove {them}, or leave {them} out {how}")  # fmt: skip
@@ -149,19 +149,20 @@ MAX_ADVISED = 20  # paths an advised source.exclude lists; more: patterns are th
 
 
 def exclude_override(patterns: list[str]) -> str:
-    """source.exclude=[...] holding these patterns, as typed in a shell: each in Hydra's
-    double quotes (a quote, and backslashes before a quote or the end, escaped; ${ escaped
-    too, which OmegaConf would resolve), the whole quoted for the shell."""
+    """source.exclude=[...] holding these patterns, as typed in a shell, on one line: each
+    in Hydra's double quotes (a quote, and backslashes before a quote or the end, escaped;
+    ${, which OmegaConf would resolve, as [$]{, the same pattern), the whole quoted for the
+    shell, control characters as ?."""
 
     def quoted(text: str) -> str:
-        text = re.sub(r"(\\*)\$\{", lambda m: m.group(1) * 2 + "\\${", text)
+        text = printable(text).replace("${", "[$]{")
         text = re.sub(r'(\\*)"', lambda m: m.group(1) * 2 + '\\"', text)
         return '"' + re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text) + '"'
 
     return shlex.quote(f"source.exclude=[{','.join(map(quoted, patterns))}]")
 
 
-def _printable(path: str) -> str:
+def printable(path: str) -> str:
     """A path for one line, and a pattern that matches it: each control character (a
     newline in a name) as ?."""
     return re.sub(r"[\x00-\x1f\x7f]", "?", path)

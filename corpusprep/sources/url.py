@@ -48,8 +48,9 @@ BUNDLED = {
 def _cache_error(dest: Path, e: OSError, size: Optional[int]) -> UserError:
     """The one line for a download cache that cannot take the file: the folder (not the
     hidden file being written), why, and how big the file is."""
-    need = f" (the file is {size / 1e6:.1f} MB)" if size else ""
-    room = "" if e.errno == errno.EROFS else "free some space there, or "
+    shown = f"{size / 1e3:.0f} kB" if size and size < 1e6 else f"{(size or 0) / 1e6:.1f} MB"
+    need = f" (the file is {shown})" if size else ""
+    room = "free some space there, or " if e.errno in (errno.ENOSPC, errno.EDQUOT) else ""
     return UserError(
         f"cannot write the download to the cache {dest.parent}: {e.strerror}{need}; {room}"
         "set source.cache_dir or CORPUSPREP_CACHE_DIR to another folder"
@@ -124,13 +125,22 @@ class UrlSource(Source):
         path = self.cache_path()
         if not path.is_file() and not self._from_bundle(path):
             self._download(path, progress)
-        elif self.sha256 and (found := file_sha256(path)) != self.sha256:
+        elif self.sha256 and (found := self._cached_sha256(path)) != self.sha256:
             raise UserError(
                 f"{path}: the cached copy of {redact(self.url)} has sha256 {found}, expected "
                 f"{self.sha256}; delete the file to download it again"
             )
         check_text_file(path, f"delete it to download {redact(self.url)} again")
         return path
+
+    def _cached_sha256(self, path: Path) -> str:
+        try:
+            return file_sha256(path)
+        except OSError as e:
+            raise UserError(
+                f"{path}: cannot read the cached copy of {redact(self.url)} ({e.strerror}); "
+                "delete it to download it again, or set source.cache_dir to another folder"
+            ) from None
 
     def describe(self) -> dict[str, Any]:
         described = {"kind": "url", "url": self.url, "cache_path": str(self.cache_path())}
