@@ -238,6 +238,31 @@ def test_a_planted_copy_that_cannot_be_read_is_replaced(server, cache_dir, monke
     assert path.read_bytes() == server.body
 
 
+def test_a_bundled_urls_cached_copy_of_another_size_is_not_read(cache_dir, monkeypatch):
+    """found by an attack: a 2 GB sparse file at tiny shakespeare's cached name was hashed
+    whole (6.6 s) before its sha256 was found wrong; its size says so at once"""
+    import corpusprep.sources.url as url_module
+
+    (url, sha256), _ = next(iter(BUNDLED.items()))
+    src = _source(url, cache_dir, sha256=sha256)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with open(src.cache_path(), "wb") as f:
+        f.truncate(1 << 31)
+    monkeypatch.setattr(url_module, "file_sha256", lambda *a: pytest.fail("read"))
+    with pytest.raises(UserError) as e:
+        src.local_path(progress=False)
+    assert "2,147,483,648 bytes, not 1,115,394" in str(e.value) and "delete" in str(e.value)
+
+
+def test_each_bundled_copy_has_the_size_and_sha256_recorded():
+    import lzma
+    from importlib.resources import files
+
+    for (_, sha256), (name, size) in BUNDLED.items():
+        data = lzma.decompress(files("corpusprep.data").joinpath(name).read_bytes())
+        assert (len(data), hashlib.sha256(data).hexdigest()) == (size, sha256)
+
+
 def test_a_cached_copy_that_cannot_be_read_is_one_line(server, cache_dir, monkeypatch):
     import corpusprep.sources.url as url_module
 

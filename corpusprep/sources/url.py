@@ -38,10 +38,12 @@ from corpusprep.sources import (
 from corpusprep.writer import file_sha256
 
 CHUNK = 1 << 20
-# (URL, sha256) -> the compressed copy in corpusprep/data: byte-identical to the download
+# (URL, sha256) -> the compressed copy in corpusprep/data, byte-identical to the download,
+# and the download's size (a cached copy of another size is told without reading it)
 BUNDLED = {
     ("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",
-     "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"): "tinyshakespeare.txt.xz",
+     "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"):
+        ("tinyshakespeare.txt.xz", 1_115_394),
 }  # fmt: skip
 
 
@@ -134,7 +136,12 @@ class UrlSource(Source):
         return path
 
     def _cached_sha256(self, path: Path) -> str:
+        """The cached copy's sha256; for a URL corpusprep ships, a copy of another size is
+        told by its size (a planted sparse file of many GB is not read)."""
+        _, size = BUNDLED.get((self.url, self.sha256 or ""), (None, None))
         try:
+            if size is not None and path.stat().st_size != size:
+                return f"unknown (it is {path.stat().st_size:,} bytes, not {size:,})"
             return file_sha256(path)
         except OSError as e:
             raise UserError(
@@ -153,7 +160,7 @@ class UrlSource(Source):
     def _from_bundle(self, dest: Path) -> bool:
         """Fill the cache from the copy inside the package, if this URL and pinned sha256
         are one corpusprep ships (tiny shakespeare: the nanoGPT presets work offline)."""
-        name = BUNDLED.get((self.url, self.sha256 or ""))
+        name, _ = BUNDLED.get((self.url, self.sha256 or ""), (None, 0))
         if name is None:
             return False
         import lzma
