@@ -36,7 +36,7 @@ class LocalServer(LocalHTTPServer):
     def __init__(self, body: bytes) -> None:
         self.body = body
         self.sha256 = hashlib.sha256(body).hexdigest()
-        self.together = threading.Barrier(2, timeout=30)
+        self.together = threading.Barrier(2, timeout=90)
         super().__init__(_handler_for)
 
     def url(self, path: str) -> str:
@@ -251,7 +251,9 @@ def test_a_bundled_urls_cached_copy_of_another_size_is_not_read(cache_dir, monke
     monkeypatch.setattr(url_module, "file_sha256", lambda *a: pytest.fail("read"))
     with pytest.raises(UserError) as e:
         src.local_path(progress=False)
-    assert "2,147,483,648 bytes, not 1,115,394" in str(e.value) and "delete" in str(e.value)
+    assert str(e.value).endswith(
+        "is 2,147,483,648 bytes, not 1,115,394; delete the file to download it again"
+    )
 
 
 def test_each_bundled_copy_has_the_size_and_sha256_recorded():
@@ -276,6 +278,7 @@ def test_a_cached_copy_that_cannot_be_read_is_one_line(server, cache_dir, monkey
     with pytest.raises(UserError) as e:
         src.local_path(progress=False)
     assert str(e.value).startswith(f"{src.cache_path()}: cannot read the cached copy")
+    assert "\n" not in str(e.value)
     assert "Permission denied" in str(e.value) and "delete" in str(e.value)
 
 
@@ -287,6 +290,21 @@ def test_a_cache_that_refuses_the_file_says_why_not_free_space(tmp_path):
     assert "free some space" not in denied and "20 kB" in denied, denied
     full = str(_cache_error(dest, OSError(28, "No space left on device"), 20_000_000))
     assert "free some space" in full and "20.0 MB" in full, full
+
+
+def test_a_cache_that_cannot_link_takes_the_download_as_before(server, cache_dir, monkeypatch):
+    """FAT, some FUSE and network file systems have no hard links (EINVAL, ENOSYS, EACCES):
+    the download is renamed into place as before."""
+
+    def no_links(src, dst, *a, **kw):
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(os, "link", no_links)
+    path = _source(server.url("/input.txt"), cache_dir, sha256=server.sha256).local_path(
+        progress=False
+    )
+    assert path.read_bytes() == server.body
+    assert _cache_files(cache_dir) == [path.name]
 
 
 def test_an_unpinned_download_keeps_the_copy_already_there(server, cache_dir):
@@ -318,31 +336,22 @@ def test_the_bundled_copy_keeps_a_copy_already_there(cache_dir):
 
 
 def test_two_runs_downloading_one_url_into_one_cache_both_succeed(server, tmp_path, cache_dir):
+    """Through the CLI, as the attack found it. The race is timing's (it failed in about
+    4 of 6 tries before the fix): the in-process tests above are the certain guard."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "CORPUSPREP_CACHE_DIR": str(cache_dir)}
-    runs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "corpusprep",
-                "source=url",
-                "quiet=true",
-                f"source.url={server.url('/together.txt')}",
-                f"out_dir={tmp_path}/out{i}",
-                "shard_bytes=65536",
-                "source.retries=0",
-                "source.timeout=30",
-            ],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        for i in range(2)
-    ]
-    outcomes = [(p.wait(timeout=120), p.stderr.read()) for p in runs]
-    assert [code for code, _ in outcomes] == [0, 0], outcomes
+    command = [sys.executable, "-m", "corpusprep", "source=url", "quiet=true",
+               f"source.url={server.url('/together.txt')}", "shard_bytes=65536",
+               "source.retries=0", "source.timeout=60"]  # fmt: skip
+    runs = [subprocess.Popen([*command, f"out_dir={tmp_path}/out{i}"], cwd=tmp_path, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for i in range(2)]  # fmt: skip
+    try:
+        outcomes = [(p.communicate(timeout=120)[1], p.returncode) for p in runs]
+    finally:
+        for p in runs:
+            p.kill()
+            p.wait()
+    assert [code for _, code in outcomes] == [0, 0], outcomes
     assert (tmp_path / "out0" / "train.bin").read_bytes() == (
         tmp_path / "out1" / "train.bin"
     ).read_bytes()

@@ -72,30 +72,32 @@ def publish(part: Path, dest: Path, sha256: Optional[str] = None) -> None:
     its own there meanwhile: replacing that would change a file the other run may be
     reading (it fails, "changed while it was being read"). The first complete copy stays,
     if it has the pinned `sha256` (else this one, checked, replaces it); `part` is left for
-    the caller to remove. What is not a regular file there (a dangling link), and any
-    file where the file system has no hard links, is replaced; a folder is an error."""
+    the caller to remove. What is not a regular file there (a dangling link) is replaced,
+    and so is anything where the file system cannot link; a folder is an error."""
     try:
         os.link(part, dest)
+        return
     except FileExistsError:
-        try:
-            there = os.lstat(dest)
-        except FileNotFoundError:  # gone again meanwhile
-            os.replace(part, dest)
-            return
-        if stat.S_ISDIR(there.st_mode):
-            raise UserError(
-                f"{dest}: a folder where the download goes; remove it, or set "
-                "source.cache_dir to another folder"
-            ) from None
-        if stat.S_ISREG(there.st_mode) and (  # (of another size: other bytes, never read)
-            sha256 is None or (there.st_size == os.stat(part).st_size and _has(dest, sha256))
-        ):
-            return
+        pass
+    except OSError:  # no hard links here (FAT, some FUSE and network file systems)
         os.replace(part, dest)
-    except OSError as e:
-        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK):
-            raise
+        return
+    try:
+        there = os.lstat(dest)
+    except FileNotFoundError:  # gone again meanwhile
         os.replace(part, dest)
+        return
+    if stat.S_ISDIR(there.st_mode):
+        raise UserError(
+            f"{dest}: a folder where the download goes; remove it, or set source.cache_dir "
+            "to another folder"
+        )
+    # a copy of another size is other bytes: replaced unread
+    if stat.S_ISREG(there.st_mode) and (
+        sha256 is None or (there.st_size == os.stat(part).st_size and _has(dest, sha256))
+    ):
+        return
+    os.replace(part, dest)
 
 
 def _has(path: Path, sha256: str) -> bool:

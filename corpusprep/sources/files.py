@@ -47,13 +47,16 @@ class FilesSource(Source):
         skipped = 0  # folders reached again through a symlink
         for pattern in self.patterns:
             pattern = os.path.expanduser(pattern)
-            if "**" in pattern.split("/"):  # the walk lists regular files only
+            if "**" in pattern.split("/"):  # the walk: regular files, and what is neither
                 listed, again, odd = _walk_glob(pattern)
                 skipped += again
             else:
-                found = globlib.glob(pattern)
-                listed = [(m, None) for m in found if os.path.isfile(m)]
-                odd = [m for m in found if not os.path.isfile(m) and not os.path.isdir(m)]
+                listed, odd = [], []
+                for m in globlib.glob(pattern):
+                    if os.path.isfile(m):
+                        listed.append((m, None))
+                    elif not os.path.isdir(m):
+                        odd.append(m)
             matches = [(m, r) for m, r in listed if not self._excluded(m)]
             self._refuse_odd([m for m in odd if not self._excluded(m)], pattern)
             folders = [] if listed else sorted(filter(os.path.isdir, globlib.glob(pattern)))
@@ -119,7 +122,7 @@ class FilesSource(Source):
         if len(odd) > MAX_ADVISED:
             how = "with patterns in source.exclude"
         else:
-            new = [printable(globlib.escape(os.path.abspath(m))) for m in odd]
+            new = [globlib.escape(os.path.abspath(m)) for m in odd]
             how = f"with {exclude_override([*self.exclude, *new])}"
         raise UserError(f"source.glob={pattern!r} matches {named}{more}, not a file to read; "
                         f"remove {them}, or leave {them} out {how}")  # fmt: skip
@@ -163,9 +166,9 @@ def exclude_override(patterns: list[str]) -> str:
 
 
 def printable(path: str) -> str:
-    """A path for one line, and a pattern that matches it: each control character (a
-    newline in a name) as ?."""
-    return re.sub(r"[\x00-\x1f\x7f]", "?", path)
+    """A path for one line, and a pattern that matches it: each character that is not
+    printable (a newline, U+2028, a byte that is not UTF-8 as a lone surrogate) as ?."""
+    return "".join(c if c.isprintable() else "?" for c in path)
 
 
 def _walk_glob(pattern: str) -> tuple[list[tuple[str, Optional[str]]], int, list[str]]:
@@ -203,9 +206,11 @@ def _walk_glob(pattern: str) -> tuple[list[tuple[str, Optional[str]]], int, list
                     continue
                 seen.add(real)
                 todo.append((name, real))
-            elif _match(name, pats) and not _is_file(entry):
+            elif not _match(name, pats):
+                continue
+            elif not _is_file(entry):
                 odd.append(os.path.join(root, *name))
-            elif _match(name, pats):
+            else:
                 real = (os.path.realpath(entry.path) if entry.is_symlink()
                         else os.path.join(real_folder, entry.name))  # fmt: skip
                 paths.append((os.path.join(root, *name), real if known else None))

@@ -50,8 +50,10 @@ BUNDLED = {
 def _cache_error(dest: Path, e: OSError, size: Optional[int]) -> UserError:
     """The one line for a download cache that cannot take the file: the folder (not the
     hidden file being written), why, and how big the file is."""
-    shown = f"{size / 1e3:.0f} kB" if size and size < 1e6 else f"{(size or 0) / 1e6:.1f} MB"
-    need = f" (the file is {shown})" if size else ""
+    need = ""
+    if size:
+        shown = f"{size / 1e3:.0f} kB" if size < 999_500 else f"{size / 1e6:.1f} MB"
+        need = f" (the file is {shown})"
     room = "free some space there, or " if e.errno in (errno.ENOSPC, errno.EDQUOT) else ""
     return UserError(
         f"cannot write the download to the cache {dest.parent}: {e.strerror}{need}; {room}"
@@ -127,27 +129,34 @@ class UrlSource(Source):
         path = self.cache_path()
         if not path.is_file() and not self._from_bundle(path):
             self._download(path, progress)
-        elif self.sha256 and (found := self._cached_sha256(path)) != self.sha256:
-            raise UserError(
-                f"{path}: the cached copy of {redact(self.url)} has sha256 {found}, expected "
-                f"{self.sha256}; delete the file to download it again"
-            )
+        elif self.sha256:
+            self._check_cached(path)
         check_text_file(path, f"delete it to download {redact(self.url)} again")
         return path
 
-    def _cached_sha256(self, path: Path) -> str:
-        """The cached copy's sha256; for a URL corpusprep ships, a copy of another size is
-        told by its size (a planted sparse file of many GB is not read)."""
-        _, size = BUNDLED.get((self.url, self.sha256 or ""), (None, None))
+    def _check_cached(self, path: Path) -> None:
+        """The cached copy has the pinned sha256; for a URL corpusprep ships, a copy of
+        another size is told by its size (a planted sparse file of many GB is not read)."""
+        fix = "delete the file to download it again"
         try:
-            if size is not None and path.stat().st_size != size:
-                return f"unknown (it is {path.stat().st_size:,} bytes, not {size:,})"
-            return file_sha256(path)
+            size, bundled = path.stat().st_size, self._bundled()
+            if bundled is not None and size != bundled[1]:
+                raise UserError(f"{path}: the cached copy of {redact(self.url)} is {size:,} "
+                                f"bytes, not {bundled[1]:,}; {fix}")  # fmt: skip
+            found = file_sha256(path)
         except OSError as e:
             raise UserError(
                 f"{path}: cannot read the cached copy of {redact(self.url)} ({e.strerror}); "
-                "delete it to download it again, or set source.cache_dir to another folder"
+                f"{fix}, or set source.cache_dir to another folder"
             ) from None
+        if found != self.sha256:
+            raise UserError(f"{path}: the cached copy of {redact(self.url)} has sha256 {found}, "
+                            f"expected {self.sha256}; {fix}")  # fmt: skip
+
+    def _bundled(self) -> Optional[tuple[str, int]]:
+        """The copy corpusprep ships of this URL and pinned sha256 (its name in
+        corpusprep/data, the download's size), if any."""
+        return BUNDLED.get((self.url, self.sha256 or ""))
 
     def describe(self) -> dict[str, Any]:
         described = {"kind": "url", "url": self.url, "cache_path": str(self.cache_path())}
@@ -160,9 +169,10 @@ class UrlSource(Source):
     def _from_bundle(self, dest: Path) -> bool:
         """Fill the cache from the copy inside the package, if this URL and pinned sha256
         are one corpusprep ships (tiny shakespeare: the nanoGPT presets work offline)."""
-        name, _ = BUNDLED.get((self.url, self.sha256 or ""), (None, 0))
-        if name is None:
+        bundled = self._bundled()
+        if bundled is None:
             return False
+        name = bundled[0]
         import lzma
         from importlib.resources import files
 
