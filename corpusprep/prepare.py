@@ -215,9 +215,9 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
             run.out.remove_stale_work()  # of a run killed after its commit, or superseded
             return {**previous, "skipped": True}
     if previous is not None:  # its input or settings differ: said when it is replaced
-        run.replacing = replacing(run, previous, input_checked=True)
+        run.replacing = replacing(run, previous, digest)
     elif run.settings.force and made:
-        run.replacing = replacing(run, made, input_checked=False)  # force: no hashing
+        run.replacing = replacing(run, made, None)  # force: the input not hashed yet
     return None
 
 
@@ -313,10 +313,11 @@ def _without_outputs(files: list[InputFile], out_dir: str,
     return [f for f in files if f.path not in left]
 
 
-def replacing(run: Run, made: dict[str, Any], input_checked: bool) -> Optional[str]:
+def replacing(run: Run, made: dict[str, Any], input_digest: Optional[str]) -> Optional[str]:
     """The line said when a run replaces an out_dir made with other settings (a preset's
     data/NAME re-run with tokenizer=byte): what differs, and an out_dir that keeps both.
-    Said at the commit: a run that fails replaces nothing (and its error stays one line)."""
+    Said at the commit: a run that fails replaces nothing (and its error stays one line).
+    `input_digest`: the input's sha256, None where not taken (force=true)."""
     from corpusprep.overrides import choice_name
 
     max_id = _max_id(run, made)
@@ -344,24 +345,24 @@ def replacing(run: Run, made: dict[str, Any], input_checked: bool) -> Optional[s
         if differs(key):
             changed.append(f"{key}={_shown(was.get(key))}")
             suffix.append(_slug_part(leaf, now.get(key)))
-    if not changed and not input_checked:
+    if not changed and input_digest is None:
         return None
     if changed:
         more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
         what = f"made with {', '.join(changed[:3])}{more}"
     else:
-        what, suffix = _made_otherwise(run, made), ["new"]
+        what, suffix = _made_otherwise(run, made, input_digest), ["new"]
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(suffix[:2]))
     keep = _unused(f"{run.settings.out_dir.rstrip('/')}-{slug}")
     return f"corpusprep: replacing {run.settings.out_dir}, {what}; out_dir={keep} keeps both"
 
 
-def _made_otherwise(run: Run, made: dict[str, Any]) -> str:
-    """What else than the settings made the earlier outputs: other input, other files or
-    library of the tokenizer (a ranks file edited, a reused folder prepared again), or
+def _made_otherwise(run: Run, made: dict[str, Any], input_digest: str) -> str:
+    """What, other than the settings, made the earlier outputs: other input, other files
+    or library of the tokenizer (a ranks file edited, a reused folder prepared again), or
     another corpusprep."""
     was = str(made.get("source", {}).get("sha256"))
-    if was != input_sha256(run.files, run.hashes):
+    if was != input_digest:
         return f"made from other input (sha256 {was[:12]}...)"
     described = made.get("tokenizer") if isinstance(made.get("tokenizer"), dict) else {}
     same_ids = getattr(run.tokenizer, "FINGERPRINT_AS", {})
@@ -372,7 +373,7 @@ def _made_otherwise(run: Run, made: dict[str, Any]) -> str:
         return f"made with {', '.join(shown)}{' and more' if len(keys) > 3 else ''}"
     if made.get("corpusprep") != corpusprep.__version__:
         return f"made by corpusprep {_shown(made.get('corpusprep'))}"
-    return "made from other input"
+    return "made otherwise (its fingerprint differs)"
 
 
 def _short(text: str) -> str:
@@ -676,26 +677,30 @@ def _refuse_one_cut_document(file: InputFile) -> None:
         if not value:
             continue
         tip = ""
-        if "\\n" in value and key == "doc_end":
+        escaped = re.search(r"\\[ntr]", value)
+        if escaped and key == "doc_end" and not re.search("['\"]", value):
             tip = (
-                " (\\n there is a backslash and an n: on the command line give newlines "
-                "as bash's $'source.doc_end=\"\\n\\n\"', or set it in a YAML file)"
+                f" ({escaped[0]} there is a backslash and a letter: on the command line give "
+                f"bash's $'source.doc_end=\"{value}\"', which makes them newlines and tabs, "
+                "or set it in a YAML file)"
             )
-        elif "\\n" in value:
+        elif escaped:
             tip = (
-                " (\\n there is a backslash and an n; a separator is a line of its own: "
-                "give its text, e.g. source.doc_separator='<|endoftext|>')"
+                f" ({escaped[0]} there is a backslash and a letter; a separator is a line of "
+                "its own: give its text, e.g. 'source.doc_separator=\"<|endoftext|>\"')"
+                if key == "doc_separator"
+                else f" ({escaped[0]} there is a backslash and a letter: set it in a YAML file)"
             )
         raise UserError(
-            f"{file.name}: source.{key}={_as_typed(value)} leaves it one document, which a "
+            f"{file.name}: source.{key}={_quoted(value)} leaves it one document, which a "
             f"split by document cannot split; check source.{key}, or split it by position "
             f"(split_by=position){tip}"
         )
 
 
-def _as_typed(value: str) -> str:
-    """A string setting as the user typed it, quoted: repr only if it holds a control
-    character (a newline), which must not break the line."""
+def _quoted(value: str) -> str:
+    """A string setting in quotes, for one line: repr if it holds both quotes or a
+    character that is not printable (a newline)."""
     if value.isprintable() and "'" not in value:
         return f"'{value}'"
     return f'"{value}"' if value.isprintable() and '"' not in value else repr(value)

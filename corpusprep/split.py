@@ -78,17 +78,17 @@ def val_document_count(n: int, split: float, val_size: Optional[Union[int, float
     """How many of n documents go to val, as train_test_split counts them: test_size as
     given (a fraction, ceil(val_size * n), or a count), else n - floor(split * n); never
     derived as 1 - split (1 - 0.95 is 0.05000000000000004 in floating point)."""
+    if n == 1:
+        raise UserError(
+            "1 document cannot be split by document; split it by position "
+            "(split_by=position), or give more documents"
+        )
     if val_size is None:
         val = n - math.floor(split * n)
     elif isinstance(val_size, float):
         val = math.ceil(val_size * n)
     else:
         val = int(val_size)
-    if n == 1:
-        raise UserError(
-            "1 document cannot be split by document; split it by position "
-            "(split_by=position), or give more documents"
-        )
     if not 0 < val < n:
         side = "val" if val <= 0 else "train"
         asked = f"val_size={val_size}" if val_size is not None else f"split={split}"

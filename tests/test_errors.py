@@ -73,7 +73,16 @@ CASES = {
     ),
     "a document separator written as backslash-n": (  # a line of its own: no bash advice
         ["source=file", "source.path=good.txt", 'source.doc_separator="\\n"'],
-        ["leaves it one document", "a separator is a line of its own", "!$'"],
+        [
+            "leaves it one document",
+            "a separator is a line of its own",
+            "!$'",
+            "'source.doc_separator=\"<|endoftext|>\"'",
+        ],  # fmt: skip
+    ),
+    "a document end's advice is its own value": (
+        ["source=file", "source.path=good.txt", 'source.doc_end="</doc>\\n"'],
+        ["$'source.doc_end=\"</doc>\\n\"'"],
     ),
     "unknown dataset": (["dataset=nope"], ["dataset=nope", "shakespeare_char"]),
     "shuffle with a split by hash": (

@@ -349,20 +349,25 @@ def test_a_resume_with_the_same_content_reuses_the_shards(tmp_path):
 
 # found by an attack: a finished part damaged in place at the same size was reused, and the
 # folder then counted as up to date (its manifest's sha256 taken over the bad bytes)
-@pytest.mark.parametrize("damaged", ["train", "index", "keys"])
+@pytest.mark.parametrize("damaged", ["train", "val", "index", "keys"])
 def test_a_resume_redoes_a_finished_shard_whose_files_changed_at_the_same_size(tmp_path, damaged):
     _docs(tmp_path)
     args = [*_resumable(tmp_path), "split_by=hash"]  # (keys: the duplicate count's)
     work = _crash_leaving_shards(tmp_path, args)
     marker = sorted(work.glob("*.done"))[0]
     shard = marker.name.split(".")[0]
-    named = {"train": f"train.{shard}.part", "index": f"train.{shard}.docs",
-             "keys": f"{shard}.done.keys"}[damaged]  # fmt: skip
+    if damaged == "val":  # a shard that wrote val
+        marker = next(m for m in sorted(work.glob("*.done"))
+                      if json.loads(m.read_text())["val_tokens"])  # fmt: skip
+        shard = marker.name.split(".")[0]
+    named = {"train": f"train.{shard}.part", "val": f"val.{shard}.part",
+             "index": f"train.{shard}.docs", "keys": f"{shard}.done.keys"}[damaged]  # fmt: skip
     (part,) = [p for p in work.iterdir() if p.name.startswith(named)]
     data = bytearray(part.read_bytes())
-    data[4] ^= 1
     if damaged == "keys":  # every document of the shard keyed alike: counted as duplicates
         data = bytearray(len(data))
+    else:
+        data[4] ^= 1
     part.write_bytes(bytes(data))
     r = run_cli(*args, cwd=tmp_path, env=ENV)
     assert r.returncode == 0, r.stderr

@@ -22,9 +22,6 @@ def available_cores() -> int:
     return os.cpu_count() or 1
 
 
-_STANDARD = (None, *multiprocessing.get_all_start_methods())  # None: not chosen yet
-
-
 class LocalExecutor(Executor):
     shared_files = True  # one machine, one file system
 
@@ -129,9 +126,11 @@ class LocalExecutor(Executor):
         return self._pool
 
     def _new_pool(self, workers: int) -> ProcessPoolExecutor:
-        if multiprocessing.get_start_method(allow_none=True) not in _STANDARD:
+        method = multiprocessing.get_start_method(allow_none=True)
+        if method is not None and method not in multiprocessing.get_all_start_methods():
             # loky's, in a joblib job: its processes have no kill(), and a spawned worker
-            # looks the default up by name and fails; the platform's serves from here on
+            # looks the default up by name and fails. The platform's, for the rest of this
+            # process's life (joblib gives it further jobs: each is corpusprep's too)
             multiprocessing.set_start_method(None, force=True)
         context = multiprocessing.get_context(self.start_method)
         if context.get_start_method() == "fork":

@@ -29,7 +29,7 @@ CONNECT_SECONDS = 5  # a head node answers a TCP connect well within this
 
 @contextlib.contextmanager
 def _without_token_notice() -> Iterator[None]:
-    """Ray 2.5x turns token authentication on for a new local instance and says so in a
+    """Ray 2.5x and later turn token authentication on for a new local instance and say so in a
     WARNING line above every run's output (an attack saw it above a one-line error): that
     notice alone is left out; its warning that authentication is off is not."""
     logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
