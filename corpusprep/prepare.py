@@ -678,11 +678,11 @@ def _refuse_one_cut_document(file: InputFile) -> None:
             continue
         tip = ""
         escaped = re.search(r"\\[ntr]", value)
-        if escaped and key == "doc_end" and not re.search("['\"]", value):
+        if escaped and key == "doc_end" and _bash_escapes_only(value):
             tip = (
                 f" ({escaped[0]} there is a backslash and a letter: on the command line give "
-                f"bash's $'source.doc_end=\"{value}\"', which makes them newlines and tabs, "
-                "or set it in a YAML file)"
+                f"bash's $'source.doc_end=\"{value}\"', which makes \\n a newline, \\t a tab "
+                "and \\r a carriage return, or set it in a YAML file)"
             )
         elif escaped:
             tip = (
@@ -696,6 +696,14 @@ def _refuse_one_cut_document(file: InputFile) -> None:
             f"split by document cannot split; check source.{key}, or split it by position "
             f"(split_by=position){tip}"
         )
+
+
+def _bash_escapes_only(value: str) -> bool:
+    """Whether bash's $'...' and Hydra's quotes give back exactly this value with each \\n,
+    \\t and \\r made a control character: no other backslash, no quote, no ${ (Hydra would
+    resolve it), nothing that is not printable."""
+    rest = re.sub(r"\\[ntr]", "", value)
+    return value.isprintable() and not re.search(r"[\\'\"]|\$\{", rest)
 
 
 def _quoted(value: str) -> str:

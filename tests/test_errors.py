@@ -80,6 +80,12 @@ CASES = {
             "'source.doc_separator=\"<|endoftext|>\"'",
         ],  # fmt: skip
     ),
+    # found by an attack: pasted, the advice gave another value (bash and Hydra read $, a
+    # trailing backslash, \\\\), so none is given for such values
+    "a document end with more than bash's escapes gets no $'...' advice": (
+        ["source=file", "source.path=good.txt", 'source.doc_end="a\\\\n\\n"'],
+        ["leaves it one document", "!$'"],
+    ),
     "a document end's advice is its own value": (
         ["source=file", "source.path=good.txt", 'source.doc_end="</doc>\\n"'],
         ["$'source.doc_end=\"</doc>\\n\"'"],

@@ -265,6 +265,20 @@ def test_each_bundled_copy_has_the_size_and_sha256_recorded():
         assert (len(data), hashlib.sha256(data).hexdigest()) == (size, sha256)
 
 
+def test_a_cache_folder_that_cannot_be_entered_is_one_line(server, cache_dir, monkeypatch):
+    """found by an attack: Path.is_file raised PermissionError (a folder on the way this
+    user may not enter), a traceback"""
+    src = _source(server.url("/input.txt"), cache_dir, sha256=server.sha256)
+
+    def denied(self, *a, **kw):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "is_file", denied)
+    with pytest.raises(UserError) as e:
+        src.local_path(progress=False)
+    assert str(e.value).startswith(f"{src.cache_path()}: cannot look in the download cache")
+
+
 def test_a_cached_copy_that_cannot_be_read_is_one_line(server, cache_dir, monkeypatch):
     import corpusprep.sources.url as url_module
 

@@ -127,7 +127,14 @@ class UrlSource(Source):
 
     def local_path(self, progress: bool = True) -> Path:
         path = self.cache_path()
-        if not path.is_file() and not self._from_bundle(path):
+        try:
+            cached = path.is_file()
+        except OSError as e:  # a folder on the way this user may not enter
+            raise UserError(
+                f"{path}: cannot look in the download cache ({e.strerror}); set "
+                "source.cache_dir or CORPUSPREP_CACHE_DIR to a folder you can read and write"
+            ) from None
+        if not cached and not self._from_bundle(path):
             self._download(path, progress)
         elif self.sha256:
             self._check_cached(path)
