@@ -678,19 +678,16 @@ def _refuse_one_cut_document(file: InputFile) -> None:
             continue
         tip = ""
         escaped = re.search(r"\\[ntr]", value)
-        if escaped and key == "doc_end" and _bash_escapes_only(value):
-            tip = (
-                f" ({escaped[0]} there is a backslash and a letter: on the command line give "
-                f"bash's $'source.doc_end=\"{value}\"', which makes \\n a newline, \\t a tab "
-                "and \\r a carriage return, or set it in a YAML file)"
-            )
+        said = f"{escaped[0]} there is a backslash and a letter" if escaped else ""
+        if escaped and key == "doc_separator":
+            tip = (f" ({said}; a separator is a line of its own: give its text, e.g. "
+                   "'source.doc_separator=\"<|endoftext|>\"')")  # fmt: skip
+        elif escaped and _bash_escapes_only(value):
+            tip = (f" ({said}: on the command line give bash's $'source.doc_end=\"{value}\"', "
+                   "which makes \\n a newline, \\t a tab and \\r a carriage return, or set it "
+                   "in a YAML file)")  # fmt: skip
         elif escaped:
-            tip = (
-                f" ({escaped[0]} there is a backslash and a letter; a separator is a line of "
-                "its own: give its text, e.g. 'source.doc_separator=\"<|endoftext|>\"')"
-                if key == "doc_separator"
-                else f" ({escaped[0]} there is a backslash and a letter: set it in a YAML file)"
-            )
+            tip = f" ({said}: set it in a YAML file)"
         raise UserError(
             f"{file.name}: source.{key}={_quoted(value)} leaves it one document, which a "
             f"split by document cannot split; check source.{key}, or split it by position "

@@ -134,10 +134,11 @@ class UrlSource(Source):
                 f"{path}: cannot look in the download cache ({e.strerror}); set "
                 "source.cache_dir or CORPUSPREP_CACHE_DIR to a folder you can read and write"
             ) from None
-        if not cached and not self._from_bundle(path):
+        if cached:
+            if self.sha256:
+                self._check_cached(path)
+        elif not self._from_bundle(path):  # (both check what they put there)
             self._download(path, progress)
-        elif self.sha256:
-            self._check_cached(path)
         check_text_file(path, f"delete it to download {redact(self.url)} again")
         return path
 
