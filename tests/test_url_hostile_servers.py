@@ -39,6 +39,9 @@ def _answer(path: str) -> tuple[dict[str, str], bytes]:
     length = str(len(TEXT))
     answers = {
         "/input.txt": ({}, TEXT),
+        # HTTP/1.0 with no length: the body ends where the connection does, cut or not
+        "/no-length.txt": ({"Content-Length": None}, TEXT),
+        "/no-length-cut.txt": ({"Content-Length": None}, TEXT[: len(TEXT) // 2]),
         "/same-twice.txt": ({"Content-Length": f"{length}, {length}"}, TEXT),
         "/spaced.txt": ({"Content-Length": f" {length} "}, TEXT),
         "/two-lengths.txt": ({"Content-Length": f"{length}, 7"}, TEXT),
@@ -284,6 +287,44 @@ def test_cli_an_invalid_content_length(server, cache_dir, tmp_path):
                      env={"CORPUSPREP_CACHE_DIR": str(cache_dir)})  # fmt: skip
     assert_one_line_error(result, server.url("/garbage-length.txt"), "Content-Length 'abc'")
     assert _cached(cache_dir) == []
+
+
+def test_a_download_of_no_stated_length_says_a_cut_cannot_be_told(server, cache_dir, capsys):
+    """With no Content-Length, no chunked framing and no compressed stream, a connection cut
+    short looks like the whole file: the download is kept (it may well be whole), and a
+    warning says so and gives the pin that makes a later cut or change an error."""
+    src = _source(server.url("/no-length.txt"), cache_dir)
+    assert src.local_path(progress=False).read_bytes() == TEXT
+    (line,) = capsys.readouterr().err.splitlines()
+    digest = hashlib.sha256(TEXT).hexdigest()
+    assert line.startswith("corpusprep: warning: ") and server.url("/no-length.txt") in line
+    assert "no Content-Length" in line and f"source.sha256={digest}" in line, line
+    pinned = _source(server.url("/no-length.txt"), cache_dir / "pinned", sha256=digest)
+    assert pinned.local_path(progress=False).read_bytes() == TEXT
+    assert capsys.readouterr().err == ""  # the pin checks it: nothing to warn of
+
+
+def test_cli_a_download_of_no_stated_length(server, cache_dir, tmp_path):
+    """The warning's pin, pasted, refuses the cut copy the first run kept, and takes the
+    whole file once it is downloaded again."""
+    url = server.url("/no-length.txt")
+    args = ("source=url", f"source.url={url}", "source.retries=0", "quiet=true")
+    env = {"CORPUSPREP_CACHE_DIR": str(cache_dir)}
+    result = run_cli(*args, f"out_dir={tmp_path}/out", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    (line,) = [x for x in result.stderr.splitlines() if url in x]  # (and: val is small)
+    pin = line.split("pin it with ")[1].split()[0].rstrip(";,.")
+    assert pin == f"source.sha256={hashlib.sha256(TEXT).hexdigest()}", line
+    # the same URL cut short: the unpinned run cannot tell; the pinned one can
+    cut = cache_dir / "cut"
+    cut_args = ("source=url", f"source.url={server.url('/no-length-cut.txt')}",
+                "source.retries=0", "quiet=true")  # fmt: skip
+    cut_env = {"CORPUSPREP_CACHE_DIR": str(cut)}
+    result = run_cli(*cut_args, pin, f"out_dir={tmp_path}/cut", cwd=tmp_path, env=cut_env)
+    assert_one_line_error(result, "expected " + pin.split("=")[1])
+    assert _cached(cut) == []
+    result = run_cli(*args, pin, f"out_dir={tmp_path}/out2", cwd=tmp_path, env=env)
+    assert result.returncode == 0 and url not in result.stderr, result.stderr
 
 
 def test_part_files_of_killed_downloads_are_removed(server, cache_dir, tmp_path):

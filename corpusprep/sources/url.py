@@ -16,6 +16,7 @@ import contextlib
 import errno
 import hashlib
 import re
+import sys
 import time
 import zlib
 from collections.abc import Iterator
@@ -312,6 +313,11 @@ class UrlSource(Source):
                     "check source.url and source.sha256 (nothing was cached)"
                 )
             publish(part, dest, self.sha256)
+            if total is None and not inflate and not self.sha256 and not _framed(r.headers):
+                print(f"corpusprep: warning: {redact(self.url)} came with no Content-Length, so "
+                      f"a connection cut short cannot be told from the whole file ({size:,} "
+                      f"bytes at {dest}); check it, then pin it with source.sha256={found}",
+                      file=sys.stderr)  # fmt: skip
         except requests.exceptions.InvalidHeader as e:  # urllib3's check of Content-Length
             why = redact(str(e).splitlines()[0] if str(e) else "InvalidHeader")
             raise self._refused(f"the server's answer is invalid ({why})", dest) from None
@@ -428,6 +434,11 @@ class _Inflate:
 
     def ended(self) -> bool:
         return self.stream is not None and self.stream.eof
+
+
+def _framed(headers: Any) -> bool:
+    """Whether the body's own framing tells its end (chunked: a cut is an error in urllib3)."""
+    return "chunked" in headers.get("Transfer-Encoding", "").lower()
 
 
 def _origin(url: str) -> tuple[str, str, Optional[int]]:
