@@ -39,6 +39,7 @@ from typing import Any, BinaryIO, NamedTuple, Optional
 
 import numpy as np
 
+from corpusprep import early_sha256
 from corpusprep._paths import LINK_ERRNOS, open_regular_fd, read_regular
 from corpusprep.errors import UserError, is_interrupt
 
@@ -855,7 +856,8 @@ def file_sha256(path: Path, stop: Optional[threading.Event] = None) -> str:
     """The file's sha256; a thread given `stop` gives up (OSError) once it is set. One kept
     by keep_sha256 for the file as it is now (inode, size, times) is not read again."""
     with os.fdopen(open_regular_fd(path), "rb") as f:  # a FIFO swapped in never blocks
-        if (known := _KEPT.get(_kept_key(os.fstat(f.fileno())))) is not None:
+        st = os.fstat(f.fileno())
+        if (known := _KEPT.get(_kept_key(st)) or early_sha256.taken(st)) is not None:
             return known
         return _digest_of(f, hashlib.sha256(), stop, path)
 

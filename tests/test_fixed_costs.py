@@ -247,6 +247,95 @@ def test_the_input_sha256_is_the_files_when_hashed_in_a_thread(tmp_path: Path, t
     assert manifest["shards"]["count"] > 2
 
 
+@pytest.fixture
+def early(monkeypatch):
+    """corpusprep.early_sha256 as a new process has it, for files of 1 byte and more."""
+    from corpusprep import early_sha256
+
+    for name, value in (("_thread", None), ("_hashing", None), ("_pid", 0), ("_taken", {})):
+        monkeypatch.setattr(early_sha256, name, value)
+    monkeypatch.setattr(early_sha256, "MIN_BYTES", 1)
+    return early_sha256
+
+
+def test_the_input_named_on_the_command_line_is_hashed_as_the_process_starts(
+    tmp_path, early, monkeypatch
+):
+    """`source.path=FILE` is hashed while Python imports the rest; file_sha256 then takes
+    that digest without reading the file again."""
+    import corpusprep.writer as writer
+
+    data = os.urandom(3 << 20)
+    (tmp_path / "in.txt").write_bytes(data)
+    early.start(["source=file", f"source.path={tmp_path / 'in.txt'}", "out_dir=out"])
+    assert early._thread is not None
+    monkeypatch.setattr(writer, "_digest_of", lambda *a: pytest.fail("read again"))
+    assert writer.file_sha256(tmp_path / "in.txt") == hashlib.sha256(data).hexdigest()
+
+
+def test_an_early_digest_is_not_taken_for_a_file_changed_since(tmp_path, early):
+    import corpusprep.writer as writer
+
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"a" * 4096)
+    early.start([f"source.path={path}"])
+    early._thread.join()
+    with open(path, "r+b") as f:  # same size, a byte changed in place
+        f.write(b"b")
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns))
+    assert writer.file_sha256(path) == hashlib.sha256(b"b" + b"a" * 4095).hexdigest()
+    # changed while it was hashed: nothing kept
+    fd = os.open(path, os.O_RDONLY)
+    early._hash(fd, (0, 0, 0, 0, 0))
+    assert (0, 0, 0, 0, 0) not in early._taken
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["-m", "source.path=IN"], ["--cfg", "job", "source.path=IN"],
+     ["source.path=IN", "source.path=IN"], ["source.path='IN'"], ["source.path=${oc.env:X}"],
+     ["source.path=FIFO"], ["source.path=missing"], ["source.path=FOLDER"], ["out_dir=IN"]],
+)  # fmt: skip
+def test_nothing_is_hashed_early_but_one_file_a_run_reads(tmp_path, early, argv):
+    """Flags (a sweep, --help, --cfg), a value Hydra reads otherwise, or no regular file:
+    no thread (and a FIFO is never waited on)."""
+    (tmp_path / "IN").write_bytes(b"text\n")
+    os.mkfifo(tmp_path / "FIFO")
+    (tmp_path / "FOLDER").mkdir()
+    early.start([arg.replace("IN", str(tmp_path / "IN")).replace("FIFO", str(tmp_path / "FIFO"))
+                 .replace("FOLDER", str(tmp_path / "FOLDER")) for arg in argv])  # fmt: skip
+    assert early._thread is None
+
+
+def test_a_forked_worker_does_not_wait_for_the_drivers_early_digest(tmp_path, early):
+    import multiprocessing
+
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"x" * 100)
+    early.start([f"source.path={path}"])
+    early._thread.join()
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.apply(early.taken, (os.stat(path),)) is None
+    assert early.taken(os.stat(path)) == hashlib.sha256(b"x" * 100).hexdigest()
+
+
+def test_cli_an_input_hashed_early_is_the_manifests(tmp_path):
+    """Through the command (its entry point starts the hash): a text of early_sha256's
+    MIN_BYTES."""
+    from corpusprep.early_sha256 import MIN_BYTES
+
+    data = b"First Citizen:\nBefore we proceed any further, hear me speak.\n" * 8
+    path = tmp_path / "in.txt"
+    with open(path, "wb") as f:
+        for _ in range(MIN_BYTES // len(data) + 1):
+            f.write(data)
+    r = run_cli("source=file", f"source.path={path}", "out_dir=out", "quiet=true", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert manifest["source"]["sha256"] == digest
+
+
 def _one_text(tmp_path: Path, copies: int = 3) -> list[str]:
     text = shakespeare_file().read_bytes()
     (tmp_path / "in.txt").write_bytes(text * copies)
