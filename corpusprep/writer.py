@@ -852,14 +852,19 @@ class GrowingDigest:
             self._failed = True
 
 
-def file_sha256(path: Path, stop: Optional[threading.Event] = None) -> str:
+def file_sha256(path: Path, stop: Optional[threading.Event] = None, keep: bool = False) -> str:
     """The file's sha256; a thread given `stop` gives up (OSError) once it is set. One kept
-    by keep_sha256 for the file as it is now (inode, size, times) is not read again."""
+    for the file as it is now (inode, size, times) is not read again. `keep`: keep this one
+    (the file is checked against a pin by the caller, and its identity did not change while
+    it was read)."""
     with os.fdopen(open_regular_fd(path), "rb") as f:  # a FIFO swapped in never blocks
         st = os.fstat(f.fileno())
         if (known := _KEPT.get(_kept_key(st)) or early_sha256.taken(st)) is not None:
             return known
-        return _digest_of(f, hashlib.sha256(), stop, path)
+        digest = _digest_of(f, hashlib.sha256(), stop, path)
+        if keep and file_identity(os.fstat(f.fileno())) == file_identity(st):
+            _KEPT[_kept_key(st)] = digest
+        return digest
 
 
 def keep_sha256(path: Path, digest: str) -> None:

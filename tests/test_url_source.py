@@ -230,7 +230,7 @@ def test_a_planted_copy_that_cannot_be_read_is_replaced(server, cache_dir, monke
     cache_dir.mkdir(parents=True, exist_ok=True)
     path.write_bytes(bytes(len(server.body)))
 
-    def unreadable(p, *a):
+    def unreadable(p, *a, **kw):
         raise PermissionError(13, "Permission denied", str(p))
 
     monkeypatch.setattr(corpusprep.writer, "file_sha256", unreadable)
@@ -285,7 +285,7 @@ def test_a_cached_copy_that_cannot_be_read_is_one_line(server, cache_dir, monkey
     src = _source(server.url("/input.txt"), cache_dir, sha256=server.sha256)
     src.local_path(progress=False)
 
-    def unreadable(p, *a):
+    def unreadable(p, *a, **kw):
         raise PermissionError(13, "Permission denied", str(p))
 
     monkeypatch.setattr(url_module, "file_sha256", unreadable)
@@ -381,6 +381,35 @@ def test_cache_hit_needs_no_server(server: LocalServer, cache_dir: Path, shakesp
     assert second == first
     assert second.read_bytes() == shakespeare.read_bytes()
     assert server.count("/input.txt") == 1
+
+
+def test_a_pinned_cache_hit_is_read_once_a_run(server, cache_dir, tmp_path, monkeypatch):
+    """The pin's check of the cached copy is the input's sha256 too: a run of a pinned URL
+    reads its cached copy once to hash it, not twice (once for the pin, once for the
+    manifest); a copy swapped in after it was checked is hashed afresh."""
+    from helpers import compose
+
+    import corpusprep.writer as writer
+    from corpusprep.prepare import prepare
+
+    url = server.url("/input.txt")
+    _source(url, cache_dir, sha256=server.sha256).local_path(progress=False)  # cached
+    hashed = []
+    real = writer._digest_of
+    monkeypatch.setattr(writer, "_digest_of", lambda f, d, stop, path: (
+        hashed.append(Path(path)) or real(f, d, stop, path)))  # fmt: skip
+    overrides = ("source=url", f"source.url={url}", f"source.sha256={server.sha256}",
+                 f"source.cache_dir={cache_dir}", "quiet=true")  # fmt: skip
+    manifest = prepare(compose(*overrides, f"out_dir={tmp_path / 'out'}"))
+    assert manifest["source"]["sha256"] == server.sha256
+    cached = _source(url, cache_dir).cache_path()
+    assert hashed.count(cached) == 1, hashed
+    hashed.clear()
+    data = cached.read_bytes()
+    cached.unlink()
+    cached.write_bytes(data)  # another file (inode), the same bytes
+    prepare(compose(*overrides, f"out_dir={tmp_path / 'out2'}"))
+    assert hashed.count(cached) == 1, hashed
 
 
 def test_404_is_permanent(server: LocalServer, cache_dir: Path):

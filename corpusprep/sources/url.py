@@ -152,7 +152,7 @@ class UrlSource(Source):
             if bundled is not None and size != bundled[1]:
                 raise UserError(f"{path}: the cached copy of {redact(self.url)} is {size:,} "
                                 f"bytes, not {bundled[1]:,}; {fix}")  # fmt: skip
-            found = file_sha256(path)
+            found = file_sha256(path, keep=True)  # the input's sha256 too: not read again
         except OSError as e:
             raise UserError(
                 f"{path}: cannot read the cached copy of {redact(self.url)} ({e.strerror}); "
