@@ -149,3 +149,44 @@ def test_nanogpt_train_py_reads_every_uint16_output(tmp_path, tiktoken_cache, sh
         ix = np.random.default_rng(0).integers(len(data) - block_size, size=12)
         x = np.stack([data[i : i + block_size].astype(np.int64) for i in ix])
         assert x.max() < meta_vocab_size
+
+
+def _ranks(pairs) -> bytes:
+    import base64
+
+    return b"".join(base64.b64encode(t) + b" %d\n" % r for t, r in pairs)
+
+
+BYTES = [(bytes([b]), b) for b in range(256)]
+
+
+# found by an attack: a rank given twice and a missing byte were Rust panics (tracebacks,
+# one in the middle of the run), one rank of 10^9 took 16 GB and 70 s (token_bytes.npy)
+@pytest.mark.parametrize(
+    ("pairs", "says"),
+    [
+        (BYTES + [(b"ab", 5)], "repeats the token or rank of line 6"),
+        (BYTES + [(b"a", 300)], "repeats the token or rank of line 98"),
+        (BYTES[:200], "no token for the byte 0xc8"),
+        (BYTES + [(b"ab", 10**9)], "1,000,000,000"),
+        (BYTES + [(b"ab", 2**32 + 5)], "not a real vocabulary"),
+        (BYTES + [(b"ab", -3)], "from -3"),
+        ([], "holds no tokens"),
+    ],
+)
+def test_a_ranks_file_tiktoken_cannot_use_is_one_line(tmp_path, tiktoken_cache, pairs, says):
+    (tmp_path / "in.txt").write_text("hello world\nh\u00e9llo \U0001f600 \u65e5\u672c\n")
+    (tmp_path / "r.tiktoken").write_bytes(_ranks(pairs))
+    r = run_cli("source=file", "source.path=in.txt", "tokenizer=tiktoken",
+                "tokenizer.ranks_file=r.tiktoken", "out_dir=o", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(r, "tokenizer.ranks_file=", "r.tiktoken", says)
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_ranks_file_with_a_reserved_gap_is_taken(tmp_path, tiktoken_cache):
+    (tmp_path / "in.txt").write_text("abab ab\n")
+    (tmp_path / "r.tiktoken").write_bytes(_ranks(BYTES + [(b"ab", 70_000)]))
+    r = run_cli("source=file", "source.path=in.txt", "tokenizer=tiktoken", "eot=none",
+                "tokenizer.ranks_file=r.tiktoken", "out_dir=o", cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert 70_000 in np.fromfile(tmp_path / "o" / "train.bin", np.uint32)

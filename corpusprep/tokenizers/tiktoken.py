@@ -167,18 +167,55 @@ def read_ranks(path: Path, sha256: Optional[str] = None) -> dict[bytes, int]:
     `sha256`, only the file that has it (the one checked when the tokenizer was made: each
     worker reads it again)."""
     data = read_checked_ranks(path, sha256)
-    ranks = {}
+    ranks: dict[bytes, int] = {}
+    lines: dict[int, int] = {}  # rank -> the line that gave it
     for number, line in enumerate(data.splitlines(), 1):
         try:
-            if line.strip():
-                token, rank = line.split()
-                ranks[base64.b64decode(token, validate=True)] = int(rank)
+            if not line.strip():
+                continue
+            token, rank = line.split()
+            token, rank = base64.b64decode(token, validate=True), int(rank)
         except (ValueError, base64.binascii.Error):
             raise UserError(
                 f"tokenizer.ranks_file={path}: line {number} is not 'base64-token rank'; "
                 "give a .tiktoken ranks file"
             ) from None
+        # tiktoken's core panics on a rank given twice, and a token given twice would
+        # silently lose its first rank
+        twice = lines.get(rank) if token not in ranks else lines[ranks[token]]
+        if twice is not None:
+            raise UserError(f"tokenizer.ranks_file={path}: line {number} repeats the token "
+                            f"or rank of line {twice}; give a .tiktoken ranks file with each "
+                            "token and each rank once")  # fmt: skip
+        ranks[token], lines[rank] = rank, number
+    check_ranks(ranks, f"tokenizer.ranks_file={path}")
     return ranks
+
+
+# Every byte UTF-8 text can hold: tiktoken's core panics on a text whose bytes no token
+# spells ("no entry found for key"), in the middle of a run
+UTF8_BYTES = [bytes([b]) for b in (*range(0xC0), *range(0xC2, 0xF5))]
+
+
+def check_ranks(ranks: dict[bytes, int], key: str) -> None:
+    """One line for ranks tiktoken cannot encode with, or that would make tables of
+    billions of entries (token_bytes.npy runs over every id up to the largest rank: one
+    rank of 10^9 took 16 GB and 70 s). The same bounds as a tokenizer.json's ids."""
+    from corpusprep.tokenizers.hf import MAX_GAP, MAX_ID
+
+    if not ranks:
+        raise UserError(f"{key}: holds no tokens; give a .tiktoken ranks file")
+    missing = [b for b in UTF8_BYTES if b not in ranks]
+    if missing:
+        raise UserError(f"{key}: no token for the byte {missing[0][0]:#04x} (and "
+                        f"{len(missing) - 1} more), so text holding it cannot be encoded; "
+                        "give a byte-level ranks file (every byte a token)")  # fmt: skip
+    low, high = min(ranks.values()), max(ranks.values())
+    if low < 0 or high > MAX_ID or high >= 2 * len(ranks) + MAX_GAP:
+        raise UserError(f"{key}: its ranks run from {low:,} to {high:,} for {len(ranks):,} "
+                        f"tokens (corpusprep takes ranks from 0 up to {MAX_ID:,}, at most "
+                        f"{MAX_GAP:,} beyond twice the number of tokens): not a real "
+                        "vocabulary; give ranks numbered from 0, next to each other")  # fmt: skip
 
 
 # GPT-2's ranks ship inside corpusprep, so that nanoGPT's presets need no download: the
