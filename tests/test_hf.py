@@ -246,6 +246,32 @@ def test_an_added_token_far_beyond_the_vocabulary_is_refused_before_any_work(tmp
     assert not (tmp_path / "o").exists()
 
 
+# found by an attack: the library takes a template's ids unchecked; one not in the
+# vocabulary was a TypeError's traceback (even with add_special_tokens=false)
+@pytest.mark.parametrize("add", ["true", "false"])
+def test_a_template_id_not_in_the_vocabulary_is_one_line(tmp_path, files, add):
+    spec = json.loads(files["bytelevel"].read_text(encoding="utf-8"))
+    spec["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": EOT, "type_id": 0}},
+                   {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}],
+        "special_tokens": {EOT: {"id": EOT, "ids": [99_999], "tokens": [EOT]}},
+    }  # fmt: skip
+    tj = tmp_path / "template.json"
+    tj.write_text(json.dumps(spec), encoding="utf-8")
+    (tmp_path / "c.txt").write_text("hello world\n" * 100)
+    r = run_cli("source=file", "source.path=c.txt", "tokenizer=hf", f"tokenizer.path={tj}",
+                f"tokenizer.add_special_tokens={add}", "out_dir=o", cwd=tmp_path)  # fmt: skip
+    if add == "true":
+        assert_one_line_error(r, f"tokenizer.path={tj}", "99,999", "add_special_tokens=false")
+        assert not (tmp_path / "o").exists()
+        return
+    assert r.returncode == 0, r.stderr
+    ids = np.fromfile(tmp_path / "o" / "train.bin", np.uint16)
+    assert ids.max() < json.loads((tmp_path / "o" / "manifest.json").read_text())["vocab_size"]
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_split_regex_the_engine_gives_up_on_is_one_line(tmp_path, files, workers):
     # Oniguruma hits its retry limit on "(a|a)*$" over a run of a's, and the library

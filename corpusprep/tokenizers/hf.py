@@ -277,6 +277,17 @@ class HfTokenizer(Tokenizer):
         spec = json.loads(tok.to_str())
         self.cut_at, self.cuts = cut_rule(spec)
         template = special_ids(tok)  # what tok.encode(text) adds around a text
+        # a template's ids are not checked by the library against the vocabulary: one
+        # beyond it would be written past vocab_size (and its text is None)
+        unknown = [i for i in sum(template or ([], []), []) if tok.id_to_token(i) is None]
+        if unknown and add_special_tokens:
+            raise UserError(
+                f"tokenizer.path={given}: its post-processor adds the id {unknown[0]:,}, which "
+                "is not in its vocabulary; fix the ids in its post_processor, or use "
+                "tokenizer.add_special_tokens=false"
+            )
+        if unknown:
+            template = ([], [])  # not added: nothing to describe
         if template is None and add_special_tokens:
             raise UserError(
                 f"tokenizer.path={given}: its post-processor does more than put special "
