@@ -789,6 +789,7 @@ def rebuild_tokenizer(manifest: dict[str, Any], folder: Optional[Path] = None) -
     """The tokenizer that made the files: built from the recorded config, then given back
     what it learned from the corpus (the char vocabulary)."""
     from corpusprep.config import build
+    from corpusprep.tokenizers import restore_recorded
     from corpusprep.tokenizers.reuse import _recorded
 
     try:  # a folder made with tokenizer=reuse: the tokenizer it reused, recorded within
@@ -797,10 +798,8 @@ def rebuild_tokenizer(manifest: dict[str, Any], folder: Optional[Path] = None) -
         raise _damaged("manifest.json", "no tokenizer config (config.tokenizer)") from None
     # a plain dict, as recorded: build() interprets no ${...} in it and runs nothing it names
     tokenizer = build(node, "tokenizer")
-    if tokenizer.keeps_files:  # what it learned is a file in the folder (a trained BPE)
-        tokenizer.restore(described, folder=folder)
-    else:
-        tokenizer.restore(described)
+    # what it learned: in the record, or a file in the folder (a trained BPE)
+    restore_recorded(tokenizer, described, folder, Path(folder or ".") / "manifest.json")
     if tokenizer.vocab_size != manifest["vocab_size"]:
         raise UserError(
             f"the rebuilt tokenizer has {tokenizer.vocab_size:,} ids but the files were made "

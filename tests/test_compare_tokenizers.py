@@ -269,7 +269,8 @@ def test_reuse_never_runs_what_a_manifest_names(trained, tmp_path):
     assert not (tmp_path / "b" / "train.bin").exists()
 
 
-@pytest.mark.parametrize("tamper", ["vocab_size as a string", "reuses itself"])
+@pytest.mark.parametrize("tamper", ["vocab_size as a string", "reuses itself", "chars a number",
+                                    "no chars"])  # fmt: skip
 def test_reuse_of_a_tampered_record_is_one_line_naming_the_manifest(tmp_path, tamper):
     """An attack: a vocab_size of "65" gave "Cannot specify ',' with 's'."; a record that
     reuses its own folder recursed until Python gave up."""
@@ -280,6 +281,10 @@ def test_reuse_of_a_tampered_record_is_one_line_naming_the_manifest(tmp_path, ta
     manifest = json.loads(path.read_text())
     if tamper == "vocab_size as a string":
         manifest["tokenizer"]["vocab_size"] = str(manifest["tokenizer"]["vocab_size"])
+    elif tamper == "chars a number":  # an attack: TypeError, "check the tokenizer.* keys"
+        manifest["tokenizer"]["chars"] = 123
+    elif tamper == "no chars":  # an attack: "cannot create ...ReusedTokenizer: 'chars'"
+        del manifest["tokenizer"]["chars"]
     else:
         manifest["config"]["tokenizer"] = {
             "_target_": "corpusprep.tokenizers.reuse.ReusedTokenizer",

@@ -359,6 +359,13 @@ MANIFESTS = {  # what is done to a good manifest.json, and what the one line nam
     "format as text": (_set("format", "npy"), "format"),
     "shards not a list": (_set("format/shards", {"val": 5}), "format.shards.val"),
     "source bytes as text": (_set("source/bytes", "many"), "source.bytes"),
+    # found by an attack: restore() raised TypeError or KeyError (inspect: a traceback)
+    "chars a number": (_set("tokenizer/chars", 123), "tokenizer record"),
+    "chars null": (_set("tokenizer/chars", None), "tokenizer record"),
+    "no chars": (
+        lambda path: edit(path.parent, lambda m: m["tokenizer"].pop("chars")),
+        "tokenizer record",
+    ),  # fmt: skip
 }
 
 

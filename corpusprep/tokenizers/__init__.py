@@ -238,6 +238,26 @@ class Tokenizer(ABC):
         """A JSON-able description for the manifest, enough to rebuild the tokenizer."""
 
 
+def restore_recorded(tokenizer: Tokenizer, described: dict[str, Any], folder: Optional[Path],
+                     manifest: Path | str) -> None:  # fmt: skip
+    """tokenizer.restore() from a folder's manifest, which may come from anyone: a record of
+    the wrong shape (a key missing, a value of another type) is one line naming the
+    manifest, not a traceback from inside restore()."""
+    from corpusprep.errors import UserError
+
+    try:
+        if tokenizer.keeps_files:
+            tokenizer.restore(described, folder=folder)
+        else:
+            tokenizer.restore(described)
+    except UserError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise UserError(f"{manifest}: its tokenizer record is of the wrong shape "
+                        f"({type(e).__name__}: {str(e)[:80]}): damaged, or not corpusprep's; "
+                        "prepare that folder again") from None  # fmt: skip
+
+
 def read_tokenizer_file(path: Path, key: str, limit: int, what: str) -> bytes:
     """A tokenizer's file (a .tiktoken ranks file, a tokenizer.json) whole: a regular file (a
     FIFO would block, a device never end) of at most `limit` bytes, checked on the open file

@@ -21,7 +21,7 @@ from typing import Any, Optional
 import numpy as np
 
 from corpusprep.errors import UserError
-from corpusprep.tokenizers import Tokenizer
+from corpusprep.tokenizers import Tokenizer, restore_recorded
 
 
 class ReusedTokenizer(Tokenizer):
@@ -195,10 +195,7 @@ def _rebuild(node: dict[str, Any], described: dict[str, Any], folder: Path,
         raise UserError(f"{manifest}: its tokenizer record is a reuse without the tokenizer "
                         "it reused; prepare that folder again")  # fmt: skip
     tokenizer = build(node, "tokenizer")  # trusted classes only, plain values, no ${...}
-    if tokenizer.keeps_files:
-        tokenizer.restore(described, folder=folder)
-    else:
-        tokenizer.restore(described)
+    restore_recorded(tokenizer, described, folder, manifest)
     recorded = described.get("vocab_size", tokenizer.vocab_size)
     if tokenizer.vocab_size != recorded:
         raise UserError(f"tokenizer.dir={given}: the rebuilt tokenizer has "
