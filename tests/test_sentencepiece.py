@@ -224,3 +224,48 @@ def test_training_on_lines_all_too_long_says_what_works(tmp_path):
                    "tokenizer.vocab_size=300", "out_dir=out", cwd=tmp_path)  # fmt: skip
     assert_one_line_error(done, "over the trainer's 65,536-byte limit", "put newlines")
     assert "try another tokenizer.vocab_size" not in done.stderr
+
+
+def _with_pieces(model: bytes, count: int) -> bytes:
+    """`model` with `count` more pieces (ModelProto field 1), appended on the wire."""
+    import struct
+
+    def varint(n: int) -> bytes:
+        out = b""
+        while n > 0x7F:
+            out, n = out + bytes([n & 0x7F | 0x80]), n >> 7
+        return out + bytes([n])
+
+    def piece(text: bytes) -> bytes:
+        message = b"\x0a" + varint(len(text)) + text + b"\x15" + struct.pack("<f", -1.0)
+        return b"\x0a" + varint(len(message)) + message
+
+    return model + b"".join(piece(b"zq%x" % i) for i in range(count))
+
+
+# an attack: sentencepiece takes about 11 times a .model's size to load, and nothing
+# bounded it (a 1 GB read): a 47 MB file of 3M pieces took 1.6 GB and 10 s before its
+# meta.pkl was refused; now one line at once, for a given model and a reused folder's
+@pytest.mark.parametrize("how", ["pieces", "bytes", "reused"])
+def test_a_model_too_big_for_a_vocabulary_is_one_line_at_once(made, tmp_path, how):
+    (tmp_path / "in.txt").write_text("hello world\n" * 10)
+    model = (made["one"] / "tokenizer.model").read_bytes()
+    if how == "bytes":  # sparse: read_regular refuses it by its size, unread
+        (tmp_path / "x.model").write_bytes(model)
+        os.truncate(tmp_path / "x.model", 65 << 20)
+    else:
+        (tmp_path / "x.model").write_bytes(_with_pieces(model, (1 << 21) + 1 - 1024))
+    where = ["tokenizer=sentencepiece", "tokenizer.model=x.model"]
+    if how == "reused":
+        folder = shutil.copytree(made["one"], tmp_path / "a")
+        shutil.copy(tmp_path / "x.model", folder / "tokenizer.model")
+        manifest = json.loads((folder / "manifest.json").read_text())
+        data = (folder / "tokenizer.model").read_bytes()
+        manifest["tokenizer"]["sha256"] = __import__("hashlib").sha256(data).hexdigest()
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+        where = ["tokenizer=reuse", "tokenizer.dir=a"]
+    done = run_cli("source=file", "source.path=in.txt", *where, "out_dir=o", cwd=tmp_path,
+                   timeout=60)  # fmt: skip
+    says = "not a regular file of at most 64 MB" if how == "bytes" else "2,097,153 pieces"
+    assert_one_line_error(done, "tokenizer.model", says)
+    assert not (tmp_path / "o").exists()

@@ -50,7 +50,14 @@ import numpy as np
 
 from corpusprep.errors import UserError
 from corpusprep.sample import Sample, SampleRule, sample_rule
-from corpusprep.tokenizers import NOWHERE, TRAINED, Tokenizer, read_kept, sample_stoi
+from corpusprep.tokenizers import (
+    NOWHERE,
+    TRAINED,
+    Tokenizer,
+    read_kept,
+    read_tokenizer_file,
+    sample_stoi,
+)
 from corpusprep.tokenizers.tiktoken import CUT_AT, blocks_at_cuts
 
 MIN_SEGMENT = 1 << 16  # characters gathered before cutting them into calls
@@ -68,6 +75,10 @@ TRAINING = dict(model_type="bpe", self_test_sample_size=0, character_coverage=1.
                 minloglevel=2)  # fmt: skip
 _cache: dict[Any, Any] = {}  # per process and model: its processor, its tables
 MAX_VOCAB = (1 << 31) - 1  # sentencepiece's vocab_size is an int32
+# A .model bigger than this is not a vocabulary (Llama 2's is 0.5 MB, Gemma 3's 262,144
+# pieces 4.7 MB): sentencepiece takes about 11 times the file's size to load it, and a
+# stranger's 47 MB file of 3M pieces took 1.6 GB and 10 s before its meta.pkl was refused
+MAX_MODEL_BYTES = 64 << 20
 
 
 class SentencePieceTokenizer(Tokenizer):
@@ -112,7 +123,8 @@ class SentencePieceTokenizer(Tokenizer):
             if not given.is_file():  # a folder, a FIFO, a device: never read
                 raise UserError(f"tokenizer.model={model}: not a regular file; give a .model "
                                 "file (sentencepiece's, as spm_train writes it)")  # fmt: skip
-            data = read_kept(given.parent, given.name, None)
+            data = read_tokenizer_file(given, f"tokenizer.model={model}", MAX_MODEL_BYTES,
+                                       "a .model file (Llama 2's is 0.5 MB)")  # fmt: skip
             if not data:
                 raise UserError(f"tokenizer.model={model}: the file is empty; give a .model "
                                 "file (sentencepiece's, as spm_train writes it)")  # fmt: skip
@@ -128,6 +140,14 @@ class SentencePieceTokenizer(Tokenizer):
             raise UserError(f"tokenizer.model={self.given or FILE}: not a SentencePiece model "
                             "(the tokenizer.model file spm_train or a model's folder gives); "
                             "give one, or tokenizer.model=null to train one") from None  # fmt: skip
+        from corpusprep.tokenizers.hf import MAX_TOKENS
+
+        if sp.get_piece_size() > MAX_TOKENS:  # before any table per piece (see MAX_MODEL_BYTES)
+            self.model = None
+            raise UserError(f"tokenizer.model={self.given or FILE}: {sp.get_piece_size():,} "
+                            f"pieces, more than the {MAX_TOKENS:,} corpusprep takes (its "
+                            "meta.pkl would be over the 64 MB load() and inspect read); give "
+                            "a model with fewer pieces")  # fmt: skip
         pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
         self.cut_at, self.cuts = cut_rule(model_spec(model), pieces,
                                           sp.unk_id() in sp.encode("\n"))  # fmt: skip
@@ -332,7 +352,7 @@ class SentencePieceTokenizer(Tokenizer):
         return out
 
     def restore(self, description: dict[str, Any], folder: Optional[Path] = None) -> None:
-        data = read_kept(folder, FILE, str(description.get("sha256")))
+        data = read_kept(folder, FILE, str(description.get("sha256")), MAX_MODEL_BYTES)
         self.trained = {k: description[k] for k in TRAINED if k in description}
         self._set(data)
 
