@@ -167,29 +167,39 @@ def read_ranks(path: Path, sha256: Optional[str] = None) -> dict[bytes, int]:
     `sha256`, only the file that has it (the one checked when the tokenizer was made: each
     worker reads it again)."""
     data = read_checked_ranks(path, sha256)
-    ranks: dict[bytes, int] = {}
-    lines: dict[int, int] = {}  # rank -> the line that gave it
+    pairs: list[tuple[bytes, int]] = []
+    numbers: list[int] = []  # each pair's line
     for number, line in enumerate(data.splitlines(), 1):
         try:
-            if not line.strip():
-                continue
-            token, rank = line.split()
-            token, rank = base64.b64decode(token, validate=True), int(rank)
+            if line.strip():
+                token, rank = line.split()
+                pairs.append((base64.b64decode(token, validate=True), int(rank)))
+                numbers.append(number)
         except (ValueError, base64.binascii.Error):
             raise UserError(
                 f"tokenizer.ranks_file={path}: line {number} is not 'base64-token rank'; "
                 "give a .tiktoken ranks file"
             ) from None
-        # tiktoken's core panics on a rank given twice, and a token given twice would
-        # silently lose its first rank
-        twice = lines.get(rank) if token not in ranks else lines[ranks[token]]
+    ranks = dict(pairs)
+    # tiktoken's core panics on a rank given twice, and a token given twice would
+    # silently lose its first rank (which line: looked for only then)
+    if len(ranks) != len(pairs) or len(set(ranks.values())) != len(pairs):
+        _refuse_repeated(path, pairs, numbers)
+    check_ranks(ranks, f"tokenizer.ranks_file={path}")
+    return ranks
+
+
+def _refuse_repeated(path: Path, pairs: list[tuple[bytes, int]], numbers: list[int]) -> None:
+    """One line naming the first line that repeats an earlier line's token or rank."""
+    tokens: dict[bytes, int] = {}  # -> the line that gave it
+    ranks: dict[int, int] = {}
+    for (token, rank), number in zip(pairs, numbers):
+        twice = tokens.get(token) or ranks.get(rank)
         if twice is not None:
             raise UserError(f"tokenizer.ranks_file={path}: line {number} repeats the token "
                             f"or rank of line {twice}; give a .tiktoken ranks file with each "
                             "token and each rank once")  # fmt: skip
-        ranks[token], lines[rank] = rank, number
-    check_ranks(ranks, f"tokenizer.ranks_file={path}")
-    return ranks
+        tokens[token], ranks[rank] = number, number
 
 
 # Every byte UTF-8 text can hold: tiktoken's core panics on a text whose bytes no token
