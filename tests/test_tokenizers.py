@@ -190,3 +190,15 @@ def test_a_ranks_file_with_a_reserved_gap_is_taken(tmp_path, tiktoken_cache):
                 "tokenizer.ranks_file=r.tiktoken", "out_dir=o", cwd=tmp_path)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert 70_000 in np.fromfile(tmp_path / "o" / "train.bin", np.uint32)
+
+
+def test_a_ranks_file_of_too_many_tokens_is_one_line_before_it_is_read(tmp_path, tiktoken_cache):
+    """Found by an attack: 3.3M short tokens (a 64 MB file, under its size limit) took 2 GB
+    and 25 s before meta.pkl's size refused them, in a line that did not name the file."""
+    from corpusprep.tokenizers.hf import MAX_TOKENS
+
+    (tmp_path / "in.txt").write_text("hello world\n")
+    (tmp_path / "r.tiktoken").write_bytes(_ranks(BYTES) + b"YWI= 256\n" * (MAX_TOKENS - 255))
+    r = run_cli("source=file", "source.path=in.txt", "tokenizer=tiktoken",
+                "tokenizer.ranks_file=r.tiktoken", "out_dir=o", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(r, "tokenizer.ranks_file=", "r.tiktoken", f"{MAX_TOKENS + 1:,} lines")

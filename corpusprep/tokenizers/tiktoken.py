@@ -166,7 +166,15 @@ def read_ranks(path: Path, sha256: Optional[str] = None) -> dict[bytes, int]:
     """A `.tiktoken` file: one "base64(token) rank" per line (tiktoken's own format); with
     `sha256`, only the file that has it (the one checked when the tokenizer was made: each
     worker reads it again)."""
+    from corpusprep.tokenizers.hf import MAX_TOKENS
+
     data = read_checked_ranks(path, sha256)
+    # counted before any token is made: 3.3M of them (a 64 MB file) took 2 GB and 25 s
+    lines = max(data.count(b"\n"), data.count(b"\r"))  # (bytes lines end only at these)
+    if lines > MAX_TOKENS:
+        raise UserError(f"tokenizer.ranks_file={path}: {lines:,} lines, more than the "
+                        f"{MAX_TOKENS:,} tokens corpusprep takes (as of a tokenizer.json); "
+                        "give a .tiktoken ranks file of fewer tokens")  # fmt: skip
     pairs: list[tuple[bytes, int]] = []
     numbers: list[int] = []  # each pair's line
     for number, line in enumerate(data.splitlines(), 1):
