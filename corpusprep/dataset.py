@@ -706,8 +706,10 @@ def _llmc(folder: Path, side: str, tokens: int, dtype: np.dtype, fmt: dict):
     shards, files = [], []
     for file, count in _shard_files(folder, side, fmt):
         with open_regular(file) as f:
-            header = np.frombuffer(f.read(1024), dtype="<i4")
-            if len(header) < 256 or (header[0], header[1]) != (magic, version):
+            head = f.read(1024)
+            # a file cut inside the header need not hold whole int32s (frombuffer raises)
+            header = np.frombuffer(head, dtype="<i4") if len(head) == 1024 else None
+            if header is None or (header[0], header[1]) != (magic, version):
                 raise _damaged(file, f"not an llm.c {dtype.name} token file (magic {magic})")
             size = os.fstat(f.fileno()).st_size
             if header[2] != count or size != 1024 + count * dtype.itemsize:

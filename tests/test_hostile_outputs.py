@@ -566,3 +566,18 @@ def test_folders_made_with_a_ranks_file_load_from_the_cache_or_their_own_copy(
     (tmp_path / "mine" / "mine.tiktoken").write_bytes(whole)
     assert corpusprep.load(tmp_path / "mine").tokenizer.decode([464]) == "The"
     assert ReusedTokenizer(str(tmp_path / "mine")).decode([464]) == "The"
+
+
+# --- 12. shards cut or swollen where their headers are ----------------------------------
+
+
+@pytest.mark.parametrize("size", [0, 3, 1023])
+def test_an_llmc_shard_cut_inside_its_header_is_one_line(folder, capsys, size):
+    """A shard shorter than llm.c's 1,024-byte header, at a size that is no whole number of
+    int32 (the manifest agreeing): it was a ValueError traceback of np.frombuffer."""
+    out = folder("llmc")
+    shard = next(out.glob("*_val_*.bin"))
+    os.truncate(shard, size)
+    list_size(out, shard.name)
+    refused(out, shard.name, "llm.c")
+    assert shard.name in inspect_line(capsys, out)
