@@ -721,6 +721,9 @@ def _llmc(folder: Path, side: str, tokens: int, dtype: np.dtype, fmt: dict):
 
 NPY_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0,
                (2, 0): np.lib.format.read_array_header_2_0}  # fmt: skip
+# numpy's own bound on a header (max_header_size), checked here from the length field: a
+# version 2.0 header may say it is up to 4 GB, and numpy reads it all before its check
+MAX_NPY_HEADER = 10_000
 
 
 def _npy(folder: Path, side: str, tokens: int, dtype: np.dtype, fmt: dict):
@@ -731,9 +734,15 @@ def _npy(folder: Path, side: str, tokens: int, dtype: np.dtype, fmt: dict):
                 version = np.lib.format.read_magic(f)
                 if version not in NPY_HEADERS:
                     raise ValueError(f"version {version}")
+                field = f.read(2 if version == (1, 0) else 4)
+                length = int.from_bytes(field, "little")
+                if length > MAX_NPY_HEADER:
+                    raise ValueError(f"a header of {length:,} bytes, more than the "
+                                     f"{MAX_NPY_HEADER:,} numpy reads")  # fmt: skip
+                f.seek(-len(field), os.SEEK_CUR)
                 shape, _, found = NPY_HEADERS[version](f)
-            except ValueError as e:
-                raise _damaged(file, f"not a .npy file ({e})") from None
+            except ValueError as e:  # numpy's messages may span lines: this one is one
+                raise _damaged(file, f"not a .npy file ({' '.join(str(e).split())})") from None
             if found != dtype or shape != (count,):
                 raise _damaged(file, f"{found} {shape}, not {dtype.name} ({count:,},)")
             offset, size = f.tell(), os.fstat(f.fileno()).st_size

@@ -581,3 +581,18 @@ def test_an_llmc_shard_cut_inside_its_header_is_one_line(folder, capsys, size):
     list_size(out, shard.name)
     refused(out, shard.name, "llm.c")
     assert shard.name in inspect_line(capsys, out)
+
+
+def test_a_npy_header_of_a_gigabyte_is_refused_unread(folder, capsys):
+    """A version 2.0 .npy may say its header is up to 4 GB long: numpy reads it whole (a
+    sparse file costs no disk) before its own size check, and says so in a message of
+    several lines. It is refused from its length, in one line, in little memory."""
+    out = folder("npy")
+    shard = next(out.glob("*_val_*.npy"))
+    with open(shard, "wb") as f:
+        f.write(b"\x93NUMPY\x02\x00" + struct.pack("<I", 1 << 30))
+        f.truncate(12 + (1 << 30) + 64)
+    list_size(out, shard.name)
+    assert peak_bytes(lambda: corpusprep.load(out)) < 32 * MB
+    refused(out, shard.name, "header")
+    assert shard.name in inspect_line(capsys, out)
