@@ -360,7 +360,29 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     for key in ("files", "checksums"):
         for name in manifest.get(key) or {}:
             _path(folder, name, key)
+    check_records(manifest, path)
     return manifest
+
+
+# how deep the records a reader takes whole (config, tokenizer) may be nested: a run writes
+# fewer than 10 levels; copying one to rebuild the tokenizer recurses once a level, and
+# json.loads parses about 1,000, past what that copy could take (a RecursionError)
+MAX_RECORD_DEPTH = 100
+
+
+def check_records(manifest: dict[str, Any], path: Path) -> None:
+    """The manifest's config and tokenizer records, nested at most MAX_RECORD_DEPTH deep
+    (walked without recursion; only containers are visited), or one line naming them."""
+    for key in ("config", "tokenizer"):
+        stack = [(manifest.get(key), 1)]
+        while stack:
+            node, depth = stack.pop()
+            if depth > MAX_RECORD_DEPTH:
+                raise _damaged(path, f"{key} is nested more than {MAX_RECORD_DEPTH} levels deep")
+            values = (
+                node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+            )
+            stack.extend((v, depth + 1) for v in values if isinstance(v, (dict, list)))
 
 
 def load(path: str | Path, tokenizer: bool = True, check_ids: bool = True) -> PreparedDataset:

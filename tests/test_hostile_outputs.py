@@ -31,6 +31,7 @@ import corpusprep
 from corpusprep import inspect as cp_inspect
 from corpusprep.errors import UserError
 from corpusprep.prepare import prepare
+from corpusprep.tokenizers.reuse import ReusedTokenizer
 
 TEXT = "First Citizen:\nBefore we proceed any further, hear me speak.\nAll: Speak, speak.\n" * 80
 DOCS = "".join(json.dumps({"text": f"doc {i}: " + "word " * (i % 17)}) + "\n" for i in range(300))
@@ -541,8 +542,6 @@ def test_folders_made_with_a_ranks_file_load_from_the_cache_or_their_own_copy(
 ):
     """Folders made before corpusprep kept the ranks file in them: read where it was
     (tests/test_standalone_folders.py has the folders made since)."""
-    from corpusprep.tokenizers.reuse import ReusedTokenizer
-
     cached = tiktoken_cache / "0ea1e91bbb3a60f729a8dc8f777fd2fc07cd8df4"  # r50k_base
     (tmp_path / "t.txt").write_text(TEXT)
     mine = tmp_path / "mine.tiktoken"
@@ -596,3 +595,26 @@ def test_a_npy_header_of_a_gigabyte_is_refused_unread(folder, capsys):
     assert peak_bytes(lambda: corpusprep.load(out)) < 32 * MB
     refused(out, shard.name, "header")
     assert shard.name in inspect_line(capsys, out)
+
+
+@pytest.mark.parametrize("where", ["config.tokenizer", "a reuse's record"])
+def test_a_tokenizer_record_nested_deep_within_json_limits_is_one_line(folder, capsys, where):
+    """500 levels parse (json.loads goes to about 1,000), but copying the tokenizer's
+    config to rebuild it recursed past Python's limit: a RecursionError traceback."""
+    out = folder("char")
+    nested: Any = 1
+    for _ in range(500):
+        nested = {"a": nested}
+
+    def change(m: dict) -> None:
+        config = {**m["config"]["tokenizer"], "extra": nested}
+        if where == "config.tokenizer":
+            m["config"]["tokenizer"] = config
+        else:  # a folder made with tokenizer=reuse records the config it reused within
+            m["tokenizer"] = {"kind": "reuse", "config": config, "reused": m["tokenizer"]}
+
+    edit(out, change)
+    refused(out, "manifest.json", "nested")
+    assert "manifest.json" in inspect_line(capsys, out)
+    with pytest.raises(UserError, match="nested"):
+        ReusedTokenizer(str(out))

@@ -26,7 +26,7 @@ from corpusprep.tokenizers import Tokenizer, restore_recorded
 
 class ReusedTokenizer(Tokenizer):
     def __init__(self, dir: str) -> None:  # noqa: A002 - the config key users write
-        from corpusprep.dataset import MAX_MANIFEST_BYTES, read_json
+        from corpusprep.dataset import MAX_MANIFEST_BYTES, check_records, read_json
 
         folder = Path(str(dir)).expanduser()
         path = folder / "manifest.json"
@@ -38,6 +38,8 @@ class ReusedTokenizer(Tokenizer):
             raise missing
         # a stranger's folder may hold a FIFO or a huge file there: read_json refuses them
         manifest = read_json(path, MAX_MANIFEST_BYTES)
+        if isinstance(manifest, dict):
+            check_records(manifest, path)  # a record nested deep: one line, not a traceback
         try:
             node, described = _recorded(manifest, folder)
         except (KeyError, TypeError):
