@@ -749,10 +749,15 @@ def _sides(task: EncodeTask, part: Part, doc: int, key, position: list[int], key
         for text in part.pieces:
             yield side, text
         return
+    given = False
     for text in part.pieces:
         k = min(max(task.rules.split_char - position[0], 0), len(text))
         if k:
             yield "train", text[:k]
         if k < len(text):
             yield "val", text[k:]
+        given = given or bool(text)
         position[0] += len(text)
+    if part.starts and not given:  # an empty document is one all the same (its start, its
+        # eot), on the side of its place: val from where val's text begins (as val_begins)
+        yield ("train" if position[0] < task.rules.split_char else "val"), ""

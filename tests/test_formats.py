@@ -463,3 +463,29 @@ def test_llmc_warns_of_a_file_in_out_dir_its_glob_would_take(tmp_path, shakespea
     assert len(warned) == 1 and "input_train_backup.bin" in warned[0], r.stderr
     assert "llm.c's glob (input_train_*.bin)" in warned[0]
     assert (out / "input_train_backup.bin").read_bytes() == b"old ids"
+
+
+SPLITS = [["split_by=position"], ["split=0.7", "split_by=position"], ["split_by=document"],
+          ["split_by=head", "val_size=300"]]  # fmt: skip
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_empty_documents_keep_their_eot_and_place_under_every_split(tmp_path, tiktoken_cache,
+                                                                    split):  # fmt: skip
+    """An empty JSON text is a document (as datasets counts it): its end-of-text token and
+    its place in the index (in Megatron's .idx, a sequence of its own) under every split.
+    split_by=position dropped it whole: the manifest counted 200 documents and its sides
+    134, and inspect --verify said the fresh folder differed from its input."""
+    from corpusprep.inspect import verify
+
+    rows = "".join(json.dumps({"text": "" if i % 3 == 0 else f"doc {i} " + "word " * (i % 7)})
+                   + "\n" for i in range(200))  # fmt: skip
+    (tmp_path / "d.jsonl").write_text(rows)
+    out = run(tmp_path / "d.jsonl", tmp_path / "out", "tokenizer=tiktoken", "format=megatron",
+              *split)  # fmt: skip
+    m = json.loads((out / "manifest.json").read_text())
+    cut = split[-1] != "split_by=document"  # a side may begin inside a document
+    assert m["documents"]["train"] + m["documents"]["val"] in ((200, 201) if cut else (200,))
+    ids = [read_megatron(out / f"d_{side}_text_document") for side in ("train", "val")]
+    assert sum(int((ds["data"] == 50256).sum()) for ds in ids) == 200  # one eot a document
+    assert "verified" in verify(corpusprep.load(out))
