@@ -176,6 +176,12 @@ def _input_files(manifest: dict, folder: Path) -> tuple[list, dict[str, bytes]]:
         if f["path"] not in digests:
             if not path.is_file():
                 raise UserError(f"{path}: the source file is gone; cannot verify")
+            size, recorded = path.stat().st_size, f.get("bytes")
+            if isinstance(recorded, int) and size != recorded:  # told unread: a manifest may
+                # point at any file, a planted sparse TB
+                raise UserError(f"{path}: the source changed since the run ({size:,} bytes, "
+                                f"not {recorded:,}); cannot verify: prepare the folder "
+                                "again")  # fmt: skip
             digests[f["path"]] = file_sha256(path)
             if digests[f["path"]] != f["sha256"]:
                 raise UserError(

@@ -82,6 +82,27 @@ def test_verify_refuses_a_changed_source(made, tmp_path):
     assert r.returncode == 1 and "source changed" in r.stderr
 
 
+def test_verify_tells_a_source_of_another_size_without_reading_it(made, tmp_path, monkeypatch):
+    """A manifest pointing its source at a huge file (a planted sparse one, say) is told by
+    the size it records, before any byte is hashed (found by an attack)."""
+    import corpusprep.writer as writer
+    from corpusprep.inspect import _input_files
+
+    src, out = made
+    big = tmp_path / "sparse.txt"
+    with open(big, "wb") as f:
+        f.truncate(1 << 40)  # a TB, on no disk
+    m = json.loads((out / "manifest.json").read_text())
+    (recorded,) = m["source"].get("files") or [m["source"]]
+    recorded["path" if "path" in recorded else "file"] = str(big)
+    (out / "manifest.json").write_text(json.dumps(m))
+    monkeypatch.setattr(writer, "_digest_of", lambda *a: pytest.fail("hashed"))
+    with pytest.raises(UserError, match="1,099,511,627,776 bytes, not"):
+        _input_files(m, out)
+    r = inspect_cli(out, "--verify", cwd=tmp_path)
+    assert r.returncode == 1 and "source changed" in r.stderr, r.stderr
+
+
 def test_damaged_folders_are_reported(made):
     src, out = made
     with open(out / "train.bin", "ab") as f:
