@@ -804,6 +804,10 @@ def _megatron(folder: Path, side: str, tokens: int, dtype: np.dtype, fmt: dict):
         raise _damaged(idx, f"its document list does not go from 0 to {count:,} in order")
     if int(lengths.sum(dtype=np.int64)) != tokens:
         raise _damaged(idx, f"its sequences do not add up to {tokens:,} tokens")
+    # Megatron reads each sequence at its pointer: where the lengths before it end
+    ends = np.cumsum(lengths, dtype=np.int64) * dtype.itemsize
+    if count and (lengths.min() < 0 or pointers[0] != 0 or (pointers[1:] != ends[:-1]).any()):
+        raise _damaged(idx, "its sequences' lengths and pointers do not agree")
     with open_regular(data) as f:
         if os.fstat(f.fileno()).st_size != tokens * dtype.itemsize:
             raise _damaged(data, f"not {tokens:,} {dtype.name} tokens")

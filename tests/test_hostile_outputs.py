@@ -420,12 +420,26 @@ def _megatron_idx(out: Path) -> tuple[Path, bytes, int, int]:
     return idx, raw, count, ndocs
 
 
-@pytest.mark.parametrize("damage", ["no documents", "documents out of order", "empty"])
+@pytest.mark.parametrize(
+    "damage", ["no documents", "documents out of order", "empty", "a negative length",
+               "a pointer elsewhere"],
+)  # fmt: skip
 def test_a_megatron_index_out_of_shape_is_damaged(folder, damage):
+    """Found by an attack, the last two: lengths that add up to the tokens with one below 0,
+    or a pointer that is not where the lengths before it end (Megatron reads by pointer)."""
     out = folder("megatron")
     idx, raw, count, ndocs = _megatron_idx(out)
     docs_at = 34 + 12 * count
-    if damage == "no documents":
+    lengths = np.frombuffer(raw, "<i4", count, 34).copy()
+    pointers = np.frombuffer(raw, "<i8", count, 34 + 4 * count).copy()
+    assert count > 2
+    if damage == "a negative length":
+        lengths[0], lengths[1] = lengths[0] + lengths[1] + 5, -5
+        raw = raw[:34] + lengths.tobytes() + raw[34 + 4 * count :]
+    elif damage == "a pointer elsewhere":
+        pointers[1] += 2
+        raw = raw[: 34 + 4 * count] + pointers.tobytes() + raw[docs_at:]
+    elif damage == "no documents":
         raw = raw[:26] + struct.pack("<Q", 0) + raw[34:docs_at]
     elif damage == "documents out of order":
         documents = np.frombuffer(raw, "<i8", ndocs, docs_at).copy()
