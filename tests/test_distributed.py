@@ -259,6 +259,31 @@ def test_an_interrupt_stops_a_task_run_by_itself_at_once():
     assert time.monotonic() - started < 10
 
 
+def test_an_abort_with_cancelled_tasks_prints_no_thread_traceback(monkeypatch):
+    """Ctrl-C cancels the tasks not yet sent to a worker, then abort() kills the workers:
+    Python 3.11's pool then failed those cancelled futures too, and its manager thread died
+    with InvalidStateError, a traceback on stderr after the one-line error (CPython
+    gh-107219; found by SIGTERM at random moments of a run)."""
+    import threading
+
+    raised = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
+    executor = LocalExecutor(workers=1)
+    pool = executor._get_pool()
+    futures = [pool.submit(_sleeps, 30) for _ in range(8)]  # 1 running, some queued, some not
+    deadline = time.monotonic() + 30
+    while not futures[1].running() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)  # the pool's thread has filled its queue: the rest wait in the pool
+    assert [f.cancel() for f in futures].count(True) >= 1  # as run()'s finally cancels
+    manager = pool._executor_manager_thread
+    shutdown = pool.shutdown  # late, so the pool's thread sees the dead worker first
+    monkeypatch.setattr(pool, "shutdown", lambda *a, **k: (time.sleep(0.5), shutdown(*a, **k)))
+    executor.abort()
+    manager.join(10)
+    assert not manager.is_alive() and raised == []
+
+
 def _dies_once_at(task: tuple[int, str]) -> int:
     """Kills its worker the first time it runs tasks 5, 7, 9 and 11."""
     index, flags = task

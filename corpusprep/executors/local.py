@@ -172,9 +172,26 @@ def _forking(pool: ProcessPoolExecutor, workers: int) -> contextlib.AbstractCont
     return signals_held() if started < workers else contextlib.nullcontext()
 
 
+class _Dropped(Future):
+    """Stands in for the future of a task cancelled before a worker took it, in a pool
+    being killed: Python < 3.12's pool fails every future it still holds when its workers
+    die, a cancelled one too, and its thread then died with InvalidStateError, a traceback
+    on stderr after the run's one line (CPython gh-107219). Never run, never failed."""
+
+    def set_running_or_notify_cancel(self) -> bool:
+        return False  # the pool drops the task, as it drops a cancelled one
+
+    def set_exception(self, exception: Optional[BaseException]) -> None:
+        pass
+
+
 def _kill(pool: ProcessPoolExecutor) -> None:
     """Kill a pool's workers and wait for them."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
+    if sys.version_info < (3, 12):
+        for item in list((getattr(pool, "_pending_work_items", None) or {}).values()):
+            if item.future.cancelled():
+                item.future = _Dropped()
     for process in processes:
         process.kill()
     pool.shutdown(wait=False, cancel_futures=True)
