@@ -32,6 +32,8 @@ def _stem(path_or_url: Any) -> str:
     'in/corpus[v2].txt' -> 'corpus[v2]'."""
     text = str(path_or_url)
     url = "://" in text
+    if not url:  # read as the sources read it: "~/*.txt" names the home folder, not "~"
+        text = os.path.expanduser(text)
     path = urlsplit(text).path if url else text
     parts = [p for p in path.replace("\\", "/").split("/") if p and p not in (".", "..")]
     literal = url or os.path.lexists(text)

@@ -40,6 +40,14 @@ def test_url_source_is_named_after_the_url():
     assert cfg.name == "web" and cfg.source.sha256 is None
 
 
+def test_a_glob_in_the_home_folder_is_named_after_that_folder(monkeypatch, tmp_path):
+    """'source.glob="~/*.txt"' reads the home folder's files: it named the run "~", and its
+    outputs went to a folder named ~ (data/~), which `rm -r ~` in data/ would not mean."""
+    monkeypatch.setenv("HOME", str(tmp_path / "alice"))
+    cfg = compose("source=files", 'source.glob="~/*.txt"')
+    assert cfg.name == "alice" and cfg.out_dir == "data/alice"
+
+
 def test_any_key_overrides():
     cfg = compose("dataset=shakespeare_char", "split=0.8", "dtype=uint32", "out_dir=x", "name=n")
     assert (cfg.split, cfg.dtype, cfg.out_dir, cfg.name) == (0.8, "uint32", "x", "n")
