@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 import traceback
+from collections.abc import Iterator
 from typing import Any, NoReturn, Optional
 
 from omegaconf import DictConfig, OmegaConf
@@ -56,8 +57,25 @@ def _hydra_job(cfg: DictConfig) -> Any:
     if _KEPT_ARGV is not None and HydraConfig.initialized():
         with contextlib.suppress(OmegaConfBaseException):  # ${oc.env:UNSET}: not kept, and
             compose_cache.save(_KEPT_ARGV, cfg, HydraConfig.get(), overrides)  # said below
-    with _job_stderr():
+    with _job_stderr(), _in_launch_folder():
         return run_job(cfg, overrides, job_dir())
+
+
+@contextlib.contextmanager
+def _in_launch_folder() -> Iterator[None]:
+    """The job runs in the folder the command was run in: hydra.job.chdir=true moved it into
+    its Hydra folder, where a relative source.path, out_dir or tokenizer.dir meant another
+    file ('my.txt: no such file; check source.path', the file there). corpusprep writes
+    only to out_dir, so the move gave nothing."""
+    from hydra.core.hydra_config import HydraConfig
+
+    here = os.getcwd()
+    launched = HydraConfig.get().runtime.cwd if HydraConfig.initialized() else here
+    os.chdir(launched)
+    try:
+        yield
+    finally:
+        os.chdir(here)
 
 
 _KEPT_ARGV: Optional[list[str]] = None  # the command line whose composed config is kept

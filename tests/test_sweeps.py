@@ -108,6 +108,20 @@ def test_jobs_that_share_a_folder_through_a_symlink_stop_the_sweep_first(work):
     assert list((work / "real").iterdir()) == []
 
 
+def test_hydra_job_chdir_keeps_paths_relative_to_the_command_folder(work):
+    """hydra.job.chdir=true (a habit of Hydra users) moved each job into its Hydra folder,
+    and every job failed with 'a.txt: no such file; check source.path', the file there."""
+    r = run_cli("-m", "source=file", "source.path=a.txt", "split=0.8,0.9",
+                "hydra.job.chdir=true", cwd=work)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = table(sweep_dir(work))
+    assert [row["status"] for row in rows] == ["ok", "ok"], rows
+    r = run_cli("source=file", "source.path=a.txt", "out_dir=data/chdir", "hydra.run.dir=elsewhere",
+                "hydra.job.chdir=true", cwd=work)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert (work / "data" / "chdir" / "train.bin").is_file()
+
+
 def test_a_failed_job_is_a_row_and_the_others_are_kept(work):
     r = run_cli("-m", "source=file", "source.path=a.txt,missing.txt,b.txt", cwd=work)
     assert r.returncode == 1
