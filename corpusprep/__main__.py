@@ -5,9 +5,6 @@ import sys
 
 def main() -> None:
     try:
-        from corpusprep import early_sha256
-
-        early_sha256.start(sys.argv[1:])  # on another core, while Python imports the rest
         from corpusprep.app import cli
     except KeyboardInterrupt:  # a Ctrl-C while Python imports (the first ~0.1 s): no run began
         print("corpusprep: error: interrupted", file=sys.stderr)

@@ -39,7 +39,6 @@ from typing import Any, BinaryIO, NamedTuple, Optional
 
 import numpy as np
 
-from corpusprep import early_sha256
 from corpusprep._paths import LINK_ERRNOS, open_regular_fd, read_regular
 from corpusprep.errors import UserError, is_interrupt
 
@@ -859,7 +858,7 @@ def file_sha256(path: Path, stop: Optional[threading.Event] = None, keep: bool =
     it was read)."""
     with os.fdopen(open_regular_fd(path), "rb") as f:  # a FIFO swapped in never blocks
         st = os.fstat(f.fileno())
-        if (known := _KEPT.get(_kept_key(st)) or early_sha256.taken(st)) is not None:
+        if (known := _KEPT.get(_kept_key(st))) is not None:
             return known
         digest = _digest_of(f, hashlib.sha256(), stop, path)
         if keep and file_identity(os.fstat(f.fileno())) == file_identity(st):
