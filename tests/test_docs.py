@@ -44,6 +44,9 @@ NEEDS = {  # what a marked example needs that a test machine has not: why it is 
     "hub": "reads the Hugging Face Hub",
     "cluster": "needs a Ray cluster or a Slurm cluster",
 }
+# what a marked example downloads once, and the test seeds as that download leaves it; the
+# others run with nothing seeded, as a newcomer's first commands do
+SEEDED = {"tiktoken-files": "TIKTOKEN_CACHE_DIR"}
 DEAD_PROXY = "http://127.0.0.1:9"  # nothing listens: any request that is not local fails fast
 PLUGIN_TOKENIZER = "example_codepoint"  # tests/example_plugin's, installed for docs/plugins.md
 
@@ -72,6 +75,10 @@ def _comment_start(line: str) -> int:
         elif c == "#" and (i == 0 or line[i - 1].isspace()):
             return i
     return len(line)
+
+
+def _runs_here(example: Example) -> bool:
+    return not example.needs or example.needs in SEEDED
 
 
 def _needs(command: str) -> Optional[str]:
@@ -198,9 +205,10 @@ def install_example_plugin(target: Path) -> Path:
 
 
 def offline_env(folder: Path, shared_data: Path, plugins: Optional[Path] = None) -> dict[str, str]:
-    """This checkout first on the path, caches in the page's folder, tiktoken's files from
-    the offline copy, and no way out: HTTP(S) goes to a dead proxy (loopback excepted, as
-    conftest's loopback_env has it), the Hub is offline, no Hub token."""
+    """This checkout first on the path, caches in the page's folder (tiktoken's empty, as a
+    newcomer's: SEEDED examples get the offline copy), and no way out: HTTP(S) goes to a
+    dead proxy (loopback excepted, as conftest's loopback_env has it), the Hub is offline,
+    no Hub token."""
     env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_ENDPOINT")}
     paths = [str(REPO), *([str(plugins)] if plugins else []), env.get("PYTHONPATH", "")]
     return {
@@ -209,7 +217,7 @@ def offline_env(folder: Path, shared_data: Path, plugins: Optional[Path] = None)
         "CORPUSPREP_CACHE_DIR": str(folder / ".cache" / "corpusprep"),
         "HF_HOME": str(folder / ".cache" / "huggingface"),
         "HF_HUB_OFFLINE": "1",
-        "TIKTOKEN_CACHE_DIR": str(shared_data / "tiktoken"),
+        "TIKTOKEN_CACHE_DIR": str(folder / ".cache" / "tiktoken"),
         **{
             name: DEAD_PROXY
             for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY")
@@ -255,17 +263,20 @@ def check_output(example: Example, r: subprocess.CompletedProcess) -> None:
         assert any(_pattern(shown).fullmatch(line) for line in printed), (shown, said)
 
 
-def run_page(page: str, folder: Path, env: dict[str, str]) -> dict[int, object]:
-    """Every runnable example of a page, in order, in its folder: line -> CompletedProcess."""
+def run_page(page: str, folder: Path, env: dict[str, str],
+             seeded: dict[str, str]) -> dict[int, object]:  # fmt: skip
+    """Every runnable example of a page, in order, in its folder: line -> CompletedProcess.
+    `seeded`: the environment that points a SEEDED example at what it downloads."""
     results: dict[int, object] = {}
-    for example in (e for e in EXAMPLES if e.page == page and not e.needs):
+    for example in (e for e in EXAMPLES if e.page == page and _runs_here(e)):
         code = shell_command(example)
         args = plain_cli_args(code)
+        env_now = {**env, **seeded} if example.needs in SEEDED else env
         if args is not None:  # what bash would run: forked from a CLI server (helpers)
-            results[example.line] = run_forked(args[1:], folder, env, module=args[0])
+            results[example.line] = run_forked(args[1:], folder, env_now, module=args[0])
             continue
         results[example.line] = subprocess.run(
-            ["bash", "-c", code], cwd=folder, env=env, capture_output=True, text=True,
+            ["bash", "-c", code], cwd=folder, env=env_now, capture_output=True, text=True,
             timeout=300,
         )  # fmt: skip
     return results
@@ -300,7 +311,7 @@ def _cost(page: str) -> int:
     """About how long a page's examples take, in plain runs: the longest pages start first."""
     heavy = re.compile(r" -m (?!corpusprep)|python_stdlib|launcher=")
     return sum(3 if heavy.search(e.command) else 1 for e in EXAMPLES
-               if e.page == page and not e.needs)  # fmt: skip
+               if e.page == page and _runs_here(e))  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -322,15 +333,16 @@ def page_runs(request, tmp_path_factory, inputs: Path, shared_data: Path):
         plugins = None  # the page that installs the example plugin runs with it
         if PLUGIN_TOKENIZER in (REPO / page).read_text(encoding="utf-8"):
             plugins = install_example_plugin(tmp_path_factory.mktemp("plugin_site"))
-        futures[page] = pool.submit(run_page, page, folder, offline_env(folder, shared_data,
-                                                                         plugins))  # fmt: skip
+        seeded = {"TIKTOKEN_CACHE_DIR": str(shared_data / "tiktoken")}
+        futures[page] = pool.submit(run_page, page, folder,
+                                    offline_env(folder, shared_data, plugins), seeded)  # fmt: skip
     yield lambda page: futures[page].result()
     pool.shutdown(cancel_futures=True)
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e.id for e in EXAMPLES])
 def test_example_runs(example: Example, page_runs, loopback_env, tiktoken_cache):
-    if example.needs:
+    if not _runs_here(example):
         assert example.needs in NEEDS, f"{example.id}: unknown marker needs: {example.needs}"
         pytest.skip(f"{example.id} {NEEDS[example.needs]} (marked # needs: {example.needs})")
     if PLUGIN_TOKENIZER in example.command and not importlib.util.find_spec(
@@ -346,6 +358,10 @@ def test_every_page_has_examples_and_marks_only_what_cannot_run_here():
     for e in EXAMPLES:
         if e.needs == "cluster":
             assert re.search(r"executor=(ray|slurm)|submitit_slurm", e.command), e.id
+        elif e.needs == "tiktoken-files":  # an encoding whose ranks do not ship
+            assert re.search(r"tokenizer.encoding=\S*(cl100k|o200k|p50k|r50k_base)", e.command), (
+                e.id
+            )
         elif e.needs in ("network", "hub"):
             assert re.search(r"source=(url|hf)|dataset=(enwik8|text8|tinystories|openwebtext)",
                              e.command), e.id  # fmt: skip
