@@ -276,7 +276,7 @@ def guard_key_overrides() -> None:
             for o in overrides:
                 head = o.key_or_group.split(".")[0]
                 if _is_key(o) and not o.is_delete() and head not in retargeted:
-                    _check_key(o, cfg)
+                    _check_key(o, cfg, overrides)
         except UserError as e:
             _fail(str(e))
         apply(overrides, cfg)
@@ -285,11 +285,11 @@ def guard_key_overrides() -> None:
     ConfigLoaderImpl._apply_overrides_to_config = staticmethod(checked)  # type: ignore[method-assign]
 
 
-def _check_key(o: Any, cfg: DictConfig) -> None:
+def _check_key(o: Any, cfg: DictConfig, overrides: list[Any]) -> None:
     key, line = o.key_or_group, o.input_line
     head, *rest = key.split(".")
     if head in PLUGIN_GROUPS and rest and isinstance(cfg.get(head), DictConfig):
-        _check_plugin_key(o, cfg[head], head, rest[0], nested=len(rest) > 1)
+        _check_plugin_key(o, cfg[head], head, rest[0], nested=len(rest) > 1, given=overrides)
         return
     top = [k for k in cfg if k != "hydra" and k not in PLUGIN_GROUPS]
     if head in top and not rest:
@@ -341,7 +341,8 @@ def _taken(node: Any) -> Optional[set[str]]:
         return None  # an untrusted or broken _target_: the run refuses it, in one line
 
 
-def _check_plugin_key(o: Any, node: DictConfig, group: str, sub: str, nested: bool) -> None:
+def _check_plugin_key(o: Any, node: DictConfig, group: str, sub: str, nested: bool,
+                      given: list[Any]) -> None:  # fmt: skip
     key, line = o.key_or_group, o.input_line
     settable = _settable(node)
     if sub in settable or sub in (_taken(node) or ()):
@@ -360,6 +361,18 @@ def _check_plugin_key(o: Any, node: DictConfig, group: str, sub: str, nested: bo
     others = _choices_taking(group, sub)
     if others:
         takers = " or ".join(f"{group}={c}" for c in others)
+        # a key given that this choice takes and the other does not: adding the other
+        # choice alone would fail on it (source=file source.path=a source.glob=b)
+        mine, theirs = _taken(node) or set(), _taken(_option_node(group, others[0])) or set()
+        clash = next((g.input_line for g in given if g.key_or_group.startswith(f"{group}.")
+                      and g.key_or_group.split(".")[1] in mine - theirs), None)  # fmt: skip
+        if clash is not None:
+            leaf = clash.partition("=")[0].split(".")[1]
+            raise UserError(
+                f"{key}: {group}={choice} does not take {sub} ({takers} does), and "
+                f"{group}={others[0]} does not take {leaf}: drop {line} to read {clash}, or "
+                f"drop {clash} and add {group}={others[0]} before {line}"
+            )
         raise UserError(
             f"{key}: {group}={choice} does not take {sub}; {takers} does: add {group}="
             f"{others[0]} before {line}"

@@ -328,6 +328,15 @@ CASES = {
         ["source.path=good.txt"],
         ["source.path", "source=url does not take path", "source=file"],
     ),
+    # found by an attack: it said to add source=files, which then failed on source.path
+    "glob beside source=file's path": (
+        ["source=file", "source.path=good.txt", "source.glob=sk/*.txt"],
+        [
+            "source=file does not take glob",
+            "drop source.glob=sk/*.txt to read source.path",
+            "or drop source.path=good.txt and add source=files before source.glob=sk/*.txt",
+        ],
+    ),  # fmt: skip
     "a key the tokenizer does not take": (
         ["dataset=shakespeare_char", "tokenizer.encoding=gpt2"],
         ["tokenizer.encoding", "tokenizer=char", "tokenizer=tiktoken"],
@@ -570,3 +579,16 @@ def test_completing_a_half_typed_key_prints_no_error(work):
                        env={**os.environ, "COMP_LINE": "corpusprep splt=0.8 tok"})  # fmt: skip
     assert r.returncode == 0 and "error" not in r.stderr, r.stderr
     assert "tokenizer=" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "fix", [["source=file", "source.path=good.txt"],
+            ["source=file", "source=files", "source.glob=docs/*.txt"]],
+)  # fmt: skip
+def test_both_fixes_of_a_glob_beside_a_path_work(work, fix):
+    """What the line for source=file source.path=... source.glob=... offers, followed."""
+    (work / "docs").mkdir()
+    for name in "ab":
+        (work / "docs" / f"{name}.txt").write_text(f"document {name}\n" * 40)
+    result = run_cli(*fix, "out_dir=out", "quiet=true", cwd=work)
+    assert result.returncode == 0, result.stderr
