@@ -464,6 +464,8 @@ def _texts(column: Any, file: InputFile, row: int, decoded: int) -> tuple[list, 
 
     if pa.types.is_dictionary(column.type):  # a column written from a DictionaryArray
         column = column.cast(column.type.value_type)
+    if getattr(pa.types, "is_string_view", lambda _: False)(column.type):  # pyarrow 15+
+        column = column.cast(pa.large_string())  # (its bytes as they are: checked below)
     if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
         first = next((v for v in column.to_pylist() if not isinstance(v, str)), None)
         raise UserError(
