@@ -43,14 +43,23 @@ NAMES = ("none", *dict.fromkeys(SUFFIXES.values()))
 
 def detect(path: Path, head: Optional[bytes] = None) -> str:
     """The compression of `path`: by its first bytes (`head`, if read already: 8 of them),
-    else by its extension, else none."""
+    else by its extension (a zip may start with other bytes), else none. A name that says
+    gzip, bz2, xz or zstd, whose streams start with their magic, on bytes without it (a
+    .gz saved decompressed) is none: read as the bytes are (a file shorter than the magic
+    stays what its name says: a cut one)."""
     if head is None:
         with open(path, "rb") as f:
             head = f.read(8)
+    if int.from_bytes(head[:4], "little") in SKIPPABLE:  # zstd's frames may start so
+        return "zstd"
     for magic, name in MAGIC.items():
         if head.startswith(magic):
             return name
-    return SUFFIXES.get(suffix(os.fspath(path)), "none")
+    named = SUFFIXES.get(suffix(os.fspath(path)), "none")
+    if named in ("gzip", "bz2", "xz", "zstd"):
+        magic = next(m for m, n in MAGIC.items() if n == named)
+        return named if magic.startswith(head) else "none"
+    return named
 
 
 def suffix(name: str) -> str:

@@ -185,6 +185,40 @@ def test_zstd_corrupt_data_inside_a_whole_file_is_corrupt(tmp_path: Path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("ext", ["gz", "bz2", "xz", "zst"])
+def test_a_file_named_compressed_that_is_not_is_read_by_its_bytes(tmp_path: Path, ext: str):
+    """A .gz saved already decompressed (a browser undoes Content-Encoding: gzip and keeps
+    the name) is read as the text it is, as sources.md says ("by the first bytes, whatever
+    the name"): it was 'corrupt gzip data (Not a gzipped file)', and a Parquet file so
+    named 'a compressed Parquet file; decompress it first', which no decompressor can."""
+    (tmp_path / "plain.txt").write_bytes(TEXT)
+    (tmp_path / f"plain.txt.{ext}").write_bytes(TEXT)
+    for name in ("plain.txt", f"plain.txt.{ext}"):
+        result = run_cli("source=file", f"source.path={name}", "name=plain",
+                         f"out_dir={tmp_path}/{name}-out", "quiet=true", cwd=tmp_path)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+    for out in ("train.bin", "val.bin"):
+        assert (tmp_path / f"plain.txt.{ext}-out" / out).read_bytes() == (
+            tmp_path / "plain.txt-out" / out
+        ).read_bytes()
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.table({"text": [f"row {i}" for i in range(100)]}),
+                   tmp_path / f"rows.parquet.{ext}")  # fmt: skip
+    result = _run(tmp_path, "source=file", f"source.path=rows.parquet.{ext}")
+    assert result.returncode == 0, result.stderr
+    assert _manifest(tmp_path)["documents"]["total"] == 100
+
+
+def test_zstd_that_starts_with_a_skippable_frame_is_known_by_its_bytes(tmp_path: Path):
+    skippable = (0x184D2A53).to_bytes(4, "little") + (3).to_bytes(4, "little") + b"abc"
+    (tmp_path / "skip.txt").write_bytes(skippable + _zstd(TEXT))
+    result = _run(tmp_path, "source=file", "source.path=skip.txt")
+    assert result.returncode == 0, result.stderr
+    assert _manifest(tmp_path)["source"]["files"][0]["compression"] == "zstd"
+    assert _manifest(tmp_path)["chars"] == len(TEXT)
+
+
 # --- 2. zip archives ------------------------------------------------------------------------
 
 
