@@ -94,7 +94,7 @@ def val_document_count(n: int, split: float, val_size: Optional[Union[int, float
         asked = f"val_size={val_size}" if val_size is not None else f"split={split}"
         raise UserError(
             f"{asked} of {n:,} documents leaves {side} empty ({val:,} to val); "
-            "use more documents or another val_size"
+            f"use more documents or another {asked.split('=')[0]}"
         )
     return val
 

@@ -448,6 +448,12 @@ BAD = {  # lines of d.jsonl, extra overrides, what the one-line error must say
         ["split_by=document", "val_size=1", "seed=2"],
         ["val_size=1 by document leaves val empty", "another val_size"],
     ),
+    # split alone sized it: the fix names split (it said 'another val_size', a key not set)
+    "split sends every document to val": (
+        [A, B],
+        ["split_by=document", "split=0.1"],
+        ["split=0.1 of 2 documents leaves train empty", "more documents or another split"],
+    ),
 }
 
 
