@@ -325,3 +325,15 @@ def test_the_bound_holds_wherever_an_element_falls(tmp_path, limit):
         path.write_text(json.dumps([{"text": "z" * (size - overhead)}]))
         out = _parts(path, max_uncut_bytes=limit)
         assert (out == ["z" * (size - overhead)]) == ok, (size, out[-1][:120])
+
+
+@pytest.mark.parametrize("line", [b"\x0c", b"\x0b", b" \x0c\t"])
+def test_a_line_of_what_is_not_json_whitespace_is_not_json(tmp_path, line):
+    """Only JSON's whitespace (space, tab, CR, LF) makes a blank line, skipped: a form feed
+    or vertical tab is not valid JSON, refused by json and by datasets (pyarrow's reader);
+    bytes.strip() took it for blank, and the line was left out without a word."""
+    path = tmp_path / "ff.jsonl"
+    path.write_bytes(b'{"text": "a"}\n' + line + b'\n{"text": "b"}\n \t\r\n')
+    out = _parts(path)
+    assert out[:-1] == ["a"]
+    assert out[-1].startswith(f"UserError: {path}:2: not valid JSON (Expecting value, column ")

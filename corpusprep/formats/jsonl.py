@@ -99,7 +99,7 @@ class JsonlFormat(Format):
         for number, line in enumerate(self._lines(segment)):
             if segment.piece:  # its line number counts from the file's start
                 line, number = line[0], line[1] - 1
-            if not line.strip():
+            if not line.strip(b" \t\r\n"):  # JSON's whitespace only (not \f, \v)
                 continue
             text = _fast_text(line, path) if _FAST_LOADS is not None else None
             if text is not None and (text.isascii() or _encodable(text)):
