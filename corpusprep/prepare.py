@@ -931,6 +931,8 @@ def plan(files: list[InputFile], shard_bytes: int, tokenizer: Tokenizer) -> list
     cut = tokenizer.cut_at
     boundary = None if cut == NOWHERE else re.compile(cut or rb"\n")
     shard_bytes = balanced_shard_bytes(files, shard_bytes)
+    for name in sorted({f.format for f in files}):
+        get_format(name).check_files([f for f in files if f.format == name])
     shards, run, size = [], [], 0
     for file in files:
         # a compressed text in pieces: for a rule whose matches are one byte (see

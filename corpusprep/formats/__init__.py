@@ -239,6 +239,10 @@ class Format(ABC):
         (a reading that the next shard of a run goes on with)."""
         return None  # nothing, unless the format reads on
 
+    def check_files(self, files: list[InputFile]) -> None:  # noqa: B027 - optional hook
+        """Before any file of this format is planned: refuse, in one line, one that would
+        take the process down with it when read (a library that aborts)."""
+
     def before(self, segment: Segment, cap: Optional[int]) -> Optional[int]:
         """Characters of the document before a segment that continues one (a plain text
         cut into shards), when fewer than `cap`; None when more (or not counted)."""

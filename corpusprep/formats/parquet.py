@@ -5,9 +5,12 @@ big one."""
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import re
+import signal
 import threading
+import time
 from bisect import bisect_right
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -84,6 +87,36 @@ def _one_line(e: Exception) -> str:
 
 class ParquetFormat(Format):
     name = "parquet"
+
+    def check_files(self, files: list[InputFile]) -> None:
+        """pyarrow ends the process (std::terminate: its binding lets a C++ exception out)
+        when it is asked for the metadata of some damaged column chunks, where reading the
+        file raises as it should. So the chunks corpusprep asks for are asked for first in
+        a forked child, which says which file it is at: its death is that file's one line,
+        not the run's end (one child for every file: a fork costs a few ms)."""
+        if not files or not hasattr(os, "fork"):
+            return
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: nothing but the footers, then out, whatever happens
+            os.close(read)
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), 2)  # (C++'s "terminate called")
+                faulthandler.disable()  # (PYTHONFAULTHANDLER's dump, on its own descriptor)
+                for i, file in enumerate(files):
+                    os.write(write, b"%d\n" % i)
+                    _ask_for_chunks(file)
+            finally:
+                os._exit(0)
+        os.close(write)
+        reached = _read_until_closed(read, CHECK_SECONDS)
+        if reached is None:  # stuck (a lock another thread held at the fork): unchecked
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        if reached and os.WIFSIGNALED(status) and os.WTERMSIG(status) != signal.SIGKILL:
+            file = files[int(reached[-1])]
+            raise UserError(f"{file.name}: its footer is damaged (pyarrow aborts on a column's "
+                            "metadata); download or copy the file again")  # fmt: skip
 
     def plan(self, file: InputFile, shard_bytes: int, boundary: Optional[re.Pattern],
              pieces: bool = False) -> list:  # fmt: skip
@@ -522,6 +555,38 @@ def _leaf(pf: Any, field: str) -> Optional[int]:
     group = meta.row_group(0)
     paths = [group.column(i).path_in_schema for i in range(group.num_columns)]
     return paths.index(field) if field in paths else None
+
+
+CHECK_SECONDS = 120  # for check_files' child: footers take milliseconds each
+
+
+def _read_until_closed(fd: int, seconds: float) -> Optional[list[bytes]]:
+    """The lines written to a pipe until its writer closed it, or None after `seconds`."""
+    import select
+
+    end, data = time.monotonic() + seconds, b""
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        while select.select([f], [], [], max(end - time.monotonic(), 0))[0]:
+            chunk = f.read(65536)
+            if not chunk:
+                return data.split()
+            data += chunk
+    return None
+
+
+def _ask_for_chunks(file: InputFile) -> None:
+    """Ask pyarrow for the metadata of every column chunk corpusprep asks for: row group
+    0's (_leaf) and the text column's in every row group. An error is said by the reading."""
+    try:
+        pf = _open(file)
+        meta, column = pf.metadata, _leaf(pf, file.text_field)
+        for i in range(meta.num_row_groups if column is not None else 0):
+            group = meta.row_group(i)
+            if column < group.num_columns:
+                group.column(column)
+        _close(pf)
+    except Exception:
+        pass
 
 
 def _text_bytes(group: Any, column: Optional[int]) -> int:
