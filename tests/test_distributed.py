@@ -284,6 +284,37 @@ def test_an_abort_with_cancelled_tasks_prints_no_thread_traceback(monkeypatch):
     assert not manager.is_alive() and raised == []
 
 
+def _half_sends_a_result(_: int) -> None:
+    """Writes the start of a result message to the pool's result pipe, as a worker killed
+    while sending a result of more than 64 KB leaves it, then waits to be killed."""
+    import gc
+    import struct
+    from multiprocessing.queues import SimpleQueue
+
+    queue = next(o for o in gc.get_objects() if isinstance(o, SimpleQueue))
+    os.write(queue._writer.fileno(), struct.pack("!i", 1 << 20) + b"x" * 10)
+    time.sleep(60)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the worker finds the pipe it forked with")
+def test_an_abort_while_a_worker_sends_its_result_does_not_hang():
+    """SIGTERM to a run's process group (timeout, a scheduler) or the abort's own kill can
+    end a worker halfway through sending a result: the pool's thread then waited for the
+    rest of the message forever, and the process hung at exit, joining it (found by
+    SIGTERM at random moments of a documents run, 1 in 25)."""
+    executor = LocalExecutor(workers=1, start_method="fork")
+    pool = executor._get_pool()
+    future = pool.submit(_half_sends_a_result, 0)
+    deadline = time.monotonic() + 30
+    while not future.running() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.5)  # the pool's thread has read the header: it waits for the rest
+    manager = pool._executor_manager_thread
+    executor.abort()
+    manager.join(10)
+    assert not manager.is_alive()
+
+
 def _dies_once_at(task: tuple[int, str]) -> int:
     """Kills its worker the first time it runs tasks 5, 7, 9 and 11."""
     index, flags = task

@@ -188,6 +188,7 @@ class _Dropped(Future):
 def _kill(pool: ProcessPoolExecutor) -> None:
     """Kill a pool's workers and wait for them."""
     processes = list((getattr(pool, "_processes", None) or {}).values())
+    results = getattr(pool, "_result_queue", None)  # shutdown() forgets it
     if sys.version_info < (3, 12):
         for item in list((getattr(pool, "_pending_work_items", None) or {}).values()):
             if item.future.cancelled():
@@ -197,6 +198,11 @@ def _kill(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         process.join(5)
+    # a worker killed halfway through sending a result left the pool's thread waiting for
+    # the rest of the message (and the exit joining that thread, forever): with this
+    # process's end of the pipe closed too, it reads the pipe's end instead
+    with contextlib.suppress(AttributeError, OSError):
+        results._writer.close()
 
 
 def die_with_parent(parent: Optional[int]) -> None:
