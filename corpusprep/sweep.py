@@ -148,8 +148,10 @@ class SweepCallback(Callback):
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         # Hydra saves multirun.yaml just before the first job: hide its secrets at once
+        # from the command's folder: hydra.job.chdir=true runs this in the job's own
         if job_dir() is not None:
-            redact_file(Path(config.hydra.sweep.dir) / "multirun.yaml")
+            sweep = Path(config.hydra.runtime.cwd, config.hydra.sweep.dir)
+            redact_file(sweep / "multirun.yaml")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)

@@ -122,6 +122,30 @@ def test_hydra_job_chdir_keeps_paths_relative_to_the_command_folder(work):
     assert (work / "data" / "chdir" / "train.bin").is_file()
 
 
+def test_hydra_job_chdir_still_hides_a_secret_from_multirun_yaml_at_once(work):
+    """Each job hides the sweep's secrets in multirun.yaml as it starts, so a sweep killed
+    midway leaves none: with hydra.job.chdir=true the job's callback looked for the
+    (relative) sweep folder inside the job's own folder, and the password stayed."""
+    import socket
+
+    silent = socket.create_server(("127.0.0.1", 0))  # takes the download, never answers
+    url = f"http://user:s3cret@127.0.0.1:{silent.getsockname()[1]}"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CORPUSPREP_CACHE_DIR": str(work / "cache")}
+    cli = subprocess.Popen([sys.executable, "-m", "corpusprep", "-m", "source=url",
+                            f"source.url={url}/a.txt,{url}/b.txt", "hydra.job.chdir=true"],
+                           cwd=work, env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        silent.settimeout(60)
+        silent.accept()  # the first job is running
+        (saved,) = (work / "multirun").glob("*/*/multirun.yaml")
+        assert "s3cret" not in saved.read_text()
+    finally:
+        cli.kill()
+        cli.wait()
+        silent.close()
+
+
 def test_a_failed_job_is_a_row_and_the_others_are_kept(work):
     r = run_cli("-m", "source=file", "source.path=a.txt,missing.txt,b.txt", cwd=work)
     assert r.returncode == 1
