@@ -202,3 +202,16 @@ def test_a_ranks_file_of_too_many_tokens_is_one_line_before_it_is_read(tmp_path,
     r = run_cli("source=file", "source.path=in.txt", "tokenizer=tiktoken",
                 "tokenizer.ranks_file=r.tiktoken", "out_dir=o", cwd=tmp_path)  # fmt: skip
     assert_one_line_error(r, "tokenizer.ranks_file=", "r.tiktoken", f"{MAX_TOKENS + 1:,} lines")
+
+
+def test_a_ranks_file_of_too_many_lines_ended_both_ways_is_one_line(tmp_path, tiktoken_cache):
+    """Lines ended by \\r and by \\n in turn (bytes.splitlines takes both) were counted as
+    the larger of the two counts, half of them: 2.5M tokens passed the check."""
+    from corpusprep.tokenizers.hf import MAX_TOKENS
+
+    (tmp_path / "in.txt").write_text("hello world\n")
+    extra = b"YWI= 256\r" * ((MAX_TOKENS - 255) // 2) + b"YWI= 256\n" * ((MAX_TOKENS - 254) // 2)
+    (tmp_path / "r.tiktoken").write_bytes(_ranks(BYTES) + extra)
+    r = run_cli("source=file", "source.path=in.txt", "tokenizer=tiktoken",
+                "tokenizer.ranks_file=r.tiktoken", "out_dir=o", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(r, "tokenizer.ranks_file=", "r.tiktoken", f"{MAX_TOKENS + 1:,} lines")
