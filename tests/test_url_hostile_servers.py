@@ -42,6 +42,12 @@ def _answer(path: str) -> tuple[dict[str, str], bytes]:
         # HTTP/1.0 with no length: the body ends where the connection does, cut or not
         "/no-length.txt": ({"Content-Length": None}, TEXT),
         "/no-length-cut.txt": ({"Content-Length": None}, TEXT[: len(TEXT) // 2]),
+        # chunked in the list but not alone: http.client does not unchunk it, and reads the
+        # body to the connection's end, unframed
+        "/not-only-chunked.txt": (
+            {"Content-Length": None, "Transfer-Encoding": "gzip, chunked"},
+            TEXT,
+        ),
         "/same-twice.txt": ({"Content-Length": f"{length}, {length}"}, TEXT),
         "/spaced.txt": ({"Content-Length": f" {length} "}, TEXT),
         "/two-lengths.txt": ({"Content-Length": f"{length}, 7"}, TEXT),
@@ -302,6 +308,15 @@ def test_a_download_of_no_stated_length_says_a_cut_cannot_be_told(server, cache_
     pinned = _source(server.url("/no-length.txt"), cache_dir / "pinned", sha256=digest)
     assert pinned.local_path(progress=False).read_bytes() == TEXT
     assert capsys.readouterr().err == ""  # the pin checks it: nothing to warn of
+
+
+def test_a_transfer_encoding_http_client_does_not_unchunk_is_warned_of(server, cache_dir, capsys):
+    """Only a Transfer-Encoding of exactly 'chunked' is framed by http.client, which reads
+    the body: 'gzip, chunked' is read to the close, unframed, and was cached silently."""
+    src = _source(server.url("/not-only-chunked.txt"), cache_dir)
+    assert src.local_path(progress=False).read_bytes() == TEXT
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("corpusprep: warning: ") and "no Content-Length" in line, line
 
 
 def test_cli_a_download_of_no_stated_length(server, cache_dir, tmp_path):

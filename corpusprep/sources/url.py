@@ -437,8 +437,10 @@ class _Inflate:
 
 
 def _framed(headers: Any) -> bool:
-    """Whether the body's own framing tells its end (chunked: a cut is an error in urllib3)."""
-    return "chunked" in headers.get("Transfer-Encoding", "").lower()
+    """Whether the body's own framing tells its end (chunked: a cut is an error). As
+    http.client decides it, which reads the body: only a Transfer-Encoding of exactly
+    'chunked' is unchunked, any other is read to the connection's end."""
+    return headers.get("Transfer-Encoding", "").lower() == "chunked"
 
 
 def _origin(url: str) -> tuple[str, str, Optional[int]]:
