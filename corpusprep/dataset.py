@@ -276,7 +276,8 @@ SUMMARY_NEEDS = ("source", "source.bytes", "source.sha256", "tokenizer", "chars"
 VERIFY_KEYS: dict[str, tuple] = {
     "source.files.[]": (dict,), "source.files.[].path": (str,), "source.files.[].sha256": (str,),
     "source.files.[].format": (str,), "source.files.[].compression": (str,),
-    "source.files.[].member": (str, None), "split.fraction": (NUMBER,), "split.seed": (COUNT,),
+    "source.files.[].member": (str, None), "source.files.[].bytes": (COUNT,),
+    "split.fraction": (NUMBER,), "split.seed": (COUNT,),
     "split.val_size": (COUNT, NUMBER, None), "order.kind": (str,), "order.seed": (COUNT,),
     "eot.mode": (str,), "eot.id": (COUNT, None), "shards": (dict,), "shards.shard_bytes": (COUNT,),
     "config.shard_bytes": (COUNT,), "config.source": (dict,),

@@ -161,8 +161,10 @@ def _input_files(manifest: dict, folder: Path) -> tuple[list, dict[str, bytes]]:
 
     src = manifest["source"]
     listed = src.get("files") or [{"path": src.get("file"), "sha256": src["sha256"],
-                                   "format": "text", "compression": "none"}]  # fmt: skip
-    missing = [k for f in listed for k in ("path", "sha256", "format", "compression")
+                                   "format": "text", "compression": "none",
+                                   "bytes": src.get("bytes")}]  # fmt: skip
+    # bytes too: a file of another size is told unread (a planted sparse TB, say)
+    missing = [k for f in listed for k in ("path", "sha256", "format", "compression", "bytes")
                if f.get(k) is None]  # fmt: skip
     if missing:  # their kinds: VERIFY_KEYS
         raise _damaged(folder / "manifest.json", f"a file of source.files has no {missing[0]}")
@@ -176,9 +178,8 @@ def _input_files(manifest: dict, folder: Path) -> tuple[list, dict[str, bytes]]:
         if f["path"] not in digests:
             if not path.is_file():
                 raise UserError(f"{path}: the source file is gone; cannot verify")
-            size, recorded = path.stat().st_size, f.get("bytes")
-            if isinstance(recorded, int) and size != recorded:  # told unread: a manifest may
-                # point at any file, a planted sparse TB
+            size, recorded = path.stat().st_size, f["bytes"]
+            if size != recorded:  # told unread: a manifest may point at any file
                 raise UserError(f"{path}: the source changed since the run ({size:,} bytes, "
                                 f"not {recorded:,}); cannot verify: prepare the folder "
                                 "again")  # fmt: skip

@@ -101,6 +101,14 @@ def test_verify_tells_a_source_of_another_size_without_reading_it(made, tmp_path
         _input_files(m, out)
     r = inspect_cli(out, "--verify", cwd=tmp_path)
     assert r.returncode == 1 and "source changed" in r.stderr, r.stderr
+    # found by a review: without its size (or with a size of another type), hashed whole
+    for bytes_ in (None, True):
+        for record in (recorded, m["source"]):
+            record.pop("bytes", None) if bytes_ is None else record.update(bytes=bytes_)
+        (out / "manifest.json").write_text(json.dumps(m))
+        r = inspect_cli(out, "--verify", cwd=tmp_path)
+        assert r.returncode == 1 and "manifest.json" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
 
 
 def test_damaged_folders_are_reported(made):
