@@ -195,6 +195,8 @@ def test_a_given_model_cut_into_shards(tmp_path, shakespeare, collapse):
         ("tokenizer.vocab_size=100", "tokenizer.vocab_size=100: a byte-fallback model needs"),
         # the trainer's int32: it failed after the scan with "cannot parse ... as int"
         ("tokenizer.vocab_size=2147483648", "tokenizer.vocab_size=2147483648: more than"),
+        # a review: a model of more pieces than corpusprep takes was refused once trained
+        ("tokenizer.vocab_size=2097153", "more than the 2,097,152 pieces corpusprep takes"),
         ("tokenizer.model=nowhere.model", "tokenizer.model=nowhere.model: no such file"),
         ("tokenizer.model=bad.model", "SentencePiece model (the tokenizer.model file spm_train"),
         # an attack: an empty file got sentencepiece's "Model is not initialized" and its

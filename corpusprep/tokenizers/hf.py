@@ -36,7 +36,10 @@ from typing import Any, Optional
 import numpy as np
 
 from corpusprep.errors import UserError
-from corpusprep.tokenizers import (
+from corpusprep.tokenizers import (  # noqa: F401 - MAX_*: hf.MAX_TOKENS as before
+    MAX_GAP,
+    MAX_ID,
+    MAX_TOKENS,
     NOWHERE,
     Tokenizer,
     native_panics,
@@ -117,17 +120,6 @@ def _load(path: str, data: bytes):
     tok.no_truncation()
     tok.no_padding()
     return tok
-
-
-# The tables made per id (token_bytes.npy, the decoder's bytes, meta.pkl's itos) run from 0
-# to the largest id: a stranger's 27 KB file with one added token at id 10^8 or 2^32-1
-# would cost minutes and gigabytes. Real vocabularies are dense (Gemma's 262,144 ids are
-# the most in use); a reserved range may leave a gap, not one far beyond the tokens.
-MAX_ID = (1 << 24) - 1
-MAX_GAP = 1 << 17  # ids allowed beyond twice the number of tokens
-# meta.pkl holds each token's text twice (itos, stoi): about 27 bytes a token, and load()
-# reads at most 64 MB (dataset.MAX_META_BYTES); refused before the run, not after it
-MAX_TOKENS = 1 << 21
 
 
 def _check_dense(given: str, tok, max_id: int, count: int) -> None:

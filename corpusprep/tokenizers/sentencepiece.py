@@ -51,6 +51,7 @@ import numpy as np
 from corpusprep.errors import UserError
 from corpusprep.sample import Sample, SampleRule, sample_rule
 from corpusprep.tokenizers import (
+    MAX_TOKENS,
     NOWHERE,
     TRAINED,
     Tokenizer,
@@ -74,7 +75,9 @@ TRAINING = dict(model_type="bpe", self_test_sample_size=0, character_coverage=1.
                 remove_extra_whitespaces=False, max_sentence_length=1 << 16,
                 minloglevel=2)  # fmt: skip
 _cache: dict[Any, Any] = {}  # per process and model: its processor, its tables
-MAX_VOCAB = (1 << 31) - 1  # sentencepiece's vocab_size is an int32
+# sentencepiece's trainer takes an int32, but a model of more pieces than MAX_TOKENS is
+# refused once trained: refused before the scan instead
+MAX_VOCAB = MAX_TOKENS
 # A .model bigger than this is not a vocabulary (Llama 2's is 0.5 MB, Gemma 3's 262,144
 # pieces 4.7 MB): sentencepiece takes about 11 times the file's size to load it, and a
 # stranger's 47 MB file of 3M pieces took 1.6 GB and 10 s before its meta.pkl was refused
@@ -105,10 +108,10 @@ class SentencePieceTokenizer(Tokenizer):
                 f"tokenizer.vocab_size={vocab_size}: a byte-fallback model needs its 256 byte "
                 "pieces and <unk>, <s>, </s>; give 260 or more"
             )
-        if vocab_size > MAX_VOCAB:  # the trainer takes an int32: it fails after the scan
+        if vocab_size > MAX_VOCAB:
             raise UserError(
-                f"tokenizer.vocab_size={vocab_size}: more than sentencepiece's trainer takes "
-                f"({MAX_VOCAB:,}, a 32-bit int); give a smaller one (e.g. 32000)"
+                f"tokenizer.vocab_size={vocab_size}: more than the {MAX_VOCAB:,} pieces "
+                "corpusprep takes; give a smaller one (e.g. 32000)"
             )
         self.rule = sample_rule(train_chars, max_doc_chars, seed)  # checked now
         self.add_bos = add_bos
@@ -140,8 +143,6 @@ class SentencePieceTokenizer(Tokenizer):
             raise UserError(f"tokenizer.model={self.given or FILE}: not a SentencePiece model "
                             "(the tokenizer.model file spm_train or a model's folder gives); "
                             "give one, or tokenizer.model=null to train one") from None  # fmt: skip
-        from corpusprep.tokenizers.hf import MAX_TOKENS
-
         if sp.get_piece_size() > MAX_TOKENS:  # before any table per piece (see MAX_MODEL_BYTES)
             self.model = None
             raise UserError(f"tokenizer.model={self.given or FILE}: {sp.get_piece_size():,} "

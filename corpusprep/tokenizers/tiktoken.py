@@ -34,7 +34,14 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from corpusprep.errors import UserError
-from corpusprep.tokenizers import Tokenizer, read_tokenizer_file, sample_stoi
+from corpusprep.tokenizers import (
+    MAX_GAP,
+    MAX_ID,
+    MAX_TOKENS,
+    Tokenizer,
+    read_tokenizer_file,
+    sample_stoi,
+)
 
 # The "\n" first and the character before it looked at from there: the regex engine then
 # skips to each "\n" at C speed (with the lookbehind first it tries every position: 10x
@@ -166,8 +173,6 @@ def read_ranks(path: Path, sha256: Optional[str] = None) -> dict[bytes, int]:
     """A `.tiktoken` file: one "base64(token) rank" per line (tiktoken's own format); with
     `sha256`, only the file that has it (the one checked when the tokenizer was made: each
     worker reads it again)."""
-    from corpusprep.tokenizers.hf import MAX_TOKENS
-
     data = read_checked_ranks(path, sha256)
     # counted before any token is made: 3.3M of them (a 64 MB file) took 2 GB and 25 s
     # as bytes.splitlines() counts them: lines end at \n, \r or \r\n
@@ -220,8 +225,6 @@ def check_ranks(ranks: dict[bytes, int], key: str) -> None:
     """One line for ranks tiktoken cannot encode with, or that would make tables of
     billions of entries (token_bytes.npy runs over every id up to the largest rank: one
     rank of 10^9 took 16 GB and 70 s). The same bounds as a tokenizer.json's ids."""
-    from corpusprep.tokenizers.hf import MAX_GAP, MAX_ID
-
     if not ranks:
         raise UserError(f"{key}: holds no tokens; give a .tiktoken ranks file")
     missing = [b for b in UTF8_BYTES if b not in ranks]
