@@ -7,7 +7,7 @@ import gc
 import multiprocessing
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Optional, Union
@@ -96,8 +96,7 @@ class LocalExecutor(Executor):
             for index in [*unsent, *(index for index, _ in todo)]:
                 yield index, NotRun()
         finally:
-            for future in running:
-                future.cancel()
+            _cancel(pool, running)
 
     def on_retry(self, what: str, error: BaseException) -> None:
         print(f"corpusprep: {what} failed ({error!r}); trying again", file=sys.stderr)
@@ -183,6 +182,20 @@ class _Dropped(Future):
 
     def set_exception(self, exception: Optional[BaseException]) -> None:
         pass
+
+
+def _cancel(pool: ProcessPoolExecutor, futures: Iterable[Future]) -> None:
+    """Cancel the futures of tasks no worker took yet. On Python < 3.12 each leaves the
+    pool first (a _Dropped takes its place): the pool's thread fails every future it holds
+    when a worker dies, and one cancelled here just before, from this thread, raised
+    InvalidStateError in it (a race _kill's own replacement could lose)."""
+    futures = set(futures)
+    if sys.version_info < (3, 12):
+        for item in list((getattr(pool, "_pending_work_items", None) or {}).values()):
+            if item.future in futures:
+                item.future = _Dropped()
+    for future in futures:
+        future.cancel()
 
 
 def _kill(pool: ProcessPoolExecutor) -> None:
