@@ -78,6 +78,21 @@ def test_a_hub_datasets_txt_files_are_read_a_row_per_line(hub, tmp_path):
                                                       "a", "b", "c", "", "d"]  # fmt: skip
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])
+def test_a_utf16_file_is_not_lines_to_skip(tmp_path, encoding):
+    """Found by an attack: with source.skip_invalid, only the BOM's line was left out, and
+    every other line of UTF-16 text (a NUL before each ASCII letter) was taken as text."""
+    from helpers import assert_one_line_error
+
+    text = "hello there\n" * 100
+    data = text.encode(encoding)
+    (tmp_path / "t.txt").write_bytes(data if encoding == "utf-16" else b"\xfe\xff" + data)
+    args = ("source=file", f"source.path={tmp_path / 't.txt'}", "source.format=lines", *COMMON)
+    r = run_cli(*args, "source.skip_invalid=true", f"out_dir={tmp_path / 'out'}", cwd=tmp_path)
+    assert_one_line_error(r, "t.txt", "it is UTF-16: convert it")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_line_that_is_not_utf8_is_left_out_with_skip_invalid(tmp_path):
     (tmp_path / "t.txt").write_bytes(b"good\nba\xffd\n\nalso good\n")
     args = ("source=file", f"source.path={tmp_path / 't.txt'}", "source.format=lines", *COMMON)

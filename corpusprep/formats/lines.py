@@ -14,6 +14,7 @@ from corpusprep.formats.text import FORMAT as TEXT
 from corpusprep.formats.text import MARKED, marking_invalid, piece_of
 from corpusprep.text import decode, plan_shards
 
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 _LINE_END = re.compile(rb"\n")  # universal newlines: "\r\n" and "\r" end lines too, but a
 # cut right after "\n" is never inside one
 
@@ -37,6 +38,10 @@ class LinesFormat(Format):
         # pieces that end where a character does; a compressed file's piece after line ends
         chunks = piece_of(segment, _LINE_END) if segment.piece else TEXT.raw(segment)
         for offset, raw in chunks:
+            if offset == 0 and raw[:2] in UTF16_BOMS and file.skip_invalid:
+                # not lines to skip: past its first line, each line of UTF-16 text (a NUL
+                # before each ASCII letter) is valid UTF-8, of other characters
+                decode(raw[:2], file.name, 0)  # (raises: "it is UTF-16: convert it")
             *ended, line = (line + read(raw, file.name, offset)).split("\n")
             for text in ended:
                 yield _document(text, file.skip_invalid)
