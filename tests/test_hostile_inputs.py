@@ -6,6 +6,7 @@ traceback, a hang, or memory that grows with the input."""
 from __future__ import annotations
 
 import bz2
+import contextlib
 import gzip
 import json
 import lzma
@@ -513,6 +514,15 @@ def _handler_for(server: _Server) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             server.hit(self.path)
+            if self.path == "/trickle-headers.txt":  # a header every 0.1 s (10 s), no body
+                self.close_connection = True
+                with contextlib.suppress(OSError):  # the client gave up: so does the server
+                    self.wfile.write(b"HTTP/1.0 200 OK\r\n")
+                    for i in range(100):
+                        self.wfile.write(b"X-Slow-%d: x\r\n" % i)
+                        self.wfile.flush()
+                        time.sleep(0.1)
+                return
             self.send_response(200)
             self.send_header("Content-Length", str(len(server.body)))
             self.send_header("Connection", "close")
@@ -560,6 +570,17 @@ def test_download_deadline(tmp_path: Path, http: _Server):
     assert_one_line_error(result, "/trickle.txt", "source.deadline=2")
     assert cached == []  # no partial file, no .part file
     assert http.count("/trickle.txt") == 1  # past the deadline nothing is tried again
+
+
+def test_download_deadline_holds_while_the_headers_trickle(tmp_path: Path, http: _Server):
+    """A server that sends its headers a byte at a time (each within source.timeout) held
+    the run past source.deadline: the deadline was checked only once the body came."""
+    start = time.monotonic()
+    result, cached = _download(tmp_path, f"{http.root}/trickle-headers.txt", "source.deadline=2")
+    assert time.monotonic() - start < 9  # well before the server would have stopped
+    assert_one_line_error(result, "/trickle-headers.txt", "source.deadline=2")
+    assert cached == []
+    assert http.count("/trickle-headers.txt") == 1  # past the deadline nothing is tried again
 
 
 def test_download_max_bytes(tmp_path: Path, http: _Server):

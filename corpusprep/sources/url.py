@@ -25,7 +25,7 @@ from typing import Any, Optional
 from urllib.parse import unquote, urlsplit
 
 from corpusprep._paths import default_cache_dir
-from corpusprep.errors import UserError, checked_number
+from corpusprep.errors import StillRunning, UserError, checked_number, interruptible
 from corpusprep.formats import InputFile
 from corpusprep.redact import redact
 from corpusprep.sources import (
@@ -252,11 +252,14 @@ class UrlSource(Source):
             # identity: the bytes on disk are the file's bytes, and Content-Length counts them
             with (
                 _session_for(self.url, self.headers) as session,
-                session.get(
-                    self.url,
-                    stream=True,
-                    timeout=(timeout, timeout),
-                    headers={**self.headers, "Accept-Encoding": "identity"},
+                _by(
+                    end,
+                    lambda: session.get(
+                        self.url,
+                        stream=True,
+                        timeout=(timeout, timeout),
+                        headers={**self.headers, "Accept-Encoding": "identity"},
+                    ),
                 ) as r,
             ):
                 if r.status_code >= 500 or r.status_code == 429:
@@ -434,6 +437,18 @@ class _Inflate:
 
     def ended(self) -> bool:
         return self.stream is not None and self.stream.eof
+
+
+def _by(end: Optional[float], ask: Any) -> Any:
+    """ask() (the request, up to its answer's headers), given up once the deadline has
+    passed: the timeout restarts with every byte, so headers sent a byte at a time would
+    hold the run for ever."""
+    if end is None:
+        return ask()
+    try:
+        return interruptible(ask, max(end - time.monotonic(), 0.1))
+    except StillRunning:
+        raise _Late("no complete answer from the server") from None
 
 
 def _framed(headers: Any) -> bool:
