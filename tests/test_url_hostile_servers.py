@@ -276,6 +276,26 @@ def test_a_redirect_to_a_url_with_a_bad_port_is_one_line(location, server, cache
     assert _cached(cache_dir) == []
 
 
+@pytest.mark.parametrize(
+    ("location", "said"),
+    [("/loop.txt", "redirect"), ("ftp://127.0.0.1/x.txt", "ftp://127.0.0.1/x.txt")],
+)
+def test_a_redirect_no_retry_can_follow_is_one_line_and_not_retried(location, said, server,
+                                                                     cache_dir):  # fmt: skip
+    """A redirect loop, or a redirect to a scheme that is not http(s), was retried as a cut
+    connection (source.retries times, with backoff) and then named by requests' class
+    (TooManyRedirects, InvalidSchema) with a fix that does not fit."""
+    server.redirects["/loop.txt"] = location
+    src = UrlSource(server.url("/loop.txt"), cache_dir=str(cache_dir), timeout=10, retries=2)
+    with pytest.raises(UserError) as e:
+        src.local_path(progress=False)
+    assert server.url("/loop.txt") in str(e.value)
+    assert said in str(e.value) and "check source.url" in str(e.value)
+    assert "attempts" not in str(e.value)
+    assert server.count("/loop.txt") <= 31  # one attempt: requests follows 30 redirects
+    assert _cached(cache_dir) == []
+
+
 def test_headers_are_not_sent_back_after_a_detour(server, other_host, cache_dir):
     """Away and back to the URL's host: the headers stay dropped (the detour chose the
     way back)."""

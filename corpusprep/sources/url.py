@@ -324,7 +324,17 @@ class UrlSource(Source):
         except requests.exceptions.InvalidHeader as e:  # urllib3's check of Content-Length
             why = redact(str(e).splitlines()[0] if str(e) else "InvalidHeader")
             raise self._refused(f"the server's answer is invalid ({why})", dest) from None
-        except requests.exceptions.InvalidURL as e:  # (a redirect's: source.url is checked)
+        except requests.exceptions.TooManyRedirects:  # a loop: no retry will end it
+            raise UserError(
+                f"could not download {redact(self.url)}: the server redirects it more than "
+                f"{requests.models.DEFAULT_REDIRECT_LIMIT} times (a redirect loop?); nothing "
+                "was cached; check source.url"
+            ) from None
+        except (
+            requests.exceptions.InvalidURL,  # (a redirect's: source.url is checked)
+            requests.exceptions.InvalidSchema,  # a redirect to ftp:, file:, ...
+            requests.exceptions.MissingSchema,
+        ) as e:
             raise UserError(
                 f"could not download {redact(self.url)}: {redact(str(e))}; nothing was cached; "
                 "check source.url"
