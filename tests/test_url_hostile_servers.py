@@ -20,6 +20,7 @@ TEXT = b"First Citizen:\nBefore we proceed any further, hear me speak.\n" * 400
 CUT_GZIP = gzip.compress(TEXT)[: len(gzip.compress(TEXT)) // 2]
 _raw = zlib.compressobj(wbits=-15)
 RAW_DEFLATE = _raw.compress(TEXT) + _raw.flush()  # no zlib header: as some servers send it
+PAGE = b"<!DOCTYPE html>\n<html><body><h1>429 Too Many Requests</h1></body></html>\n"
 
 
 class Server(LocalHTTPServer):
@@ -68,6 +69,9 @@ def _answer(path: str) -> tuple[dict[str, str], bytes]:
         "/empty-gzip.txt": ({"Content-Encoding": "gzip"}, b""),
         "/input.txt.zst": ({"Content-Encoding": "zstd"}, b"(\xb5/\xfd not really zstd"),
         "/empty.txt": ({}, b""),
+        # a web page where the file should be: an error page, or GitHub's page of a file
+        "/page.txt": ({"Content-Type": "text/html; charset=utf-8"}, PAGE),
+        "/page.html": ({"Content-Type": "text/html"}, PAGE),
         "/gzip.txt": ({"Content-Encoding": "gzip"}, gzip.compress(TEXT)),
         "/deflate.txt": ({"Content-Encoding": "deflate"}, zlib.compress(TEXT)),
         "/br.txt": ({"Content-Encoding": "br"}, b"\x1b\x03\x00\xf8\xa5\x00"),
@@ -175,6 +179,23 @@ def test_an_empty_file_already_cached_says_how_to_download_again(server, cache_d
     with pytest.raises(UserError) as e:
         src.local_path(progress=False)
     assert "empty" in str(e.value) and f"delete it to download {src.url} again" in str(e.value)
+
+
+def test_a_web_page_for_a_file_is_one_line_and_caches_nothing(server, cache_dir):
+    """A 200 with an HTML page (an error page, GitHub's page of a file rather than the raw
+    file) was cached and tokenized as the corpus, exit 0. It is refused, with the sha256
+    that takes it anyway; a URL that names a page (.html) is read as ever."""
+    url = server.url("/page.txt")
+    with pytest.raises(UserError) as e:
+        _source(url, cache_dir).local_path(progress=False)
+    sha = hashlib.sha256(PAGE).hexdigest()
+    said = str(e.value)
+    assert url in said and "text/html" in said and "check source.url" in said
+    assert f"source.sha256={sha}" in said
+    assert _cached(cache_dir) == []
+    assert _source(url, cache_dir, sha256=sha).local_path(progress=False).read_bytes() == PAGE
+    page = _source(server.url("/page.html"), cache_dir).local_path(progress=False)
+    assert page.read_bytes() == PAGE
 
 
 @pytest.mark.parametrize("path", ["/gzip.txt", "/deflate.txt", "/two-members.txt",

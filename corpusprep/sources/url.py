@@ -315,6 +315,14 @@ class UrlSource(Source):
                     f"{redact(self.url)}: the download has sha256 {found}, expected {self.sha256}; "
                     "check source.url and source.sha256 (nothing was cached)"
                 )
+            if not self.sha256 and _web_page(r.headers.get("Content-Type"), dest):
+                raise UserError(
+                    f"could not download {redact(self.url)}: the server sent a web page "
+                    f"(Content-Type: {r.headers['Content-Type']}), not the file (an error page, "
+                    "or a page that shows the file); nothing was cached; check source.url (a "
+                    "raw file's URL), or if the page is the text, pin it with "
+                    f"source.sha256={found}"
+                )
             publish(part, dest, self.sha256)
             if total is None and not inflate and not self.sha256 and not _framed(r.headers):
                 print(f"corpusprep: warning: {redact(self.url)} came with no Content-Length, so "
@@ -459,6 +467,14 @@ def _by(end: Optional[float], ask: Any) -> Any:
         return interruptible(ask, max(end - time.monotonic(), 0.1))
     except StillRunning:
         raise _Late("no complete answer from the server") from None
+
+
+def _web_page(content_type: Optional[str], dest: Path) -> bool:
+    """Whether the answer is an HTML page where the URL names no page (x.txt, x.jsonl):
+    an error page served with 200, or a site's page showing the file instead of it."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    page = dest.name.lower().endswith((".html", ".htm", ".xhtml"))
+    return media in ("text/html", "application/xhtml+xml") and not page
 
 
 def _framed(headers: Any) -> bool:
