@@ -248,6 +248,13 @@ def _check_launchers(overrides: list[Any]) -> None:
                     f"hydra/launcher={name}: Hydra's {name} launcher is not installed; "
                     f"pip install 'corpusprep[{extra}]'"
                 )
+            # without psutil, loky stops its workers with `pgrep -P`: a Ctrl-C reaching that
+            # pgrep too (the terminal's process group) left the sweep waiting for ever
+            if name == "joblib" and importlib.util.find_spec("psutil") is None:
+                raise UserError(
+                    "hydra/launcher=joblib: psutil is not installed (without it, a Ctrl-C can "
+                    "leave the sweep hanging); pip install 'corpusprep[joblib]'"
+                )
 
 
 def _is_key(o: Any) -> bool:

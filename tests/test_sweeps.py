@@ -282,3 +282,23 @@ def test_a_sweeps_clash_check_reads_out_dir_under_home_as_the_run_does(tmp_path,
 
     monkeypatch.setenv("HOME", str(tmp_path))
     assert _real_path("~/a") == _real_path(str(tmp_path / "a")) == str((tmp_path / "a").resolve())
+
+
+# found by an attack: without psutil, loky stops a joblib sweep's workers with `pgrep -P`;
+# a Ctrl-C that reaches that pgrep too (the terminal's process group) ends loky's manager
+# thread in an AttributeError (its fallback calls a kill() its processes lack) and the
+# sweep waits for its idle workers for ever (2 of 8 Ctrl-Cs here). With psutil: no pgrep
+def test_the_joblib_launcher_without_psutil_is_one_line(monkeypatch):
+    import importlib.util
+
+    from corpusprep import overrides
+    from corpusprep.errors import UserError
+
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "psutil" else real(name, *a))  # fmt: skip
+    parsed, _ = overrides._parse(["hydra/launcher=joblib", "source=file", "source.path=a.txt"])
+    with pytest.raises(UserError, match=r"^hydra/launcher=joblib: .*psutil.*; "
+                                        r"pip install 'corpusprep\[joblib\]'$"):  # fmt: skip
+        overrides._check_launchers(parsed)
