@@ -497,6 +497,10 @@ def exit_now(code: int) -> NoReturn:
     # (python -m cProfile -m corpusprep ...): the usual exit
     if shutdown is None or sys.getprofile() is not None or sys.gettrace() is not None:
         sys.exit(code)
+    local = sys.modules.get("corpusprep.executors.local")
+    if code and local is not None:  # a pool no abort reached: its thread must not hold us
+        with contextlib.suppress(Exception):
+            local.kill_live_pools()
     # Python reports an error here and exits as it would have; so does this. (3.11's
     # process pool may write at exit to the wake-up pipe of a pool already aborted.)
     with contextlib.suppress(Exception):

@@ -118,6 +118,7 @@ class LocalExecutor(Executor):
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+            _LIVE.discard(pool)
 
     def _get_pool(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -137,20 +138,25 @@ class LocalExecutor(Executor):
             # config, modules): frozen, their collections never walk them, and so never
             # copy the pages they share with the driver (3-4% of a run's CPU)
             gc.freeze()
-        return ProcessPoolExecutor(
+        pool = ProcessPoolExecutor(
             workers, mp_context=context, initializer=die_with_parent,
             # a forkserver's workers are its children, not ours
             initargs=(None if context.get_start_method() == "forkserver" else os.getpid(),),
         )  # fmt: skip
+        _LIVE.add(pool)
+        return pool
 
     def _discard_pool(self) -> None:
+        """A pool a worker died in: its other workers killed too (their tasks go again), so
+        its thread cannot wait for ever on a result one of them was halfway through."""
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            _kill(self._pool)
             self._pool = None
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
+            _LIVE.discard(self._pool)
             self._pool = None
         gc.unfreeze()  # what the driver made before the pool is collectable again
 
@@ -198,8 +204,21 @@ def _cancel(pool: ProcessPoolExecutor, futures: Iterable[Future]) -> None:
         future.cancel()
 
 
+_LIVE: set[ProcessPoolExecutor] = set()  # the pools made here and not yet shut down
+
+
+def kill_live_pools() -> None:
+    """Kill every pool made here and not shut down: at the exit of a run that failed or was
+    interrupted, a pool no abort reached could hold its thread on a result a dead worker
+    left half-sent, and the exit's join of that thread waited for ever (found by SIGTERM to
+    a run's process group at random moments, 1 run in 200)."""
+    for pool in list(_LIVE):
+        _kill(pool)
+
+
 def _kill(pool: ProcessPoolExecutor) -> None:
     """Kill a pool's workers and wait for them."""
+    _LIVE.discard(pool)
     processes = list((getattr(pool, "_processes", None) or {}).values())
     results = getattr(pool, "_result_queue", None)  # shutdown() forgets it
     if sys.version_info < (3, 12):
