@@ -144,7 +144,17 @@ class SweepCallback(Callback):
     """Registered in conf/config.yaml (hydra.callbacks)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from corpusprep.errors import UserError
+        from corpusprep.writer import lock_sweep
+
         check_clashes(config)
+        # held until the process ends (a kill lets it go): one sweep in a folder at a time
+        # (an exception here Hydra would only warn of, and go on)
+        try:
+            self._lock = lock_sweep(Path(config.hydra.runtime.cwd, config.hydra.sweep.dir))
+        except (UserError, OSError) as e:
+            print(f"corpusprep: error: {e}", file=sys.stderr)
+            sys.exit(1)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         # Hydra saves multirun.yaml just before the first job: hide its secrets at once

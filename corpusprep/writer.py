@@ -45,6 +45,7 @@ from corpusprep.errors import UserError, is_interrupt
 DTYPES = {"uint16": np.uint16, "uint32": np.uint32}
 WORK = ".corpusprep-work"  # resumable shard parts, inside out_dir
 LOCK = ".corpusprep.lock"  # held (flock) for the whole run
+SWEEP_LOCK = ".corpusprep-sweep.lock"  # in hydra.sweep.dir, held for the whole sweep
 JOURNAL = ".corpusprep-commit.json"  # the renames of a commit under way
 MANIFEST = "manifest.json"
 MAX_JOURNAL_BYTES = 256 << 20  # a commit's renames: about 100 bytes a file
@@ -570,15 +571,27 @@ def _apply(folder: Path, journal: dict[str, Any]) -> None:
     (folder / JOURNAL).unlink(missing_ok=True)
 
 
-def _acquire_lock(folder: Path, label: str, made: Optional[list[Path]] = None) -> Optional[int]:
-    """An exclusive flock on folder/.corpusprep.lock, holding our pid; None where there is
-    no flock (not POSIX). A second run gets one line naming the holder. Folders made again
-    (another run removed them) are added to `made`, deepest first."""
+def lock_sweep(folder: Path) -> Optional[int]:
+    """A sweep's hold on its hydra.sweep.dir (made if missing) for as long as it runs: two
+    sweeps given one folder wrote their jobs' records over each other's, and a sweep whose
+    jobs failed on the other's locks read the other's records and exited 0."""
+    folder.mkdir(parents=True, exist_ok=True)
+    busy = (f"hydra.sweep.dir={folder}: another corpusprep sweep ({{holder}}) is writing "
+            "there; wait for it to finish, or give this sweep another hydra.sweep.dir")  # fmt: skip
+    return _acquire_lock(folder, str(folder), name=SWEEP_LOCK, busy=busy)
+
+
+def _acquire_lock(folder: Path, label: str, made: Optional[list[Path]] = None,
+                  name: str = LOCK, busy: Optional[str] = None) -> Optional[int]:  # fmt: skip
+    """An exclusive flock on folder/.corpusprep.lock (or `name`), holding our pid; None where
+    there is no flock (not POSIX). A second run gets one line naming the holder (`busy`, its
+    {holder} filled in). Folders made again (another run removed them) are added to `made`,
+    deepest first."""
     try:
         import fcntl
     except ImportError:
         return None
-    path = folder / LOCK
+    path = folder / name
     for attempt in itertools.count():
         try:
             fd = _open_lock(path)
@@ -600,9 +613,10 @@ def _acquire_lock(folder: Path, label: str, made: Optional[list[Path]] = None) -
             if e.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
             raise UserError(
+                busy.format(holder=holder) if busy else
                 f"out_dir={label}: another corpusprep run ({holder}) is writing there; "
                 "wait for it to finish, or choose another out_dir"
-            ) from None
+            ) from None  # fmt: skip
         try:  # the holder may have removed the file as we opened it: lock the one on disk
             same = os.fstat(fd).st_ino == os.lstat(path).st_ino
         except FileNotFoundError:

@@ -146,6 +146,27 @@ def test_hydra_job_chdir_still_hides_a_secret_from_multirun_yaml_at_once(work):
         silent.close()
 
 
+def test_a_sweep_folder_another_sweep_is_writing_to_is_one_line(work):
+    """Found by an attack: two sweeps given one hydra.sweep.dir wrote their jobs' records
+    over each other's, and one whose jobs failed on the other's locks exited 0."""
+    from corpusprep.writer import lock_sweep
+
+    args = ("-m", "source=file", "source.path=a.txt", "split=0.8,0.9", "hydra.sweep.dir=sw",
+            "quiet=true")  # fmt: skip
+    held = lock_sweep(work / "sw")  # as the other sweep holds it
+    try:
+        r = run_cli(*args, cwd=work)
+        assert_one_line_error(
+            r, "hydra.sweep.dir=", "another corpusprep sweep", f"pid {os.getpid()}"
+        )
+        assert sorted(p.name for p in (work / "sw").iterdir()) == [".corpusprep-sweep.lock"]
+    finally:
+        os.close(held)
+    r = run_cli(*args, cwd=work)  # once the other sweep is done
+    assert r.returncode == 0, r.stderr
+    assert len(table(work / "sw")) == 2
+
+
 def test_a_failed_job_is_a_row_and_the_others_are_kept(work):
     r = run_cli("-m", "source=file", "source.path=a.txt,missing.txt,b.txt", cwd=work)
     assert r.returncode == 1
