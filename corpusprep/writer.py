@@ -576,17 +576,21 @@ def lock_sweep(folder: Path) -> Optional[int]:
     sweeps given one folder wrote their jobs' records over each other's, and a sweep whose
     jobs failed on the other's locks read the other's records and exited 0."""
     folder.mkdir(parents=True, exist_ok=True)
-    busy = (f"hydra.sweep.dir={folder}: another corpusprep sweep ({{holder}}) is writing "
-            "there; wait for it to finish, or give this sweep another hydra.sweep.dir")  # fmt: skip
+
+    def busy(holder: str) -> str:
+        return (f"hydra.sweep.dir={folder}: another corpusprep sweep ({holder}) is "
+                "writing there; wait for it to finish, or give this sweep another "
+                "hydra.sweep.dir")  # fmt: skip
+
     return _acquire_lock(folder, str(folder), name=SWEEP_LOCK, busy=busy)
 
 
-def _acquire_lock(folder: Path, label: str, made: Optional[list[Path]] = None,
-                  name: str = LOCK, busy: Optional[str] = None) -> Optional[int]:  # fmt: skip
+def _acquire_lock(folder: Path, label: str, made: Optional[list[Path]] = None, name: str = LOCK,
+                  busy: Optional[Callable[[str], str]] = None) -> Optional[int]:  # fmt: skip
     """An exclusive flock on folder/.corpusprep.lock (or `name`), holding our pid; None where
-    there is no flock (not POSIX). A second run gets one line naming the holder (`busy`, its
-    {holder} filled in). Folders made again (another run removed them) are added to `made`,
-    deepest first."""
+    there is no flock (not POSIX). A second run gets one line naming the holder (`busy`'s,
+    given the holder, if any). Folders made again (another run removed them) are added to
+    `made`, deepest first."""
     try:
         import fcntl
     except ImportError:
@@ -613,7 +617,7 @@ def _acquire_lock(folder: Path, label: str, made: Optional[list[Path]] = None,
             if e.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
             raise UserError(
-                busy.format(holder=holder) if busy else
+                busy(holder) if busy else
                 f"out_dir={label}: another corpusprep run ({holder}) is writing there; "
                 "wait for it to finish, or choose another out_dir"
             ) from None  # fmt: skip

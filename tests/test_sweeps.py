@@ -323,3 +323,18 @@ def test_the_joblib_launcher_without_psutil_is_one_line(monkeypatch):
     with pytest.raises(UserError, match=r"^hydra/launcher=joblib: .*psutil.*; "
                                         r"pip install 'corpusprep\[joblib\]'$"):  # fmt: skip
         overrides._check_launchers(parsed)
+
+
+def test_a_held_sweep_folder_with_braces_in_its_name_is_one_line(tmp_path):
+    """The line is built around the folder's name, never formatted from it ({ and } in a
+    folder name, which a str.format of the message raised on)."""
+    from corpusprep.errors import UserError
+    from corpusprep.writer import lock_sweep
+
+    folder = tmp_path / "sweep {x} }{"
+    held = lock_sweep(folder)
+    try:
+        with pytest.raises(UserError, match=r"sweep \{x\} \}\{: another corpusprep sweep"):
+            lock_sweep(folder)
+    finally:
+        os.close(held)
