@@ -371,14 +371,14 @@ def _check_plugin_key(o: Any, node: DictConfig, group: str, sub: str, nested: bo
         # a key given that this choice takes and the other does not: adding the other
         # choice alone would fail on it (source=file source.path=a source.glob=b)
         mine, theirs = _taken(node) or set(), _taken(_option_node(group, others[0])) or set()
-        clash = next((g.input_line for g in given if g.key_or_group.startswith(f"{group}.")
+        clash = next((g for g in given if g.key_or_group.startswith(f"{group}.")
                       and g.key_or_group.split(".")[1] in mine - theirs), None)  # fmt: skip
         if clash is not None:
-            leaf = clash.partition("=")[0].split(".")[1]
+            leaf, typed = clash.key_or_group.split(".")[1], clash.input_line
             raise UserError(
                 f"{key}: {group}={choice} does not take {sub} ({takers} does), and "
-                f"{group}={others[0]} does not take {leaf}: drop {line} to read {clash}, or "
-                f"drop {clash} and add {group}={others[0]} before {line}"
+                f"{group}={others[0]} does not take {leaf}: drop {line} to read {typed}, or "
+                f"drop {typed} and add {group}={others[0]} before {line}"
             )
         raise UserError(
             f"{key}: {group}={choice} does not take {sub}; {takers} does: add {group}="

@@ -297,11 +297,16 @@ def _half_sends_a_result(_: int) -> None:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the worker finds the pipe it forked with")
-def test_an_abort_while_a_worker_sends_its_result_does_not_hang():
+@pytest.mark.parametrize("how", ["aborted", "discarded", "left at exit"])
+def test_a_pool_whose_worker_half_sent_a_result_does_not_hold_the_exit(how):
     """SIGTERM to a run's process group (timeout, a scheduler) or the abort's own kill can
     end a worker halfway through sending a result: the pool's thread then waited for the
     rest of the message forever, and the process hung at exit, joining it (found by
-    SIGTERM at random moments of a documents run, 1 in 25)."""
+    SIGTERM at random moments of a documents run: 1 in 25 aborted; 1 in 200 where no abort
+    reached the pool). An aborted pool, one given up because a worker died, and one left
+    at the exit of a failed run (app.exit_now) are killed whole."""
+    from corpusprep.executors import local
+
     executor = LocalExecutor(workers=1, start_method="fork")
     pool = executor._get_pool()
     future = pool.submit(_half_sends_a_result, 0)
@@ -310,9 +315,12 @@ def test_an_abort_while_a_worker_sends_its_result_does_not_hang():
         time.sleep(0.01)
     time.sleep(0.5)  # the pool's thread has read the header: it waits for the rest
     manager = pool._executor_manager_thread
-    executor.abort()
+    {"aborted": executor.abort, "discarded": executor._discard_pool,
+     "left at exit": local.kill_live_pools}[how]()  # fmt: skip
     manager.join(10)
     assert not manager.is_alive()
+    if how != "aborted":
+        assert pool not in local._LIVE
 
 
 def _dies_once_at(task: tuple[int, str]) -> int:
@@ -1018,28 +1026,3 @@ def test_tasks_cancelled_as_a_run_stops_leave_the_pool_first():
             assert all(isinstance(f, _Dropped) for f in held)
     finally:
         executor.abort()
-
-
-@pytest.mark.skipif(sys.platform != "linux", reason="the worker finds the pipe it forked with")
-@pytest.mark.parametrize("how", ["discarded", "left at exit"])
-def test_a_pool_no_abort_reaches_does_not_hold_the_exit(how):
-    """A run hung at exit after SIGTERM to its process group (1 in 200, found by an attack):
-    the pool's thread waited on a result a dead worker left half-sent, and the exit joined
-    it. A pool given up because a worker died is killed whole; one left at the exit of a
-    failed run is killed there (app.exit_now)."""
-    from corpusprep.executors import local
-
-    executor = LocalExecutor(workers=1, start_method="fork")
-    pool = executor._get_pool()
-    future = pool.submit(_half_sends_a_result, 0)
-    deadline = time.monotonic() + 30
-    while not future.running() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.5)  # the pool's thread has read the header: it waits for the rest
-    manager = pool._executor_manager_thread
-    if how == "discarded":
-        executor._discard_pool()
-    else:
-        local.kill_live_pools()
-    manager.join(10)
-    assert not manager.is_alive() and pool not in local._LIVE

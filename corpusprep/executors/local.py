@@ -190,16 +190,22 @@ class _Dropped(Future):
         pass
 
 
-def _cancel(pool: ProcessPoolExecutor, futures: Iterable[Future]) -> None:
-    """Cancel the futures of tasks no worker took yet. On Python < 3.12 each leaves the
-    pool first (a _Dropped takes its place): the pool's thread fails every future it holds
-    when a worker dies, and one cancelled here just before, from this thread, raised
-    InvalidStateError in it (a race _kill's own replacement could lose)."""
-    futures = set(futures)
+def _leave(pool: ProcessPoolExecutor, leaving: Callable[[Future], bool]) -> None:
+    """On Python < 3.12, the futures `leaving` picks leave the pool: a _Dropped takes the
+    place of each in the pool's work items."""
     if sys.version_info < (3, 12):
         for item in list((getattr(pool, "_pending_work_items", None) or {}).values()):
-            if item.future in futures:
+            if leaving(item.future):
                 item.future = _Dropped()
+
+
+def _cancel(pool: ProcessPoolExecutor, futures: Iterable[Future]) -> None:
+    """Cancel the futures of tasks no worker took yet, each leaving the pool first (_leave):
+    the pool's thread fails every future it holds when a worker dies, and one cancelled
+    here just before, from this thread, raised InvalidStateError in it (a race _kill's own
+    replacement could lose)."""
+    futures = set(futures)
+    _leave(pool, futures.__contains__)
     for future in futures:
         future.cancel()
 
@@ -221,10 +227,7 @@ def _kill(pool: ProcessPoolExecutor) -> None:
     _LIVE.discard(pool)
     processes = list((getattr(pool, "_processes", None) or {}).values())
     results = getattr(pool, "_result_queue", None)  # shutdown() forgets it
-    if sys.version_info < (3, 12):
-        for item in list((getattr(pool, "_pending_work_items", None) or {}).values()):
-            if item.future.cancelled():
-                item.future = _Dropped()
+    _leave(pool, Future.cancelled)  # (cancelled by a caller of the pool's own)
     for process in processes:
         process.kill()
     pool.shutdown(wait=False, cancel_futures=True)

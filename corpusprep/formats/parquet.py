@@ -93,7 +93,7 @@ class ParquetFormat(Format):
         when it is asked for the metadata of some damaged column chunks, where reading the
         file raises as it should. So the chunks corpusprep asks for are asked for first in
         a forked child, which says which file it is at: its death is that file's one line,
-        not the run's end (one child for every file: a fork costs a few ms)."""
+        not the run's end (one child for all the files: a fork costs a few ms)."""
         if not files or not hasattr(os, "fork"):
             return
         read, write = os.pipe()

@@ -240,9 +240,9 @@ class Tokenizer(ABC):
 
 # Limits every tokenizer's vocabulary keeps to. The tables made per id (token_bytes.npy,
 # the decoder's bytes, meta.pkl's itos) run from 0 to the largest id: a stranger's 27 KB
-# file with one added token at id 10^8 or 2^32-1
-# would cost minutes and gigabytes. Real vocabularies are dense (Gemma's 262,144 ids are
-# the most in use); a reserved range may leave a gap, not one far beyond the tokens.
+# file with one added token at id 10^8 or 2^32-1 would cost minutes and gigabytes. Real
+# vocabularies are dense (Gemma's 262,144 ids are the most in use); a reserved range may
+# leave a gap, not one far beyond the tokens.
 MAX_ID = (1 << 24) - 1
 MAX_GAP = 1 << 17  # ids allowed beyond twice the number of tokens
 # meta.pkl holds each token's text twice (itos, stoi): about 27 bytes a token, and load()

@@ -36,7 +36,7 @@ from typing import Any, Optional
 import numpy as np
 
 from corpusprep.errors import UserError
-from corpusprep.tokenizers import (  # noqa: F401 - MAX_*: hf.MAX_TOKENS as before
+from corpusprep.tokenizers import (
     MAX_GAP,
     MAX_ID,
     MAX_TOKENS,

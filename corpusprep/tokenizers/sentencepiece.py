@@ -75,9 +75,6 @@ TRAINING = dict(model_type="bpe", self_test_sample_size=0, character_coverage=1.
                 remove_extra_whitespaces=False, max_sentence_length=1 << 16,
                 minloglevel=2)  # fmt: skip
 _cache: dict[Any, Any] = {}  # per process and model: its processor, its tables
-# sentencepiece's trainer takes an int32, but a model of more pieces than MAX_TOKENS is
-# refused once trained: refused before the scan instead
-MAX_VOCAB = MAX_TOKENS
 # A .model bigger than this is not a vocabulary (Llama 2's is 0.5 MB, Gemma 3's 262,144
 # pieces 4.7 MB): sentencepiece takes about 11 times the file's size to load it, and a
 # stranger's 47 MB file of 3M pieces took 1.6 GB and 10 s before its meta.pkl was refused
@@ -108,9 +105,9 @@ class SentencePieceTokenizer(Tokenizer):
                 f"tokenizer.vocab_size={vocab_size}: a byte-fallback model needs its 256 byte "
                 "pieces and <unk>, <s>, </s>; give 260 or more"
             )
-        if vocab_size > MAX_VOCAB:
+        if vocab_size > MAX_TOKENS:  # (a model of more is refused: before the scan, not after)
             raise UserError(
-                f"tokenizer.vocab_size={vocab_size}: more than the {MAX_VOCAB:,} pieces "
+                f"tokenizer.vocab_size={vocab_size}: more than the {MAX_TOKENS:,} pieces "
                 "corpusprep takes; give a smaller one (e.g. 32000)"
             )
         self.rule = sample_rule(train_chars, max_doc_chars, seed)  # checked now
