@@ -323,6 +323,34 @@ def test_a_pool_whose_worker_half_sent_a_result_does_not_hold_the_exit(how):
         assert pool not in local._LIVE
 
 
+def _sleeps_with(task: tuple[float, bytes]) -> int:
+    time.sleep(task[0])
+    return len(task[1])
+
+
+@pytest.mark.parametrize("how", ["aborted", "discarded", "left at exit"])
+def test_a_pool_whose_queue_was_being_fed_a_big_task_does_not_hold_the_exit(how):
+    """Tasks bigger than a pipe's 64 KB (a trained tokenizer's 16,384 tokens go with each
+    encode task): a pool killed while its feeder thread was halfway through writing one
+    left the feeder blocked on a pipe no worker reads any more, the pool's thread joining
+    it, and the exit joining that thread: a SIGTERM to a bpe run at the start of its
+    encoding printed its line and then hung (found by CI, 1 run in 3 at the right moment)."""
+    from corpusprep.executors import local
+
+    executor = LocalExecutor(workers=2, start_method="fork")
+    tasks = [(0.3 if i == 0 else 0.05, b"x" * 400_000) for i in range(12)]
+    results = executor.map(_sleeps_with, tasks)
+    next(results)  # the first result came: the feeder is writing a task no worker takes yet
+    pool = executor._pool
+    manager, feeder = pool._executor_manager_thread, pool._call_queue._thread
+    results.close()  # the run stops (a KeyboardInterrupt here: run()'s finally)
+    {"aborted": executor.abort, "discarded": executor._discard_pool,
+     "left at exit": local.kill_live_pools}[how]()  # fmt: skip
+    manager.join(10)
+    feeder.join(1)
+    assert not manager.is_alive() and not feeder.is_alive()
+
+
 def _dies_once_at(task: tuple[int, str]) -> int:
     """Kills its worker the first time it runs tasks 5, 7, 9 and 11."""
     index, flags = task

@@ -226,18 +226,35 @@ def _kill(pool: ProcessPoolExecutor) -> None:
     """Kill a pool's workers and wait for them."""
     _LIVE.discard(pool)
     processes = list((getattr(pool, "_processes", None) or {}).values())
-    results = getattr(pool, "_result_queue", None)  # shutdown() forgets it
+    results = getattr(pool, "_result_queue", None)  # shutdown() forgets them
+    tasks = getattr(pool, "_call_queue", None)
     _leave(pool, Future.cancelled)  # (cancelled by a caller of the pool's own)
     for process in processes:
         process.kill()
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         process.join(5)
-    # a worker killed halfway through sending a result left the pool's thread waiting for
-    # the rest of the message (and the exit joining that thread, forever): with this
-    # process's end of the pipe closed too, it reads the pipe's end instead
-    with contextlib.suppress(AttributeError, OSError):
-        results._writer.close()
+    # Each pipe a dead worker was using, at this process's end, let go of: a worker killed
+    # halfway through sending a result left the pool's thread waiting for the rest of the
+    # message (and the exit joining that thread, forever): with the write end gone, it
+    # reads the pipe's end instead. And its feeder thread halfway through writing a task
+    # bigger than the pipe (a trained tokenizer's ranks go with each) waited for a worker
+    # to read the rest, the pool's thread joining it: with the read end gone, the write
+    # fails (as CPython does for a pool it finds broken, gh-94777)
+    for end in (getattr(results, "_writer", None), getattr(tasks, "_reader", None)):
+        with contextlib.suppress(AttributeError, OSError):
+            _let_go_of(end.fileno())
+
+
+def _let_go_of(fd: int) -> None:
+    """The pipe end `fd` closed, and the number taken by /dev/null: the pool's own threads
+    close it later, at any time, and a close of the bare number could close a file opened
+    since, which took it."""
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        os.dup2(null, fd)
+    finally:
+        os.close(null)
 
 
 def die_with_parent(parent: Optional[int]) -> None:
