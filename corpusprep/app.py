@@ -14,6 +14,7 @@ import re
 import signal
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Iterator
 from typing import Any, NoReturn, Optional
@@ -268,6 +269,7 @@ def main() -> None:
     for stopping in (signal.SIGTERM, signal.SIGINT):
         if signal.getsignal(stopping) != signal.SIG_IGN:
             signal.signal(stopping, _interrupt)
+    sys.unraisablehook = _not_lost(sys.unraisablehook)
     # `split=0.8,0.9 -m` as well as `-m split=0.8,0.9` (argparse wants flags first)
     flags = [a for a in sys.argv[1:] if a in ("-m", "--multirun")]
     sys.argv[1:] = flags + [a for a in sys.argv[1:] if a not in flags]
@@ -589,6 +591,29 @@ def _interrupt(signum: int, frame: Any) -> NoReturn:
 
 
 _stopped_by: Optional[int] = None  # the last signal _interrupt turned into a Ctrl-C
+
+
+def _not_lost(hook: Any) -> Any:
+    """sys.unraisablehook, but for _interrupt's KeyboardInterrupt: a handler runs at the
+    main thread's next step, wherever that is, and inside a weakref's callback, a __del__
+    or a fork's hook its exception can go nowhere: Python printed it as "Exception ignored"
+    and the run went on, to commit and exit 0. The signal is sent again 10 ms later, from
+    a thread, once the callback is over (should it land in one again: the same again)."""
+
+    def caught(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt) and _stopped_by is not None:
+            import _thread  # start_new_thread: not Thread.start(), which waits for it
+
+            _thread.start_new_thread(_send_again, (_stopped_by,))
+            return
+        hook(unraisable)
+
+    return caught
+
+
+def _send_again(signum: int) -> None:
+    time.sleep(0.01)
+    os.kill(os.getpid(), signum)
 
 
 def _interrupt_code() -> int:

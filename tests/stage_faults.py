@@ -6,6 +6,8 @@ corpusprep.prepare (encode, merge_parts, export, commit) and <what> one of:
     move_out_dir      out_dir renamed away          remove_out_dir  out_dir removed
     remove_input      the (first) input removed     truncate_input  cut to half its size
     append_input      a line added to it
+    sigterm_in_callback  a SIGTERM whose handler runs inside a weakref's callback, where
+                      Python only prints an exception it cannot raise (as a real one may land)
 """
 
 from __future__ import annotations
@@ -30,6 +32,16 @@ def _fault(run, what: str) -> None:
     elif what == "append_input":
         with open(path, "a") as f:
             f.write("one more line\n")
+    elif what == "sigterm_in_callback":
+        import signal
+        import weakref
+
+        class Thing:
+            pass
+
+        thing = Thing()
+        weakref.finalize(thing, os.kill, os.getpid(), signal.SIGTERM)
+        del thing  # the callback runs now: the handler at its next step, inside it
     else:
         raise SystemExit(f"stage_faults: unknown fault {what!r}")
 
