@@ -82,9 +82,9 @@ class StillRunning(Exception):
 
 def interruptible(call: Callable[[], Any], timeout: Optional[float] = None) -> Any:
     """call() in a daemon thread, waited on from this one. Python acts on a signal only
-    between two of its own steps: a long call into a library that lets go of the GIL
-    (rustbpe's training: minutes) held a Ctrl-C or SIGTERM until it returned, and one whose
-    own timeout restarts with every byte (huggingface_hub's download) never ends. Waited on
+    between two of its own steps: a long call into a library that lets go of the GIL held
+    a Ctrl-C or SIGTERM until it returned, and one whose own timeout restarts with every
+    byte (huggingface_hub's download, a server's trickled headers) never ends. Waited on
     here, the signal is acted on at once, and StillRunning is raised after `timeout`
     seconds; the thread ends with the process."""
     answer: dict[str, Any] = {}

@@ -66,7 +66,8 @@ class Clock:
             from tqdm import tqdm
 
             # its own copy of stderr: native_panics() points fd 2 elsewhere around a call
-            # into Rust (the training), and the line must go on being redrawn meanwhile
+            # into Rust (a regex of the user's checked on the sample), and the line must go
+            # on being redrawn meanwhile
             self._out = _own_stderr()
             self._bar = tqdm(desc=desc, total=None, leave=False, dynamic_ncols=True,
                              bar_format="{desc}: {elapsed}{postfix}", file=self._out)  # fmt: skip

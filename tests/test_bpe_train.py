@@ -14,12 +14,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -414,12 +416,128 @@ def test_without_rustbpe_the_error_says_what_to_install(tmp_path):
     assert_one_line_error(done, "pip install 'corpusprep[train]'")
 
 
+_MERGING = """
+import random, signal, sys, time
+sys.path.insert(0, {repo!r})
+from corpusprep.sample import Sample
+from corpusprep.tokenizers.bpe import BpeTokenizer
+
+random.seed(0)
+words = ["".join(random.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(random.randint(6, 14)))
+         for _ in range(300_000)]
+units = [" ".join(words[i : i + 100]) + "\\n" for i in range(0, len(words), 100)]
+
+def stop(signum, frame):
+    raise KeyboardInterrupt
+
+signal.signal(signal.SIGALRM, stop)
+sent = time.monotonic() + {after}  # the signal comes then; its handler when it can run
+signal.setitimer(signal.ITIMER_REAL, {after})
+try:
+    BpeTokenizer(vocab_size=20_000).fit("", sample=Sample(units=units))
+    print("trained in", time.monotonic() - sent + {after})
+except KeyboardInterrupt:
+    print("interrupted after", time.monotonic() - sent)
+"""
+
+
+@pytest.mark.parametrize("after", [0.05, 0.6])  # sending the sample; merging (2 MB, 0.5 s)
+def test_a_signal_while_rustbpe_merges_holding_the_gil_is_acted_on_at_once(after):
+    """rustbpe lets go of the GIL only while it counts: its merge loop (seconds to minutes
+    on a big sample, 1.5 s here) holds it, and Python runs a signal's handler only in a
+    thread holding it, so a Ctrl-C or SIGTERM then waited for the training to end. The
+    training runs in a process of its own, waited on: acted on at once in each phase."""
+    done = subprocess.run([sys.executable, "-c", _MERGING.format(repo=str(REPO), after=after)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert "interrupted after" in done.stdout, done.stdout + done.stderr
+    assert float(done.stdout.split()[-1]) < 0.3, done.stdout
+
+
+def _training_process(driver: subprocess.Popen, seconds: float = 60):
+    """The driver's training process (tokenizers/_bpe_training.py), once it has started."""
+    psutil = pytest.importorskip("psutil")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and driver.poll() is None:
+        for child in psutil.Process(driver.pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if any(arg.endswith("_bpe_training.py") for arg in child.cmdline()):
+                    return child
+        time.sleep(0.02)
+    raise AssertionError("no training process")
+
+
+def _ends(process, seconds: float) -> bool:
+    """Whether a process that is not ours ends within `seconds` (a zombie no init reaped
+    has ended)."""
+    import psutil
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def _many_words(path: Path) -> None:
+    random.seed(0)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    words = ["".join(random.choice(letters) for _ in range(random.randint(6, 14)))
+             for _ in range(300_000)]  # fmt: skip
+    path.write_text("".join(" ".join(words[i : i + 100]) + "\n" for i in range(0, 300_000, 100)))
+
+
+@pytest.mark.slow
+def test_a_training_killed_by_the_kernel_is_one_line_with_its_fix(tmp_path):
+    """Out of memory, the kernel kills the biggest process: the training's. One line names
+    the key that bounds its memory."""
+    _many_words(tmp_path / "t.txt")
+    p = subprocess.Popen([sys.executable, "-m", "corpusprep", "source=file", "source.path=t.txt",
+                          "tokenizer=bpe", "tokenizer.vocab_size=30000", "out_dir=out"],
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        _training_process(p).kill()
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    done = subprocess.CompletedProcess(p.args, p.returncode, out, err)
+    assert_one_line_error(done, "training was killed", "tokenizer.train_chars=")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_a_driver_killed_while_it_trains_takes_the_training_with_it(tmp_path):
+    """A SIGKILLed driver cannot stop its training process: it stops itself (Linux's
+    parent-death signal), not minutes later, when its answer finds no one to read it."""
+    _many_words(tmp_path / "t.txt")
+    p = subprocess.Popen([sys.executable, "-m", "corpusprep", "source=file", "source.path=t.txt",
+                          "tokenizer=bpe", "tokenizer.vocab_size=30000", "out_dir=out"],
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        training = _training_process(p)
+        time.sleep(0.5)  # it has read the sample (3 MB): it merges, for a second or more
+        p.kill()
+        p.wait()
+        assert _ends(training, 0.5)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 @pytest.mark.slow
 def test_a_sigterm_while_the_bpe_trains_is_acted_on_at_once(tmp_path, shakespeare):
-    """An attack: rustbpe's training lets go of the GIL but Python acts on a signal only
-    between its own steps, so a SIGTERM (or Ctrl-C) waited for the training to end:
-    seconds here, minutes on a big sample. The training's line is still drawn meanwhile.
-    (A text with no spaces is cut by rustbpe holding the GIL: still acted on when it ends.)"""
+    """An attack: Python acts on a signal only between its own steps, so a SIGTERM (or
+    Ctrl-C) waited for rustbpe's training to end: seconds here, minutes on a big sample.
+    The training's line is still drawn meanwhile. (It hung for good when the signal came
+    as the encoding began: test_distributed's big-task test.)"""
     import fcntl
     import pty
     import select

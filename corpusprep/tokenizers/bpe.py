@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import signal
 import sys
 import time
 from collections import Counter
@@ -26,9 +27,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from corpusprep.errors import UserError, interruptible
+from corpusprep.errors import UserError
 from corpusprep.sample import Sample, SampleRule, sample_rule
-from corpusprep.tokenizers import NOWHERE, TRAINED, native_panics, read_kept
+from corpusprep.tokenizers import NOWHERE, TRAINED, _bpe_training, native_panics, read_kept
 from corpusprep.tokenizers.tiktoken import (
     CUT_AT,
     KEPT,
@@ -128,7 +129,7 @@ class BpeTokenizer(TiktokenTokenizer):
         return replace(self.rule, max_doc_chars=None) if single else self.rule
 
     def fit(self, charset: str, eot: bool = False, sample: Optional[Sample] = None) -> None:
-        rustbpe = _trainer()
+        _trainer()  # installed: else the error says what to install
         if sample is None or not sample.units:
             raise UserError(
                 "tokenizer=bpe: the training sample is empty: the text has no piece of at most "
@@ -141,16 +142,14 @@ class BpeTokenizer(TiktokenTokenizer):
         if self.pattern not in PATTERNS:  # the named patterns match every character
             self._check_covers(units)
         started = time.perf_counter()
-        trainer = rustbpe.Tokenizer()
-        try:
-            with native_panics(self._panicked):  # fancy-regex's backtrack limit
-                interruptible(  # a Ctrl-C or SIGTERM is acted on at once, not when it ends
-                    lambda: trainer.train_from_iterator(iter(units), merged, pattern=self.pat_str)
-                )
-        except ValueError as e:  # the pattern does not compile
-            raise self._bad_regex(e) from None
-        ranks = trainer.get_mergeable_ranks()
-        tokens = [token for token, _ in sorted(ranks, key=lambda pair: pair[1])]
+        try:  # in a process of its own: a Ctrl-C or SIGTERM is acted on at once
+            tokens = _bpe_training.train(units, merged, self.pat_str)
+        except _bpe_training.Refused as e:
+            if e.kind == "regex":  # the pattern does not compile
+                raise self._bad_regex(ValueError(str(e))) from None
+            raise self._panicked(str(e)) from None  # fancy-regex's backtrack limit
+        except _bpe_training.Died as e:
+            raise self._died(e) from None
         if len(set(tokens)) != len(tokens):  # two merges spelling the same bytes
             raise UserError(
                 "tokenizer=bpe: the trained vocabulary holds one token twice, which tiktoken "
@@ -221,6 +220,17 @@ class BpeTokenizer(TiktokenTokenizer):
             if "Regex error" not in str(e):
                 raise
             raise self._panicked(str(e)) from None
+
+    def _died(self, e: Exception) -> Exception:
+        """The training process ended with no answer: killed (by the kernel, out of memory:
+        the user's to fix), or failed (corpusprep's: its last words, as an error)."""
+        if getattr(e, "signal", 0) == signal.SIGKILL:
+            return UserError(
+                f"tokenizer=bpe: the training was killed (SIGKILL; out of memory?) on a sample "
+                f"of up to tokenizer.train_chars={self.train_chars:,} characters; give a "
+                "smaller train_chars"
+            )
+        return RuntimeError(f"tokenizer=bpe: the training process failed: {e}")
 
     def _bad_regex(self, e: ValueError) -> UserError:
         return UserError(f"tokenizer.pattern={self.pattern!r}: {e}; give gpt2, cl100k, o200k "
