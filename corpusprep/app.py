@@ -14,7 +14,6 @@ import re
 import signal
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Iterator
 from typing import Any, NoReturn, Optional
@@ -597,8 +596,9 @@ def _not_lost(hook: Any) -> Any:
     """sys.unraisablehook, but for _interrupt's KeyboardInterrupt: a handler runs at the
     main thread's next step, wherever that is, and inside a weakref's callback, a __del__
     or a fork's hook its exception can go nowhere: Python printed it as "Exception ignored"
-    and the run went on, to commit and exit 0. The signal is sent again 10 ms later, from
-    a thread, once the callback is over (should it land in one again: the same again)."""
+    and the run went on, to commit and exit 0. The signal is sent again from a thread, so
+    once the callback is over (a thread waits for the GIL: 5 ms at most; should the signal
+    land in a callback again, the same again)."""
 
     def caught(unraisable: Any) -> None:
         if isinstance(unraisable.exc_value, KeyboardInterrupt) and _stopped_by is not None:
@@ -612,7 +612,6 @@ def _not_lost(hook: Any) -> Any:
 
 
 def _send_again(signum: int) -> None:
-    time.sleep(0.01)
     os.kill(os.getpid(), signum)
 
 

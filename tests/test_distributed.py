@@ -351,6 +351,49 @@ def test_a_pool_whose_queue_was_being_fed_a_big_task_does_not_hold_the_exit(how)
     assert not manager.is_alive() and not feeder.is_alive()
 
 
+def _dies_halfway_through_a_result_once(task: tuple[int, str]) -> int:
+    """Task 3, the first time: its worker is killed (the kernel's OOM killer) halfway
+    through sending a result bigger than the pipe had room for."""
+    index, flags = task
+    flag = os.path.join(flags, str(index))
+    if index == 3 and not os.path.exists(flag):
+        open(flag, "w").close()
+        _half_sends_a_result_and_dies()
+    time.sleep(0.05)
+    return index
+
+
+def _half_sends_a_result_and_dies() -> None:
+    import gc
+    import struct
+    from multiprocessing.queues import SimpleQueue
+
+    queue = next(o for o in gc.get_objects() if isinstance(o, SimpleQueue))
+    os.write(queue._writer.fileno(), struct.pack("!i", 1 << 20) + b"x" * 10)
+    os._exit(9)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the worker finds the pipe it forked with")
+def test_a_worker_killed_halfway_through_sending_a_result_does_not_hang_the_run(tmp_path):
+    """The pool's thread waited for the rest of the message forever, never looking at its
+    workers again, and so did the run: a worker that dies with no result for a while
+    after is taken as a broken pool (its tasks go again)."""
+    import threading
+
+    executor = LocalExecutor(workers=2, start_method="fork")
+    executor.on_retry = lambda what, error: None
+    got: list[int] = []
+    mapping = threading.Thread(target=lambda: got.extend(executor.map(
+        _dies_halfway_through_a_result_once, [(i, str(tmp_path)) for i in range(8)])),
+        daemon=True)  # fmt: skip
+    mapping.start()
+    mapping.join(60)
+    stuck = mapping.is_alive()
+    if stuck:
+        executor.abort()
+    assert not stuck and got == list(range(8))
+
+
 def _dies_once_at(task: tuple[int, str]) -> int:
     """Kills its worker the first time it runs tasks 5, 7, 9 and 11."""
     index, flags = task

@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 from helpers import REPO, assert_one_line_error
 
+from corpusprep.errors import INTERRUPTED_AFTER_COMMIT
+
 SHAKESPEARE = REPO / "corpusprep" / "data" / "tinyshakespeare.txt.xz"
 
 
@@ -65,9 +67,12 @@ def test_a_sigterm_whose_handler_ran_inside_a_callback_still_stops_the_run(tmp_p
     done = cli("source=file", "source.path=small.txt", "out_dir=out", cwd=tmp_path,
                fault=f"{stage}:sigterm_in_callback")  # fmt: skip
     assert done.returncode == 143, done.stderr
-    assert done.stderr.splitlines()[-1].startswith("corpusprep: error: interrupted"), done.stderr
+    said = done.stderr.splitlines()[-1]
+    assert said.startswith("corpusprep: error: interrupted"), done.stderr
     assert "Traceback" not in done.stderr and "ignored" not in done.stderr, done.stderr
-    assert not (tmp_path / "out" / "train.bin").exists()
+    # sent again once the callback is over: a small commit may be done by then (and it says so)
+    if stage == "encode" or not said.endswith(INTERRUPTED_AFTER_COMMIT):
+        assert not (tmp_path / "out" / "train.bin").exists()
 
 
 def test_a_run_that_fails_in_its_commit_does_not_say_it_replaces(tmp_path):

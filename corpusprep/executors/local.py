@@ -7,6 +7,7 @@ import gc
 import multiprocessing
 import os
 import sys
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -14,6 +15,10 @@ from typing import Any, Callable, Optional, Union
 
 from corpusprep.errors import UserError, checked_number
 from corpusprep.executors import Executor, NotRun, R, T, checked_retries
+
+# a dead worker's pool, with no result since for this long, is stuck: its thread fails the
+# pool's futures within milliseconds of a death, unless it is reading a result cut short
+STALLED_SECONDS = 2.0
 
 
 def available_cores() -> int:
@@ -81,8 +86,21 @@ class LocalExecutor(Executor):
             if self._pool is pool:
                 submit_next()
         try:
+            died_at: Optional[float] = None  # when a worker was first seen dead, no result since
             while running:
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                finished, _ = wait(running, timeout=1, return_when=FIRST_COMPLETED)
+                if not finished and _a_worker_died(pool):
+                    died_at = died_at or time.monotonic()
+                    if time.monotonic() - died_at > STALLED_SECONDS:
+                        # killed halfway through sending a result: the pool's thread waits
+                        # for the rest of it forever, never looking at its workers again
+                        self._broke = True
+                        self._discard_pool()
+                        for index in running.values():
+                            yield index, BrokenProcessPool("a worker died sending a result")
+                        running.clear()
+                    continue
+                died_at = None
                 for future in finished:
                     index = running.pop(future)
                     error = future.exception()
@@ -166,6 +184,12 @@ class LocalExecutor(Executor):
         gc.unfreeze()
         if pool is not None:
             _kill(pool)
+
+
+def _a_worker_died(pool: ProcessPoolExecutor) -> bool:
+    """Whether one of the pool's workers has ended (they end only at its shutdown)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    return any(process.exitcode is not None for process in processes)
 
 
 def _forking(pool: ProcessPoolExecutor, workers: int) -> contextlib.AbstractContextManager:
