@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import signal
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 from array import array
 from collections.abc import Iterator, Sequence
 from typing import BinaryIO
@@ -141,17 +143,27 @@ def _read(stream: BinaryIO, size: int) -> bytes:
 
 
 def _units(stream: BinaryIO) -> Iterator[str]:
-    while True:
-        count, size = _BATCH.unpack(_read(stream, _BATCH.size))
-        if count == 0:
-            return
-        lengths = array("Q")
-        lengths.frombytes(_read(stream, 8 * count))
-        text = _read(stream, size).decode()
+    """The sample's units, as rustbpe takes them: the next batch is read and decoded in a
+    thread meanwhile, while rustbpe counts the last one (it lets go of the GIL then)."""
+    batches: queue.Queue = queue.Queue(maxsize=2)
+    threading.Thread(target=_read_batches, args=(stream, batches), daemon=True).start()
+    while (batch := batches.get()) is not None:
+        text, lengths = batch
         at = 0
         for length in lengths:
             yield text[at : at + length]
             at += length
+
+
+def _read_batches(stream: BinaryIO, batches: queue.Queue) -> None:
+    while True:
+        count, size = _BATCH.unpack(_read(stream, _BATCH.size))
+        if count == 0:
+            batches.put(None)
+            return
+        lengths = array("Q")
+        lengths.frombytes(_read(stream, 8 * count))
+        batches.put((_read(stream, size).decode(), lengths))
 
 
 def _serve(parent: int) -> None:
