@@ -416,6 +416,34 @@ def test_without_rustbpe_the_error_says_what_to_install(tmp_path):
     assert_one_line_error(done, "pip install 'corpusprep[train]'")
 
 
+_PLANTED_RUSTBPE = """
+class Tokenizer:
+    def train_from_iterator(self, units, vocab_size, pattern):
+        for _ in units:
+            pass
+
+    def get_mergeable_ranks(self):
+        return [(list(bytes([i])), i) for i in range(256)] + [(list(b"planted"), 256)]
+"""
+
+
+def test_the_training_imports_the_rustbpe_the_driver_found_with_pythonsafepath(
+    tmp_path, monkeypatch
+):
+    """An attack: the training process's boot dropped its sys.path[0], taking it for the
+    working folder `python -c` puts there; with PYTHONSAFEPATH=1 (a setting for safety)
+    nothing is put there, and the first folder of the driver's path went instead: rustbpe
+    installed there (pip install --target, PYTHONPATH) was "No module named 'rustbpe'"
+    in the training process, a traceback, though the driver had found it."""
+    from corpusprep.tokenizers import _bpe_training
+
+    (tmp_path / "rustbpe.py").write_text(_PLANTED_RUSTBPE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONSAFEPATH", "1")
+    tokens = _bpe_training.train(["some text\n"], 257, "[\\s\\S]")
+    assert tokens[-1] == b"planted"
+
+
 _MERGING = """
 import random, signal, sys, time
 sys.path.insert(0, {repo!r})

@@ -33,9 +33,10 @@ _U64 = struct.Struct("<Q")
 _BATCH = struct.Struct("<QQ")
 # runs this file by its path, not as `-m`: corpusprep (numpy: 0.16 s) is never imported,
 # and neither its folder (tiktoken.py, hf.py...) nor the working folder is on sys.path,
-# which is the driver's (PYTHONPATH): rustbpe is found where the driver found it
-_BOOT = ("import sys; del sys.path[0], sys.argv[0]; import runpy; "
-         "runpy.run_path(sys.argv[0], run_name='__main__')")  # fmt: skip
+# which is the driver's (PYTHONPATH): rustbpe is found where the driver found it. (The
+# working folder is sys.path[0], "", unless PYTHONSAFEPATH is set: then [0] is PYTHONPATH's)
+_BOOT = ("import sys; sys.path[:1] = filter(None, sys.path[:1]); del sys.argv[0]; "
+         "import runpy; runpy.run_path(sys.argv[0], run_name='__main__')")  # fmt: skip
 
 
 class Refused(Exception):
