@@ -394,6 +394,43 @@ def test_a_worker_killed_halfway_through_sending_a_result_does_not_hang_the_run(
     assert not stuck and got == list(range(8))
 
 
+def _always_dies_halfway_through_a_result(task: int) -> int:
+    if task == 1:
+        _half_sends_a_result_and_dies()
+    return task
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the worker finds the pipe it forked with")
+def test_a_task_by_itself_whose_worker_dies_halfway_through_a_result_does_not_hang():
+    """An attack: a task past its retries runs once more in a pool of its own (run_alone),
+    waited on with no eye on its worker: killed halfway through sending a result (the OOM
+    killer, again, on the task that drew it each time), the run hung there for good."""
+    import threading
+
+    from corpusprep.errors import TaskFailed
+
+    executor = LocalExecutor(workers=2, start_method="fork", retries=0)
+    executor.on_retry = lambda what, error: None
+    got: list[BaseException] = []
+
+    def mapping() -> None:
+        try:
+            list(executor.map(_always_dies_halfway_through_a_result, [0, 1, 2]))
+        except TaskFailed as e:
+            got.append(e)
+
+    thread = threading.Thread(target=mapping, daemon=True)
+    thread.start()
+    thread.join(60)
+    stuck = thread.is_alive()
+    if stuck:
+        executor.abort()
+        from corpusprep.executors.local import kill_live_pools
+
+        kill_live_pools()
+    assert not stuck and len(got) == 1 and "task 1 failed" in str(got[0])
+
+
 def _dies_once_at(task: tuple[int, str]) -> int:
     """Kills its worker the first time it runs tasks 5, 7, 9 and 11."""
     index, flags = task

@@ -86,21 +86,17 @@ class LocalExecutor(Executor):
             if self._pool is pool:
                 submit_next()
         try:
-            died_at: Optional[float] = None  # when a worker was first seen dead, no result since
+            stall = _Stall(pool)
             while running:
                 finished, _ = wait(running, timeout=1, return_when=FIRST_COMPLETED)
-                if not finished and _a_worker_died(pool):
-                    died_at = died_at or time.monotonic()
-                    if time.monotonic() - died_at > STALLED_SECONDS:
-                        # killed halfway through sending a result: the pool's thread waits
-                        # for the rest of it forever, never looking at its workers again
-                        self._broke = True
-                        self._discard_pool()
-                        for index in running.values():
-                            yield index, BrokenProcessPool("a worker died sending a result")
-                        running.clear()
+                if stall.stuck(bool(finished)):
+                    self._broke = True
+                    self._discard_pool()
+                    for index in running.values():
+                        yield index, BrokenProcessPool(_STALLED)
+                    running.clear()
+                if not finished:
                     continue
-                died_at = None
                 for future in finished:
                     index = running.pop(future)
                     error = future.exception()
@@ -128,7 +124,12 @@ class LocalExecutor(Executor):
             return None
         pool = self._new_pool(1)
         try:
-            return pool.submit(fn, task).result()
+            future, stall = pool.submit(fn, task), _Stall(pool)
+            while not wait([future], timeout=1).done:
+                if stall.stuck(False):  # (as in run())
+                    _kill(pool)
+                    return BrokenProcessPool(_STALLED)
+            return future.result()
         except Exception as e:
             return e
         except BaseException:  # interrupted (Ctrl-C, SIGTERM): its worker stops now
@@ -184,6 +185,27 @@ class LocalExecutor(Executor):
         gc.unfreeze()
         if pool is not None:
             _kill(pool)
+
+
+_STALLED = "a worker died sending a result"
+
+
+class _Stall:
+    """Whether a pool is stuck: a worker killed halfway through sending a result leaves the
+    pool's thread waiting for the rest of it forever, never looking at its workers again."""
+
+    def __init__(self, pool: ProcessPoolExecutor) -> None:
+        self.pool = pool
+        self.died_at: Optional[float] = None  # when a worker was first seen dead, no result since
+
+    def stuck(self, finished: bool) -> bool:
+        """After a wait of the pool's futures: whether a worker is dead and none `finished`
+        for STALLED_SECONDS since."""
+        if finished or not _a_worker_died(self.pool):
+            self.died_at = None
+            return False
+        self.died_at = self.died_at or time.monotonic()
+        return time.monotonic() - self.died_at > STALLED_SECONDS
 
 
 def _a_worker_died(pool: ProcessPoolExecutor) -> bool:
