@@ -351,6 +351,38 @@ def test_a_pool_whose_queue_was_being_fed_a_big_task_does_not_hold_the_exit(how)
     assert not manager.is_alive() and not feeder.is_alive()
 
 
+def _squares(x: int) -> int:
+    time.sleep(0.01)
+    return x * x
+
+
+def test_a_pools_pipe_ends_are_let_go_of_before_its_feeder_may_close_them(monkeypatch):
+    """An attack: _kill let go of the pool's pipe ends (their numbers taken by /dev/null)
+    after it had killed the workers and begun the shutdown, by when the pool's feeder
+    thread, given its sentinel, may be closing the task pipe's end itself: a number it had
+    just closed was taken by /dev/null for good (1 to 3 files left open in 60 aborts), and
+    a file another thread opened in that moment would have been replaced. Let go of while
+    the queue is open, so no sentinel is on its way."""
+    from corpusprep.executors import local
+
+    open_then: list[bool] = []
+    let_go_of = local._let_go_of
+
+    def watched(fd: int) -> None:
+        open_then.append(not executor_pool._call_queue._closed)
+        let_go_of(fd)
+
+    monkeypatch.setattr(local, "_let_go_of", watched)
+    for _ in range(5):
+        executor = LocalExecutor(workers=2, start_method="fork")
+        results = executor.run(_squares, list(range(6)))
+        next(results)
+        executor_pool = executor._pool
+        executor.abort()
+        results.close()
+    assert open_then and all(open_then)
+
+
 def _dies_halfway_through_a_result_once(task: tuple[int, str]) -> int:
     """Task 3, the first time: its worker is killed (the kernel's OOM killer) halfway
     through sending a result bigger than the pipe had room for."""

@@ -275,21 +275,23 @@ def _kill(pool: ProcessPoolExecutor) -> None:
     results = getattr(pool, "_result_queue", None)  # shutdown() forgets them
     tasks = getattr(pool, "_call_queue", None)
     _leave(pool, Future.cancelled)  # (cancelled by a caller of the pool's own)
-    for process in processes:
-        process.kill()
-    pool.shutdown(wait=False, cancel_futures=True)
-    for process in processes:
-        process.join(5)
-    # Each pipe a dead worker was using, at this process's end, let go of: a worker killed
+    # Each pipe the workers use, at this process's end, let go of: a worker killed
     # halfway through sending a result left the pool's thread waiting for the rest of the
     # message (and the exit joining that thread, forever): with the write end gone, it
     # reads the pipe's end instead. And its feeder thread halfway through writing a task
     # bigger than the pipe (a trained tokenizer's ranks go with each) waited for a worker
     # to read the rest, the pool's thread joining it: with the read end gone, the write
-    # fails (as CPython does for a pool it finds broken, gh-94777)
+    # fails (as CPython does for a pool it finds broken, gh-94777). Before the kill and the
+    # shutdown: then the feeder closes its end itself (given its sentinel), and a number it
+    # had just closed was taken by /dev/null for good, or a file opened meanwhile replaced
     for end in (getattr(results, "_writer", None), getattr(tasks, "_reader", None)):
         with contextlib.suppress(AttributeError, OSError):
             _let_go_of(end.fileno())
+    for process in processes:
+        process.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.join(5)
 
 
 def _let_go_of(fd: int) -> None:
