@@ -463,6 +463,27 @@ def test_a_task_by_itself_whose_worker_dies_halfway_through_a_result_does_not_ha
     assert not stuck and len(got) == 1 and "task 1 failed" in str(got[0])
 
 
+def _exits(_: int) -> None:
+    os._exit(3)
+
+
+def test_a_pool_found_broken_is_killed_without_touching_its_pipes(monkeypatch):
+    """A broken pool's own thread closes its task pipe's end (CPython gh-94777), maybe as
+    _kill runs: a number it had just closed, replaced by /dev/null, stayed open for good
+    (or a file opened meanwhile was replaced). It marks the pool broken before it fails
+    the futures, so a discard after a BrokenProcessPool leaves the pipes to it."""
+    from corpusprep.executors import local
+
+    touched: list[int] = []
+    monkeypatch.setattr(local, "_let_go_of", touched.append)
+    executor = LocalExecutor(workers=2, start_method="fork")
+    pool = executor._get_pool()
+    with pytest.raises(BrokenProcessPool):
+        pool.submit(_exits, 0).result(timeout=30)
+    executor._discard_pool()
+    assert touched == []
+
+
 def _dies_once_at(task: tuple[int, str]) -> int:
     """Kills its worker the first time it runs tasks 5, 7, 9 and 11."""
     index, flags = task

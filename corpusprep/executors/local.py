@@ -283,10 +283,13 @@ def _kill(pool: ProcessPoolExecutor) -> None:
     # to read the rest, the pool's thread joining it: with the read end gone, the write
     # fails (as CPython does for a pool it finds broken, gh-94777). Before the kill and the
     # shutdown: then the feeder closes its end itself (given its sentinel), and a number it
-    # had just closed was taken by /dev/null for good, or a file opened meanwhile replaced
-    for end in (getattr(results, "_writer", None), getattr(tasks, "_reader", None)):
-        with contextlib.suppress(AttributeError, OSError):
-            _let_go_of(end.fileno())
+    # had just closed was taken by /dev/null for good, or a file opened meanwhile replaced.
+    # Not for a pool found broken: its thread is past reading, and lets go of the task
+    # pipe itself (maybe now; it marks the pool broken before it fails the futures)
+    if not getattr(pool, "_broken", False):
+        for end in (getattr(results, "_writer", None), getattr(tasks, "_reader", None)):
+            with contextlib.suppress(AttributeError, OSError):
+                _let_go_of(end.fileno())
     for process in processes:
         process.kill()
     pool.shutdown(wait=False, cancel_futures=True)
