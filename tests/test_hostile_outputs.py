@@ -341,6 +341,13 @@ def _set(key: str, value: Any) -> Callable[[Path], None]:
     return lambda path: edit(path.parent, change)
 
 
+def _chars(change: Callable[[str], Any]) -> Callable[[Path], None]:
+    def chars(m: dict) -> None:
+        m["tokenizer"]["chars"] = change(m["tokenizer"]["chars"])
+
+    return lambda path: edit(path.parent, chars)
+
+
 def _drop(key: str) -> Callable[[Path], None]:
     return lambda path: edit(path.parent, lambda m: m.pop(key))
 
@@ -367,6 +374,10 @@ MANIFESTS = {  # what is done to a good manifest.json, and what the one line nam
         lambda path: edit(path.parent, lambda m: m["tokenizer"].pop("chars")),
         "tokenizer record",
     ),  # fmt: skip
+    # found by an attack: chars as a list of as many numbers (or longer strings) as the
+    # vocabulary was taken, and decoding raised TypeError (inspect: a traceback)
+    "chars a list of numbers": (_chars(lambda chars: [ord(c) for c in chars]), "tokenizer record"),
+    "chars a list of pairs": (_chars(lambda chars: [c + c for c in chars]), "tokenizer record"),
 }
 
 

@@ -144,7 +144,10 @@ class CharTokenizer(Tokenizer):
         return out
 
     def restore(self, description: dict[str, Any], folder: Any = None) -> None:
-        self.fit(description["chars"], eot="separator" in description)
+        chars = description["chars"]
+        if not isinstance(chars, str):  # a list of numbers fitted, then failed to decode
+            raise TypeError(f"chars is a {type(chars).__name__}, not text")
+        self.fit(chars, eot="separator" in description)
 
     # Each shard's task carries the tokenizer to its worker: the characters go as one string
     # (a list of thousands of 1-character strings pickles several times bigger and slower),
