@@ -401,6 +401,12 @@ def _count(text: str) -> int:
     return int(text)
 
 
+def _print(text: str) -> None:
+    """Text that may hold a manifest's strings: JSON may spell a lone surrogate ("\\ud800"),
+    which stdout cannot encode (a traceback): it is shown escaped."""
+    print(text.encode("utf-8", "backslashreplace").decode("utf-8"))
+
+
 def _fail(message: str) -> NoReturn:
     print(f"corpusprep.inspect: error: {redact_text(message)}", file=sys.stderr)
     sys.exit(1)
@@ -433,18 +439,18 @@ def main(argv: list[str] | None = None) -> None:
             if args.verify:
                 raise UserError(f"{args.dir}: --verify takes a run's out_dir, not a sweep folder")
             data = plot.plot_sweep(args.dir, args.plot) if args.plot else plot.sweep_data(args.dir)
-            print(f"{args.dir}: {len(data['labels'])} jobs\n" + plot.sweep_table(data))
+            _print(f"{args.dir}: {len(data['labels'])} jobs\n" + plot.sweep_table(data))
         else:
             ds = load(args.dir)
-            print(summary(ds, args.top))
+            _print(summary(ds, args.top))
             if args.verify:
-                print("\n" + verify(ds))
+                _print("\n" + verify(ds))
             if args.plot:
                 from corpusprep.plot import plot_run
 
                 plot_run(ds, args.plot)
         if args.plot:
-            print(f"\nwrote {args.plot}")
+            _print(f"\nwrote {args.plot}")
     except UserError as e:
         _fail(str(e))
     except BrokenPipeError:  # `| head` has all it wanted: the rest goes nowhere, quietly

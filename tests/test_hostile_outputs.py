@@ -169,6 +169,20 @@ def test_the_fifo_repro_through_the_real_command(folder):
     assert "x.npy" in lines[0] and "not a regular file" in lines[0]
 
 
+@pytest.mark.parametrize("key", ["name", "note", "source/path"])
+def test_a_lone_surrogate_in_a_manifest_is_shown_escaped(folder, key):
+    """Found by an attack: JSON may spell a lone surrogate ("\\ud800"), which no run writes
+    and stdout cannot encode: inspect printed its summary, then a UnicodeEncodeError
+    traceback. It is shown escaped."""
+    out = folder("char")
+    _set(key, "x\ud800y")(out / "manifest.json")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    r = subprocess.run([sys.executable, "-m", "corpusprep.inspect", str(out)], env=env,
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 0 and not r.stderr, r.stderr
+    assert "x\\ud800y" in r.stdout
+
+
 @pytest.mark.parametrize("kind", ["npy", "llmc"])
 def test_a_shard_that_is_a_fifo_is_refused_at_once(folder, kind):
     out = folder(kind)
