@@ -392,6 +392,8 @@ MANIFESTS = {  # what is done to a good manifest.json, and what the one line nam
     # vocabulary was taken, and decoding raised TypeError (inspect: a traceback)
     "chars a list of numbers": (_chars(lambda chars: [ord(c) for c in chars]), "tokenizer record"),
     "chars a list of pairs": (_chars(lambda chars: [c + c for c in chars]), "tokenizer record"),
+    # ... and a lone surrogate, which no text holds, raised UnicodeEncodeError on decoding
+    "chars with a lone surrogate": (_chars(lambda c: c.replace("z", "\udc80")), "surrogate"),
 }
 
 

@@ -147,6 +147,7 @@ class CharTokenizer(Tokenizer):
         chars = description["chars"]
         if not isinstance(chars, str):  # a list of numbers fitted, then failed to decode
             raise TypeError(f"chars is a {type(chars).__name__}, not text")
+        chars.encode("utf-8")  # a lone surrogate, which no text holds: UnicodeEncodeError
         self.fit(chars, eot="separator" in description)
 
     # Each shard's task carries the tokenizer to its worker: the characters go as one string
