@@ -132,6 +132,7 @@ def verify(ds: PreparedDataset) -> str:
             "or mixed with another run: prepare it again"
         )
     files, keys = _input_files(ds.manifest, ds.path)
+    _check_documents(ds, files)
     streams, writers = _streams(ds)
     try:
         _replay(ds, files, keys, writers)
@@ -195,6 +196,25 @@ def _input_files(manifest: dict, folder: Path) -> tuple[list, dict[str, bytes]]:
         files.append(file)
         keys[file.name] = _member_digest(bytes.fromhex(digests[f["path"]]), file.member)[:16]
     return files, keys
+
+
+def _check_documents(ds: PreparedDataset, files: list) -> None:
+    """documents.total, of which the split's permutation is made (a bool and an int64 each):
+    the count the document index lists (one less: a document cut between the sides), or
+    without an index (one text) at most one per input byte and file. A manifest may say
+    10**12 (931 GiB)."""
+    total = ds.manifest["documents"]["total"]
+    if ds.train_docs is not None and ds.val_docs is not None:
+        indexed = len(ds.train_docs) + len(ds.val_docs)
+        if total in (indexed, indexed - 1):
+            return
+        detail = f"but the document index lists {indexed:,}"
+    else:
+        most = sum(f.size for f in files) + len(files)
+        if total <= most:
+            return
+        detail = f"more than its input's {most - len(files):,} bytes can hold"
+    raise _damaged(ds.path / "manifest.json", f"documents.total is {total:,}, {detail}")
 
 
 def _streams(ds: PreparedDataset) -> tuple[list[_Check], dict[str, _Check]]:

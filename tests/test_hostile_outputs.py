@@ -417,6 +417,29 @@ def test_inspect_names_a_key_its_summary_needs(folder, capsys, key):
     assert "manifest.json" in line and key in line
 
 
+@pytest.mark.parametrize("index", ["kept", "dropped"])
+def test_a_document_count_beyond_the_folder_is_refused_before_verify_allocates(
+    folder, capsys, index
+):
+    """Found by an attack: --verify made the split's permutation of documents.total
+    documents (a bool and an int64 each) before anything compared it with the folder: a
+    manifest saying 10**12 asked for 931 GiB (MemoryError, a traceback), 10**9 for 9 GB.
+    It must agree with the document index, or without one be at most one per input
+    byte."""
+    out = folder("docs")
+    if index == "dropped":
+        shutil.rmtree(out / "doc_index")
+
+    def change(m: dict) -> None:
+        m["documents"]["total"] = 10**12
+        for key in ("files", "checksums"):
+            m[key] = {k: v for k, v in m[key].items() if index == "kept" or "doc_index" not in k}
+
+    edit(out, change)
+    line = inspect_line(capsys, out, "--verify")
+    assert "manifest.json" in line and "documents.total" in line
+
+
 def test_a_doc_index_of_no_whole_offsets_is_damaged(folder):
     out = folder("docs")
     with open(out / "doc_index" / "val.docs.bin", "ab") as f:
