@@ -31,6 +31,7 @@ from corpusprep.dataset import (
     VERIFY_NEEDS,
     PreparedDataset,
     _damaged,
+    _shown,
     check_json,
     load,
 )
@@ -274,6 +275,10 @@ def _replay(ds: PreparedDataset, files: list, keys: dict[str, bytes], writers: d
     m = ds.manifest
     split, eot = m["split"], m.get("eot") or {}
     docs = m["documents"]["total"]
+    eot_id = eot.get("id")  # decoded where the run wrote it: an id of the vocabulary
+    if eot.get("mode") in ("append", "prepend") and (eot_id is None or eot_id >= m["vocab_size"]):
+        raise _damaged(ds.path / "manifest.json", f"eot.id is {_shown(eot_id)}, not an id of "
+                       f"its {m['vocab_size']:,}-id vocabulary")  # fmt: skip
     val_docs = None
     if split["by"] == "document":  # as prepare.decide, from the document before the first
         val = val_document_count(docs, split["fraction"], split.get("val_size"))

@@ -440,6 +440,18 @@ def test_a_document_count_beyond_the_folder_is_refused_before_verify_allocates(
     assert "manifest.json" in line and "documents.total" in line
 
 
+@pytest.mark.parametrize("eot_id", [None, 10**6])
+@pytest.mark.parametrize("mode", ["append", "prepend"])
+def test_an_eot_id_of_no_vocabulary_is_one_line_for_verify(folder, capsys, mode, eot_id):
+    """Found by an attack: --verify decoded the manifest's eot.id as it was: beyond the
+    vocabulary, an IndexError from the char tokenizer; null with an eot mode that writes
+    one, a TypeError (tracebacks both)."""
+    out = folder("docs")
+    edit(out, lambda m: m.__setitem__("eot", {"mode": mode, "id": eot_id}))
+    line = inspect_line(capsys, out, "--verify")
+    assert "manifest.json" in line and "eot.id" in line
+
+
 def test_a_doc_index_of_no_whole_offsets_is_damaged(folder):
     out = folder("docs")
     with open(out / "doc_index" / "val.docs.bin", "ab") as f:
