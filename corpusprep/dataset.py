@@ -116,7 +116,16 @@ class ShardedTokens:
                 raise IndexError(f"index {int(key)} out of range for {len(self):,} tokens")
             s = int(np.searchsorted(self.starts, i, side="right")) - 1
             return self.shards[s][i - self.starts[s]]
-        return self._take(np.asarray(key, dtype=np.int64))
+        idx = np.asarray(key)
+        if idx.dtype == bool:  # a mask, as numpy takes one: not the indices 0 and 1
+            if idx.shape != (len(self),):
+                raise IndexError(f"a boolean index of shape {idx.shape} for {len(self):,} tokens")
+            return self._take(np.flatnonzero(idx))
+        if idx.size and not np.issubdtype(idx.dtype, np.integer):  # 1.5: not cut to 1
+            raise IndexError(
+                f"an index must be an integer, a slice or an array of them ({key!r:.40})"
+            )
+        return self._take(idx.astype(np.int64))
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         joined = np.concatenate(self.shards)

@@ -340,6 +340,22 @@ def test_sharded_tokens_index_like_an_array():
         x[[0, 100]]
 
 
+def test_sharded_tokens_take_a_mask_as_an_array_does_and_refuse_other_keys():
+    """Found by an attack: a boolean mask was read as the indices 0 and 1 (x[x_arr == 7]
+    gave len(x) copies of x[0] and x[1], silently), and a float index was cut to an int.
+    A mask of the array's length selects, as numpy's does; any other is an IndexError, as
+    is a float."""
+    data = np.arange(100, dtype=np.uint16)
+    x = ShardedTokens([data[:30], data[30:31], data[31:70], data[70:]])
+    mask = data % 7 == 0
+    assert np.array_equal(x[mask], data[mask])
+    assert np.array_equal(x[list(mask)], data[list(mask)])
+    assert np.array_equal(x[np.zeros(100, bool)], data[:0])
+    for key in (np.array([True, False]), [True, False, True], 1.5, np.array([1.5]), [0.0, 2.0]):
+        with pytest.raises(IndexError):
+            x[key]
+
+
 def test_load_checks_every_file(bpe_runs, tmp_path, tiktoken_cache):
     import shutil
 
