@@ -458,6 +458,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.plot:
             _need_matplotlib()
+            from corpusprep.plot import check_target
+
+            check_target(args.plot)  # before any work: not over one of the folder's files
         if _is_sweep(Path(args.dir)):
             from corpusprep import plot
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
@@ -220,6 +221,25 @@ def _figure(width: float, height: float):
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def check_target(path: str | Path) -> None:
+    """Where a figure goes: nothing yet, an empty file or an earlier figure (a PNG). Any
+    other file is not replaced (`--plot out/train.bin`: the folder it reads)."""
+    try:
+        info = os.stat(path)
+    except OSError:  # nothing there (or no folder: _save says so)
+        return
+    if not stat.S_ISREG(info.st_mode) or not info.st_size:
+        return
+    with contextlib.suppress(OSError), open(path, "rb") as f:  # unreadable: not a figure
+        if f.read(len(PNG_SIGNATURE)) == PNG_SIGNATURE:
+            return
+    raise UserError(f"{path}: a file that is not a PNG figure is there; give the figure "
+                    "another name (FILE.png), or remove that file first")  # fmt: skip
+
+
 def _save(fig, path: str | Path) -> None:
     """Write the PNG under a temporary name, then rename it into place."""
     path = Path(path)
@@ -236,6 +256,7 @@ def _save(fig, path: str | Path) -> None:
 def plot_run(ds: PreparedDataset, path: str | Path) -> dict[str, Any]:
     """One figure: rank/frequency of the ids (log-log), document lengths, chars per token
     per split. Returns the plotted numbers (run_data)."""
+    check_target(path)
     data = run_data(ds)
     fig = _figure(15, 4.6)
     ax_f, ax_d, ax_c = fig.subplots(1, 3)
@@ -287,6 +308,7 @@ def plot_run(ds: PreparedDataset, path: str | Path) -> dict[str, Any]:
 def plot_sweep(folder: str | Path, path: str | Path) -> dict[str, Any]:
     """One figure comparing a sweep's jobs: tokens (train + val), chars per token, and
     vocabulary use. Returns the plotted numbers (sweep_data)."""
+    check_target(path)
     data = sweep_data(folder)
     n = len(data["labels"])
     curve = compression_curve(data)

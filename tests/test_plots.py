@@ -221,3 +221,21 @@ def test_a_figure_for_a_read_only_folder_is_one_line(tmp_path, shakespeare, tmpf
     r = inspect_cli(out, "--plot", folder / "c.png", cwd=tmp_path)
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "cannot write the figure (Read-only file system)" in r.stderr
+
+
+@pytest.mark.parametrize("name", ["train.bin", "manifest.json"])
+def test_a_figure_is_never_written_over_a_file_that_is_not_one(tmp_path, shakespeare, name):
+    """Found by an attack: `--plot out/train.bin` (a slip of tab completion) wrote the
+    figure over the very folder it read, and the folder no longer loaded. A file there
+    that is not a PNG (nor empty) is one line, untouched; an earlier figure is replaced."""
+    out = run(tmp_path / "out", "source=file", f"source.path={shakespeare}")
+    before = (out / name).read_bytes()
+    r = inspect_cli(out, "--plot", out / name, cwd=tmp_path)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("corpusprep.inspect: error: ") and name in r.stderr
+    assert (out / name).read_bytes() == before
+    corpusprep.load(out)
+    for _ in range(2):  # a figure, then the same figure again over it
+        r = inspect_cli(out, "--plot", out / "c.png", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+    png(out / "c.png")
