@@ -290,6 +290,10 @@ VERIFY_KEYS: dict[str, tuple] = {
     "split.val_size": (COUNT, NUMBER, None), "order.kind": (str,), "order.seed": (COUNT,),
     "eot.mode": (str,), "eot.id": (COUNT, None), "shards": (dict,), "shards.shard_bytes": (COUNT,),
     "config.shard_bytes": (COUNT,), "config.source": (dict,),
+    # the input is read again with these (sources.ReadOptions)
+    "config.source.text_field": (str,), "config.source.doc_separator": (str, None),
+    "config.source.doc_end": (str, None), "config.source.skip_invalid": (bool,),
+    "config.source.max_uncut_bytes": (COUNT,), "config.source.max_bytes": (COUNT, None),
 }  # fmt: skip
 VERIFY_NEEDS = ("source.sha256", "split.by", "split.fraction", "documents.total")
 DTYPES = ("uint16", "uint32")

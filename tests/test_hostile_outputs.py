@@ -452,6 +452,20 @@ def test_an_eot_id_of_no_vocabulary_is_one_line_for_verify(folder, capsys, mode,
     assert "manifest.json" in line and "eot.id" in line
 
 
+@pytest.mark.parametrize(
+    "key, value", [("text_field", 5), ("text_field", ["text"]), ("skip_invalid", "yes"),
+                   ("max_uncut_bytes", -5), ("doc_end", 5)],
+)  # fmt: skip
+def test_read_options_of_the_wrong_kind_are_one_line_for_verify(folder, capsys, key, value):
+    """Found by an attack: --verify read the input again with the manifest's
+    config.source options as they were: a text_field of 5 or a list was an AttributeError
+    traceback deep in the JSON reader (the others were used as they came)."""
+    out = folder("docs")
+    edit(out, lambda m: m["config"]["source"].__setitem__(key, value))
+    line = inspect_line(capsys, out, "--verify")
+    assert "manifest.json" in line and f"config.source.{key}" in line
+
+
 def test_a_doc_index_of_no_whole_offsets_is_damaged(folder):
     out = folder("docs")
     with open(out / "doc_index" / "val.docs.bin", "ab") as f:
