@@ -173,6 +173,10 @@ def _input_files(manifest: dict, folder: Path) -> tuple[list, dict[str, bytes]]:
     given = (manifest.get("config") or {}).get("source") or {}
     options = {k: given[k] for k in ReadOptions.__dataclass_fields__ if k in given}
     options.pop("format", None)  # each file's own is listed
+    try:
+        ReadOptions(**options)  # the run's own rules for them (a separator's length among them)
+    except UserError as e:
+        raise _damaged(folder / "manifest.json", f"config.{e}") from None
     members = Counter(f["path"] for f in listed)
     files, keys, digests = [], {}, {}
     for f in listed:

@@ -466,6 +466,18 @@ def test_read_options_of_the_wrong_kind_are_one_line_for_verify(folder, capsys, 
     assert "manifest.json" in line and f"config.source.{key}" in line
 
 
+@pytest.mark.parametrize("value", ["x" * (1 << 20), "", "a\nb"])
+def test_a_document_separator_the_run_would_refuse_is_one_line_for_verify(folder, capsys, value):
+    """Found by an attack: --verify compiled the manifest's config.source.doc_separator as
+    it was into the plan's regex, about 100 bytes per character: 100 MB of it, inside the
+    1 GB a manifest may have, was a MemoryError traceback under a 4 GB limit (10 GB
+    without). It is held to the run's own rules for it, a length bound among them."""
+    out = folder("char")
+    edit(out, lambda m: m["config"]["source"].__setitem__("doc_separator", value))
+    line = inspect_line(capsys, out, "--verify")
+    assert "manifest.json" in line and "source.doc_separator" in line and len(line) < 500
+
+
 def test_a_doc_index_of_no_whole_offsets_is_damaged(folder):
     out = folder("docs")
     with open(out / "doc_index" / "val.docs.bin", "ab") as f:

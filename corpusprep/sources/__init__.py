@@ -134,6 +134,9 @@ def remove_stale_parts(dest: Path, timeout: float = 0) -> None:
                 os.unlink(entry.path)
 
 
+MAX_MARK_CHARS = 1 << 16  # a document separator's or end's length
+
+
 def check_mark(key: str, value: Any, *, one_line: bool) -> None:
     """source.KEY (a document separator or end) must be null or a non-empty string (Hydra
     reads 123 as a number); a separator is a line of its own, so it holds no line break."""
@@ -150,6 +153,11 @@ def check_mark(key: str, value: Any, *, one_line: bool) -> None:
         raise UserError(f"source.{key}={value}: must be one string, or null")
     if not value:
         raise UserError(f"source.{key}='': must be a non-empty string; use null for none")
+    if len(value) > MAX_MARK_CHARS:  # its regex takes about 100 bytes per character
+        raise UserError(
+            f"source.{key}: {len(value):,} characters, more than the {MAX_MARK_CHARS:,} a "
+            "document mark may have; give a shorter one"
+        )
     if one_line and ("\n" in value or "\r" in value):
         raise UserError(
             f"source.{key}={value!r}: must be one line (a separator is a line of its own); "
