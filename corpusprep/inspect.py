@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -430,14 +431,20 @@ def _count(text: str) -> int:
     return int(text)
 
 
-def _print(text: str) -> None:
-    """Text that may hold a manifest's strings: JSON may spell a lone surrogate ("\\ud800"),
-    which stdout cannot encode (a traceback): it is shown escaped."""
-    print(text.encode("utf-8", "backslashreplace").decode("utf-8"))
+def _print(text: str, file: Any = None) -> None:
+    """Text that may hold a manifest's strings, shown escaped where they hold a lone
+    surrogate (JSON may spell "\\ud800", which stdout cannot encode: a traceback) or a
+    control character (a stranger's terminal escape sequence: a window title, the
+    clipboard, lines rewritten); line ends and tabs are the layout's own."""
+    text = _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    print(text.encode("utf-8", "backslashreplace").decode("utf-8"), file=file)
+
+
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def _fail(message: str) -> NoReturn:
-    print(f"corpusprep.inspect: error: {redact_text(message)}", file=sys.stderr)
+    _print(f"corpusprep.inspect: error: {redact_text(message)}", file=sys.stderr)
     sys.exit(1)
 
 

@@ -183,6 +183,21 @@ def test_a_lone_surrogate_in_a_manifest_is_shown_escaped(folder, key):
     assert "x\\ud800y" in r.stdout
 
 
+@pytest.mark.parametrize("key", ["name", "note", "source/path"])
+def test_terminal_escapes_in_a_manifest_are_shown_not_sent(folder, key):
+    """Found by an attack: a stranger's manifest may hold terminal escape sequences (an
+    OSC that retitles the window or writes the clipboard, an ANSI one that hides or
+    rewrites lines): inspect printed them raw to the user's terminal. Shown escaped."""
+    out = folder("char")
+    _set(key, "x\x1b]52;c;cHduZWQ=\x07y\x1b[2Kz\x9b1m\rw")(out / "manifest.json")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    r = subprocess.run([sys.executable, "-m", "corpusprep.inspect", str(out)], env=env,
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 0 and not r.stderr, r.stderr
+    assert not set("\x1b\x07\x9b\r") & set(r.stdout), repr(r.stdout)
+    assert "x\\x1b]52;c;cHduZWQ=\\x07y" in r.stdout
+
+
 @pytest.mark.parametrize("kind", ["npy", "llmc"])
 def test_a_shard_that_is_a_fifo_is_refused_at_once(folder, kind):
     out = folder(kind)
