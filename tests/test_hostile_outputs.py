@@ -156,14 +156,19 @@ def test_an_unlisted_meta_pkl_that_is_a_fifo_is_refused_at_once(folder, capsys):
     assert "meta.pkl" in line and "not a regular file" in line
 
 
+def _inspect_command(out: Path) -> subprocess.CompletedProcess:
+    """`python -m corpusprep.inspect OUT` in a fresh process, as a user runs it."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "corpusprep.inspect", str(out)], env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
 def test_the_fifo_repro_through_the_real_command(folder):
     """The attacker's own repro, as a user runs it: one line, at once."""
     out = folder("npy")
     os.mkfifo(out / "x.npy")
     edit(out, lambda m: m["format"]["shards"]["val"].append({"file": "x.npy", "tokens": 0}))
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    r = subprocess.run([sys.executable, "-m", "corpusprep.inspect", str(out)], env=env,
-                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    r = _inspect_command(out)
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert r.returncode == 1 and len(lines) == 1, r.stderr
     assert "x.npy" in lines[0] and "not a regular file" in lines[0]
@@ -176,9 +181,7 @@ def test_a_lone_surrogate_in_a_manifest_is_shown_escaped(folder, key):
     traceback. It is shown escaped."""
     out = folder("char")
     _set(key, "x\ud800y")(out / "manifest.json")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    r = subprocess.run([sys.executable, "-m", "corpusprep.inspect", str(out)], env=env,
-                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    r = _inspect_command(out)
     assert r.returncode == 0 and not r.stderr, r.stderr
     assert "x\\ud800y" in r.stdout
 
@@ -190,9 +193,7 @@ def test_terminal_escapes_in_a_manifest_are_shown_not_sent(folder, key):
     rewrites lines): inspect printed them raw to the user's terminal. Shown escaped."""
     out = folder("char")
     _set(key, "x\x1b]52;c;cHduZWQ=\x07y\x1b[2Kz\x9b1m\rw")(out / "manifest.json")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    r = subprocess.run([sys.executable, "-m", "corpusprep.inspect", str(out)], env=env,
-                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    r = _inspect_command(out)
     assert r.returncode == 0 and not r.stderr, r.stderr
     assert not set("\x1b\x07\x9b\r") & set(r.stdout), repr(r.stdout)
     assert "x\\x1b]52;c;cHduZWQ=\\x07y" in r.stdout
