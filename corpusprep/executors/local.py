@@ -208,10 +208,14 @@ class _Stall:
         return time.monotonic() - self.died_at > STALLED_SECONDS
 
 
+def _workers(pool: ProcessPoolExecutor) -> list:
+    """The pool's worker processes started so far (none once shut down)."""
+    return list((getattr(pool, "_processes", None) or {}).values())
+
+
 def _a_worker_died(pool: ProcessPoolExecutor) -> bool:
     """Whether one of the pool's workers has ended (they end only at its shutdown)."""
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    return any(process.exitcode is not None for process in processes)
+    return any(process.exitcode is not None for process in _workers(pool))
 
 
 def _forking(pool: ProcessPoolExecutor, workers: int) -> contextlib.AbstractContextManager:
@@ -219,7 +223,7 @@ def _forking(pool: ProcessPoolExecutor, workers: int) -> contextlib.AbstractCont
     os.fork's after-fork handlers is printed as "ignored" and lost, and the run went on."""
     from corpusprep.writer import signals_held
 
-    started = len(getattr(pool, "_processes", None) or {})
+    started = len(_workers(pool))
     return signals_held() if started < workers else contextlib.nullcontext()
 
 
@@ -271,7 +275,7 @@ def kill_live_pools() -> None:
 def _kill(pool: ProcessPoolExecutor) -> None:
     """Kill a pool's workers and wait for them."""
     _LIVE.discard(pool)
-    processes = list((getattr(pool, "_processes", None) or {}).values())
+    processes = _workers(pool)
     results = getattr(pool, "_result_queue", None)  # shutdown() forgets them
     tasks = getattr(pool, "_call_queue", None)
     _leave(pool, Future.cancelled)  # (cancelled by a caller of the pool's own)
