@@ -488,8 +488,20 @@ def _open_folder(folder: Path, manifest: dict[str, Any], tokenizer: bool,
         for side in SIDES:
             _check_ids(arrays[side], files[side], manifest["vocab_size"])
     rebuilt = rebuild_tokenizer(manifest, folder) if tokenizer else None
+    if rebuilt is not None and has_meta:
+        _check_meta(folder / "meta.pkl", meta, rebuilt)
     return PreparedDataset(folder, arrays["train"], arrays["val"], rebuilt, manifest, meta,
                            docs["train"], docs["val"], files)  # fmt: skip
+
+
+def _check_meta(path: Path, meta: dict[str, Any], tokenizer: Tokenizer) -> None:
+    """meta.pkl's itos and stoi are the rebuilt tokenizer's: nanoGPT's sample.py decodes
+    with them, load()'s tokenizer with the manifest's record, and a meta.pkl copied from
+    another run of the same vocabulary size would make the two disagree, silently."""
+    expected = tokenizer.meta() or {}  # none for GPT-2: sample.py would decode with this one
+    for key in ("itos", "stoi"):
+        if meta.get(key) != expected.get(key):
+            raise _damaged(path, f"its {key} is not the tokenizer's the manifest records")
 
 
 class _PlainUnpickler(pickle.Unpickler):

@@ -111,6 +111,26 @@ def test_a_plain_meta_pkl_still_loads_and_a_broken_one_is_damaged(made: Path):
         corpusprep.load(made)
 
 
+@pytest.mark.parametrize("key", ["itos", "stoi"])
+def test_a_meta_pkl_from_another_run_is_not_taken_for_this_ones(made: Path, key: str):
+    """nanoGPT's sample.py decodes with meta.pkl's itos (encodes with its stoi), load()'s
+    tokenizer with the manifest's record: a meta.pkl of another vocabulary of the same size
+    (copied from another run) would make the two give different text, silently."""
+    meta = pickle.loads((made / "meta.pkl").read_bytes())
+    chars = [meta["itos"][i] for i in range(meta["vocab_size"])]
+    chars[1], chars[2] = chars[2], chars[1]  # the same characters, two ids swapped
+    other = {**meta, key: dict(enumerate(chars)) if key == "itos" else
+             {c: i for i, c in enumerate(chars)}}  # fmt: skip
+    (made / "meta.pkl").write_bytes(pickle.dumps(other))
+    _edit_manifest(made, lambda m: m["files"].update({"meta.pkl": len(pickle.dumps(other))}))
+    with pytest.raises(UserError) as e:
+        corpusprep.load(made)
+    message = str(e.value)
+    assert str(made / "meta.pkl") in message and key in message and "\n" not in message
+    assert "prepare" in message
+    assert corpusprep.load(made, tokenizer=False).meta == other  # ids only: nothing to compare
+
+
 # --- 2. _target_: only corpusprep's (and plugins') classes of the right kind -----------
 
 
