@@ -105,6 +105,7 @@ class ShardedTokens:
         return out
 
     def __getitem__(self, key: Any) -> Union[np.ndarray, np.generic]:
+        key = _one_index(key)
         if isinstance(key, slice):
             start, stop, step = key.indices(len(self))
             if step == 1:
@@ -130,6 +131,23 @@ class ShardedTokens:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         joined = np.concatenate(self.shards)
         return joined if dtype is None else joined.astype(dtype)
+
+
+def _one_index(key: Any) -> Any:
+    """The index numpy reads `key` as on a 1-D array, for ShardedTokens: x[(i,)] is x[i],
+    x[...] is x[:] and a 0-d array of an integer is that integer. A bool is refused: an int
+    to Python (x[True] would be x[1]), a new axis to numpy, as None is."""
+    if isinstance(key, tuple):
+        if len(key) != 1:
+            raise IndexError(f"ShardedTokens is 1-D: one index, not {len(key)} ({key!r:.40})")
+        key = key[0]
+    if key is Ellipsis:
+        return slice(None)
+    if key is None or isinstance(key, (bool, np.bool_)):
+        raise IndexError(f"a new axis (index {key!r}): index np.asarray(x[a:b]) for that")
+    if isinstance(key, np.ndarray) and key.ndim == 0 and np.issubdtype(key.dtype, np.integer):
+        return int(key)
+    return key
 
 
 Tokens = Union[np.ndarray, ShardedTokens]

@@ -356,6 +356,20 @@ def test_sharded_tokens_take_a_mask_as_an_array_does_and_refuse_other_keys():
             x[key]
 
 
+def test_sharded_tokens_read_the_keys_numpy_reads_the_same_way_or_refuse_them():
+    """Found by an attack: x[True] was x[1] (a bool is an int to Python; to numpy a new
+    axis), x[(i,)] an array of one token, not the token, and x[...] was refused. Each key
+    numpy reads on a 1-D array gives what numpy gives, or an IndexError naming the key."""
+    data = np.arange(100, dtype=np.uint16)
+    x = ShardedTokens([data[:30], data[30:31], data[31:70], data[70:]])
+    for key in ((31,), (slice(25, 75),), (np.int64(-1),), ..., (...,), np.array(70), (70,)):
+        got, want = x[key], data[key]
+        assert type(got) is type(want) and np.array_equal(got, want), key
+    for key in (True, False, np.True_, None, (None,), (1, 2), (slice(None), None)):
+        with pytest.raises(IndexError, match="index"):
+            x[key]
+
+
 def test_load_checks_every_file(bpe_runs, tmp_path, tiktoken_cache):
     import shutil
 
