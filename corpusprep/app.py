@@ -29,6 +29,7 @@ from corpusprep.errors import (
     INTERRUPTED_AFTER_FINISHING,
     TaskFailed,
     UserError,
+    escape_controls,
     is_interrupt,
 )
 from corpusprep.overrides import (
@@ -43,7 +44,7 @@ from corpusprep.redact import RedactedLines, redact_override, redact_text
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
-    print(f"corpusprep: error: {redact_text(message)}", file=sys.stderr)
+    print(f"corpusprep: error: {escape_controls(redact_text(message))}", file=sys.stderr)
     sys.exit(code)
 
 
@@ -128,7 +129,7 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
         message = redact_text(message)  # a URL's user:password or ?token= never shown
         if folder is None:
             fail(message)
-        print(f"corpusprep: error: {message}", file=sys.stderr)
+        print(f"corpusprep: error: {escape_controls(message)}", file=sys.stderr)
         _record(folder, cfg, "failed", reason=message)
         return None
     except KeyboardInterrupt:
@@ -148,7 +149,7 @@ def run_job(cfg: DictConfig, overrides: list[str], folder: Optional[Any] = None)
         if folder is not None:
             _record(folder, cfg, status, **({"estimate": result} if status == "estimate" else {}))
         if not cfg.get("quiet") or status == "skipped":
-            print(summary(result, cfg.out_dir))
+            print(escape_controls(summary(result, cfg.out_dir), keep_layout=True))
     except KeyboardInterrupt:
         said = (
             "interrupted"

@@ -4,12 +4,31 @@ failed more times than it may be tried."""
 from __future__ import annotations
 
 import math
+import re
 import threading
 from typing import Any, Callable, Optional
 
 
 class UserError(Exception):
     """A problem the user can fix: the message says what is wrong, where, and what to do."""
+
+
+def escape_controls(text: str, keep_layout: bool = False) -> str:
+    """`text` safe to print, whoever wrote the names in it (a downloaded file's, a Hub
+    repo's): every character a terminal acts on (an escape sequence sets its title, fills
+    the clipboard, rewrites lines) or that ends a line as \\xNN (\\uNNNN), so an error stays
+    one line. keep_layout=True keeps line ends and tabs: a table's or a summary's own."""
+    pattern = _CONTROLS_BUT_LAYOUT if keep_layout else _CONTROLS
+    return pattern.sub(_escaped, text)
+
+
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROLS_BUT_LAYOUT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _escaped(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 SHORTER = " (it got shorter)"  # changed_while_read's `how` for a file cut short

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -36,7 +35,7 @@ from corpusprep.dataset import (
     check_json,
     load,
 )
-from corpusprep.errors import UserError
+from corpusprep.errors import UserError, escape_controls
 from corpusprep.redact import redact_text
 
 CHUNK = 1 << 18  # ids decoded per step (as a list, ~10 MB): memory stays flat
@@ -436,11 +435,8 @@ def _print(text: str, file: Any = None) -> None:
     surrogate (JSON may spell "\\ud800", which stdout cannot encode: a traceback) or a
     control character (a stranger's terminal escape sequence: a window title, the
     clipboard, lines rewritten); line ends and tabs are the layout's own."""
-    text = _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    text = escape_controls(text, keep_layout=True)
     print(text.encode("utf-8", "backslashreplace").decode("utf-8"), file=file)
-
-
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def _fail(message: str) -> NoReturn:

@@ -41,7 +41,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import corpusprep
 from corpusprep.config import Settings, build, overridden_keys, read_settings
-from corpusprep.errors import UserError, changed_while_read
+from corpusprep.errors import UserError, changed_while_read, escape_controls
 from corpusprep.executors import Executor
 from corpusprep.executors.local import LocalExecutor, available_cores
 from corpusprep.exporters import Exporter, Streams
@@ -305,7 +305,7 @@ def _without_outputs(files: list[InputFile], out_dir: str,
             f"{min(left)}: a file corpusprep wrote in out_dir={out_dir} (its manifest lists "
             "it), not a corpus; read other files, or write to another out_dir"
         )
-    shown = ", ".join(os.path.relpath(p, folder) for p in sorted(left)[:3])
+    shown = ", ".join(escape_controls(os.path.relpath(p, folder)) for p in sorted(left)[:3])
     shown += ", ..." if len(left) > 3 else ""
     print(f"corpusprep: note: left out {len(left)} file{'s' * (len(left) > 1)} in out_dir="
           f"{out_dir} that its last run wrote ({shown}): never read as input",

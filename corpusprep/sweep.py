@@ -144,7 +144,7 @@ class SweepCallback(Callback):
     """Registered in conf/config.yaml (hydra.callbacks)."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from corpusprep.errors import UserError
+        from corpusprep.errors import UserError, escape_controls
         from corpusprep.writer import lock_sweep
 
         check_clashes(config)
@@ -153,7 +153,7 @@ class SweepCallback(Callback):
         try:
             self._lock = lock_sweep(Path(config.hydra.runtime.cwd, config.hydra.sweep.dir))
         except (UserError, OSError) as e:
-            print(f"corpusprep: error: {e}", file=sys.stderr)
+            print(f"corpusprep: error: {escape_controls(str(e))}", file=sys.stderr)
             sys.exit(1)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
@@ -222,7 +222,7 @@ def check_clashes(config: DictConfig) -> None:
     from hydra import compose
 
     from corpusprep.app import check_required
-    from corpusprep.errors import UserError
+    from corpusprep.errors import UserError, escape_controls
 
     seen: dict[str, int] = {}
     try:
@@ -250,5 +250,6 @@ def check_clashes(config: DictConfig) -> None:
             sys.exit(1)
         seen[out_dir] = number
     if lacking and lacking[0] is not None and set(lacking) == {lacking[0]}:  # every job: once,
-        print(f"corpusprep: error: {lacking[0]}", file=sys.stderr)  # as a run says it
+        # as a run says it
+        print(f"corpusprep: error: {escape_controls(lacking[0])}", file=sys.stderr)
         sys.exit(1)

@@ -7,6 +7,7 @@ import json
 import locale
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -167,6 +168,7 @@ def assert_one_line_error(result, *fragments: str) -> None:
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("corpusprep: error: "), result.stderr
+    assert not re.search("[\x00-\x1f\x7f-\x9f]", lines[0]), lines[0]  # a terminal's commands
     assert "Traceback" not in result.stderr
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])

@@ -334,6 +334,17 @@ def test_the_advice_for_what_is_not_a_file_works_pasted_in_bash(tmp_path: Path, 
     assert files == ["a.txt"]
 
 
+def test_a_file_name_with_terminal_commands_in_it_is_shown_escaped_on_one_line(tmp_path: Path):
+    """A downloaded file's name is a stranger's: an escape sequence in it (here one that sets
+    the terminal's title) or a line end, printed raw in an error, acts on the terminal or
+    fakes a line of its own. Shown as \\xNN, the name stays one line, inert."""
+    (tmp_path / "dl").mkdir()
+    (tmp_path / "dl" / "a\x1b]0;pwned\x07\nline2.jsonl").write_text('{"text": 1}\n')
+    r = _run(tmp_path, "source=files", "source.glob=dl/*")
+    assert_one_line_error(r, "a\\x1b]0;pwned\\x07\\x0aline2.jsonl:1: 'text' is int")
+    assert "\x1b" not in r.stderr + r.stdout
+
+
 def test_a_glob_naming_only_a_dangling_link_says_what_it_is(tmp_path: Path):
     (tmp_path / "gone.txt").symlink_to("/nowhere/gone.txt")
     r = _run(tmp_path, "source=files", "source.glob=gone.txt")

@@ -32,7 +32,7 @@ from typing import Any, BinaryIO, Optional
 
 import numpy as np
 
-from corpusprep.errors import UserError
+from corpusprep.errors import UserError, escape_controls
 from corpusprep.exporters import Exporter, Streams, keep_doc_index
 from corpusprep.progress import Bar
 from corpusprep.writer import OutputWriter, copy_range
@@ -197,7 +197,7 @@ class ShardedExporter(Exporter):
         stem = file_stem(name)
         for other in sorted(names):
             if self.reads(other, stem):
-                print(f"corpusprep: warning: {name}: out_dir holds {other}, which "
+                print(f"corpusprep: warning: {name}: out_dir holds {escape_controls(other)}, which "
                       f"{self.reader(stem)} would read as a shard; move it out of out_dir",
                       file=sys.stderr)  # fmt: skip
 

@@ -33,7 +33,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Optional
 from urllib.parse import urlsplit
 
-from corpusprep.errors import StillRunning, UserError, checked_number, interruptible
+from corpusprep.errors import (
+    StillRunning,
+    UserError,
+    checked_number,
+    escape_controls,
+    interruptible,
+)
 from corpusprep.formats import InputFile
 from corpusprep.redact import redact
 from corpusprep.sources import Source, input_files, new_part
@@ -115,8 +121,8 @@ class HfSource(Source):
         names, sha = repo["repo_files"], repo["sha"]
         paths = [self._download(name, sha, progress) for name in names]
         for path, (name, wrong) in _damaged(names, paths).items():  # once more, afresh
-            print(f"corpusprep: note: source=hf: {name}: not the file the Hub names "
-                  f"({wrong}); downloading it again", file=sys.stderr)  # fmt: skip
+            print(f"corpusprep: note: source=hf: {escape_controls(name)}: not the file the Hub "
+                  f"names ({wrong}); downloading it again", file=sys.stderr)  # fmt: skip
             _forget(path)
             again = self._download(name, sha, progress)
             if (wrong := _not_as_named(again)) is not None:
