@@ -96,10 +96,11 @@ def summary(ds: PreparedDataset, top: int = 10, head: int = 64) -> str:
     rows.append(
         ("made", f"{m['created']} by corpusprep {m['corpusprep']} in {m['seconds']['total']} s")
     )
-    out = [str(ds.path)] + [f"  {k:<12} {v}" for k, v in rows]
     note = m.get("note") or m.get("nanogpt_note")  # nanogpt's, under its first key
     if note:
-        out.append(f"  {'note':<12} {note}")
+        rows.append(("note", note))
+    # a value is one row: a stranger's line end in one would fake a row of its own
+    out = [str(ds.path)] + [f"  {k:<12} {escape_controls(str(v))}" for k, v in rows]
 
     counts = token_counts(ds)
     order = np.argsort(-counts, kind="stable")[:top]
@@ -440,7 +441,8 @@ def _print(text: str, file: Any = None) -> None:
 
 
 def _fail(message: str) -> NoReturn:
-    _print(f"corpusprep.inspect: error: {redact_text(message)}", file=sys.stderr)
+    # one line, whatever line ends a stranger's name in it holds
+    _print(f"corpusprep.inspect: error: {escape_controls(redact_text(message))}", file=sys.stderr)
     sys.exit(1)
 
 

@@ -21,7 +21,7 @@ from typing import Any, Optional
 import numpy as np
 
 from corpusprep.dataset import COUNT, SIDES, PreparedDataset, Tokens, check_json, load, read_json
-from corpusprep.errors import UserError
+from corpusprep.errors import UserError, escape_controls
 
 CHUNK = 1 << 22  # tokens (or document starts) per step
 SAMPLE_TOKENS = 1 << 20  # chars per token by decoding: at most this many tokens per split
@@ -394,8 +394,10 @@ def sweep_table(data: dict[str, Any]) -> str:
         f"{'vocab use':>17}  run"
     ]  # bytes/tok: of the val text
     for i, label in enumerate(data["labels"]):
+        label = escape_controls(label)  # a stranger's record's: a line end would fake a row
         if data["train_tokens"][i] is None:
-            lines.append(f"  {data['jobs'][i]:>3}  {data['status'][i]:>12}  {'':>10}  "
+            status = escape_controls(data["status"][i])
+            lines.append(f"  {data['jobs'][i]:>3}  {status:>12}  {'':>10}  "
                          f"{'':>9}  {'':>9}  {'':>17}  {label}")  # fmt: skip
             continue
         use = f"{data['ids_used'][i]:,}/{data['vocab_size'][i]:,}"

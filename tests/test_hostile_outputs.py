@@ -199,6 +199,21 @@ def test_terminal_escapes_in_a_manifest_are_shown_not_sent(folder, key):
     assert "x\\x1b]52;c;cHduZWQ=\\x07y" in r.stdout
 
 
+@pytest.mark.parametrize("key", ["name", "note", "source/path"])
+def test_a_line_end_in_a_manifest_string_cannot_fake_a_row(folder, key):
+    """A value's line end began a line of its own in inspect's table: a stranger's manifest
+    could add a row that looks like the folder's (here, a count of tokens). Each value is
+    one row: its line ends are shown escaped."""
+    out = folder("char")
+    _set(key, "x\n  train        999 tokens\u2028y")(out / "manifest.json")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    r = subprocess.run([sys.executable, "-m", "corpusprep.inspect", str(out)], env=env,
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 0 and not r.stderr, r.stderr
+    assert "999" not in "".join(line for line in r.stdout.splitlines() if "x\\x0a" not in line)
+    assert "x\\x0a  train        999 tokens\\u2028y" in r.stdout
+
+
 @pytest.mark.parametrize("kind", ["npy", "llmc"])
 def test_a_shard_that_is_a_fifo_is_refused_at_once(folder, kind):
     out = folder(kind)
@@ -584,6 +599,32 @@ def test_a_malformed_job_record_is_one_line_naming_it(made, tmp_path, capsys, re
         path.write_text(record)
     line = inspect_line(capsys, sweep, fifos=(path,))
     assert str(path) in line
+
+
+@pytest.mark.parametrize("field", ["overrides", "status"])
+def test_a_line_end_in_a_job_record_cannot_fake_a_row_of_the_sweep_table(
+    made, tmp_path, capsys, field
+):
+    sweep = _sweep(made, tmp_path)
+    path = sweep / "1" / "corpusprep_job.json"
+    record = json.loads(path.read_text())
+    fake = "x\n    7      999,999  \x1b[2K"
+    record[field] = [fake] if field == "overrides" else fake
+    path.write_text(json.dumps(record))
+    cp_inspect.main([str(sweep)])
+    out = capsys.readouterr().out
+    assert "x\\x0a    7      999,999  \\x1b[2K" in out and "\x1b" not in out
+    assert not any(line.lstrip().startswith("7 ") for line in out.splitlines()), out
+
+
+def test_a_line_end_in_an_error_of_inspect_is_shown_escaped(tmp_path):
+    name = tmp_path / "a\nb"
+    name.mkdir()
+    r = subprocess.run([sys.executable, "-m", "corpusprep.inspect", str(name)],
+                       env={**os.environ, "PYTHONPATH": str(REPO)},
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 1 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert "a\\x0ab: not a corpusprep output folder" in r.stderr
 
 
 # --- 12. a ranks file named by a folder: bounded, and only the one it was made with ------
