@@ -436,3 +436,40 @@ def test_the_keys_page_names_every_sources_key():
         named = [p.name for p in params if p.name != "self" and p.kind != p.VAR_KEYWORD]
         missing = [name for name in named if f"`source.{name}`" not in row]
         assert not missing, f"docs/keys.md's source={kind} row does not name {missing}"
+
+
+def _python_blocks(page: str) -> list[str]:
+    """The ```python blocks of a page, as written."""
+    return re.findall(r"^```python\n(.*?)^```", (REPO / page).read_text("utf-8"), re.S | re.M)
+
+
+def test_the_tiktoken_snippet_reads_the_folder_as_it_is_now(tmp_path, shakespeare):
+    """Found by a newcomer's attack: docs/tokenizers.md reads a trained bpe's ranks with
+    tiktoken's load_tiktoken_bpe, which keeps a copy of every file it reads in its cache
+    (TIKTOKEN_CACHE_DIR, else a temporary folder) under the file's path. A folder made again
+    at that path (another corpus, more merges) was read as the copy of the first: the other
+    vocabulary, silently. The snippet, run after each of two runs into data/my_bpe1024,
+    must encode as the folder's own tokenizer does."""
+    from helpers import compose
+
+    from corpusprep.prepare import prepare
+
+    snippet = next(b for b in _python_blocks("docs/tokenizers.md") if "load_tiktoken_bpe" in b)
+    check = snippet + (
+        "\nimport corpusprep\n"
+        "text = open('sample.txt', encoding='utf-8').read()\n"
+        "mine = corpusprep.load('data/my_bpe1024').tokenizer.encode(text).tolist()\n"
+        "assert enc.encode_ordinary(text) == mine, 'another vocabulary'\n"
+    )
+    text = shakespeare.read_text(encoding="utf-8")
+    (tmp_path / "sample.txt").write_text(text[500_000:520_000], encoding="utf-8")
+    env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(tmp_path / "tiktoken_cache"),
+           "PYTHONPATH": str(REPO)}  # fmt: skip
+    for part in (text[:300_000], text[-300_000:]):
+        (tmp_path / "my.txt").write_text(part, encoding="utf-8")
+        prepare(compose("source=file", f"source.path={tmp_path / 'my.txt'}", "tokenizer=bpe",
+                        "tokenizer.vocab_size=1024", f"out_dir={tmp_path / 'data' / 'my_bpe1024'}",
+                        "quiet=true"))  # fmt: skip
+        r = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env=env,
+                           capture_output=True, text=True)  # fmt: skip
+        assert r.returncode == 0, r.stderr
