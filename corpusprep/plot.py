@@ -222,11 +222,19 @@ def _figure(width: float, height: float):
 
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# names of the figure formats other than PNG (matplotlib's, and the usual image ones)
+OTHER_FIGURE_SUFFIXES = {".bmp", ".eps", ".gif", ".jpeg", ".jpg", ".pdf", ".pgf", ".ps",
+                         ".raw", ".rgba", ".svg", ".svgz", ".tif", ".tiff", ".webp"}  # fmt: skip
 
 
 def check_target(path: str | Path) -> None:
     """Where a figure goes: nothing yet, an empty file or an earlier figure (a PNG). Any
-    other file is not replaced (`--plot out/train.bin`: the folder it reads)."""
+    other file is not replaced (`--plot out/train.bin`: the folder it reads), and a name of
+    another format is refused: the figure is always a PNG, which `fig.svg` would not be."""
+    suffix = Path(path).suffix
+    if suffix.lower() in OTHER_FIGURE_SUFFIXES:
+        raise UserError(f"{path}: the figure is a PNG, not {suffix}; name it "
+                        f"{Path(path).with_suffix('.png')}")  # fmt: skip
     try:
         info = os.stat(path)
     except OSError:  # nothing there (or no folder: _save says so)

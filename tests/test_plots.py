@@ -239,3 +239,21 @@ def test_a_figure_is_never_written_over_a_file_that_is_not_one(tmp_path, shakesp
         r = inspect_cli(out, "--plot", out / "c.png", cwd=tmp_path)
         assert r.returncode == 0, r.stderr
     png(out / "c.png")
+
+
+@pytest.mark.parametrize("name", ["fig.svg", "fig.pdf", "fig.JPG"])
+def test_a_figure_named_for_another_format_is_one_line(tmp_path, shakespeare, name):
+    """Found by the newcomer attack: `--plot fig.svg` (or .pdf, .jpg) wrote PNG bytes under
+    that name and said `wrote fig.svg`: a file no SVG or PDF viewer opens. The figure is a
+    PNG, so another format's name is one line, before any work, and nothing is written."""
+    out = run(tmp_path / "out", "source=file", f"source.path={shakespeare}")
+    r = inspect_cli(out, "--plot", name, cwd=tmp_path)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("corpusprep.inspect: error: ") and name in r.stderr
+    assert "PNG" in r.stderr and "fig.png" in r.stderr and not r.stdout
+    assert not (tmp_path / name).exists()
+    with pytest.raises(UserError, match="PNG"):  # the Python API says so too
+        plot.plot_run(corpusprep.load(out), tmp_path / name)
+    r = inspect_cli(out, "--plot", "fig.png", cwd=tmp_path)  # the name the line suggests
+    assert r.returncode == 0, r.stderr
+    png(tmp_path / "fig.png")
