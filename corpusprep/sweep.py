@@ -167,6 +167,7 @@ class SweepCallback(Callback):
         sweep = Path(config.hydra.sweep.dir)
         redact_file(sweep / "multirun.yaml")
         records = [json.loads(p.read_text()) for p in sweep.glob(f"*/{RECORD}")]
+        records = _this_sweeps(records, config)
         records.sort(key=lambda r: r["job"])
         rows = [row(r) for r in records]
         launched = _count_jobs(config)
@@ -199,6 +200,19 @@ def _quiet(config: DictConfig) -> bool:
         return bool(OmegaConf.select(config, "quiet", default=False))
     except Exception:  # a config that does not resolve: print, as without quiet
         return False
+
+
+def _this_sweeps(records: list[dict[str, Any]], config: DictConfig) -> list[dict[str, Any]]:
+    """The records of this sweep's jobs: a sweep folder given again (hydra.sweep.dir=
+    multirun/cmp, as the docs show) still holds the folders of an earlier sweep's jobs, and
+    their records are not this sweep's (an old failure would fail it). A record is this
+    sweep's when its job number has these overrides here. For a sweeper whose jobs are not
+    known in advance, every record."""
+    try:
+        jobs = [[redact_override(o) for o in job] for job in expand(config)]
+    except Exception:
+        return records
+    return [r for r in records if r["job"] < len(jobs) and r["overrides"] == jobs[r["job"]]]
 
 
 def _count_jobs(config: DictConfig) -> int:

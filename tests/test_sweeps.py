@@ -176,6 +176,21 @@ def test_a_failed_job_is_a_row_and_the_others_are_kept(work):
     assert "Traceback" not in r.stderr
 
 
+def test_a_sweep_into_an_earlier_sweeps_folder_reports_its_own_jobs(work):
+    """Found by the newcomer attack: the docs name a sweep's folder (hydra.sweep.dir=
+    multirun/cmp), so fixing a failed job and sweeping again goes to the same folder. The
+    earlier sweep's job records were counted as this sweep's: 'corpusprep sweep: 4 jobs
+    (1 failed, 3 ok)' and exit code 1 for a sweep whose two jobs were both ok."""
+    args = ["-m", "source=file", "hydra.sweep.dir=sw"]
+    r = run_cli(*args, "source.path=a.txt,missing.txt", cwd=work)
+    assert r.returncode == 1
+    r = run_cli(*args, "source.path=a.txt,b.txt", cwd=work)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "corpusprep sweep: 2 jobs (1 ok, 1 skipped)" in r.stdout  # a: up to date
+    rows = [(row["corpus"], row["status"]) for row in table(work / "sw")]
+    assert rows == [("a", "skipped"), ("b", "ok")]
+
+
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
 def test_launchers(work, launcher):
     plugin = {"joblib": "joblib", "submitit_local": "submitit"}[launcher]
