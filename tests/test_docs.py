@@ -473,3 +473,14 @@ def test_the_tiktoken_snippet_reads_the_folder_as_it_is_now(tmp_path, shakespear
         r = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env=env,
                            capture_output=True, text=True)  # fmt: skip
         assert r.returncode == 0, r.stderr
+
+
+def test_the_keys_page_names_every_option_of_each_group():
+    """Found by the newcomer attack: docs/keys.md's `tokenizer` row (the reference of every
+    key) listed char, byte, tiktoken and hf, and not bpe, sentencepiece or reuse."""
+    page = (REPO / "docs" / "keys.md").read_text()
+    for group in ("source", "tokenizer", "executor", "format"):
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{group}` |"))
+        options = sorted(p.stem for p in (REPO / "conf" / group).glob("*.yaml"))
+        missing = [name for name in options if f"`{name}`" not in row]
+        assert not missing, f"docs/keys.md's {group} row does not name {missing}"
