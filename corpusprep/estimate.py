@@ -49,7 +49,7 @@ def _estimate(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
     files = source.files(progress=not settings.quiet)
     check_inputs(files, source, overrides)  # as the run checks them
     single = is_single_text(files)
-    split_by = split_rule(settings, single, corpus_name(files))  # the run's own checks
+    split_by = split_rule(settings, single, corpus_name(files, source))  # the run's own checks
     eot = eot_mode(settings.eot, single, tokenizer)
     shards = plan(files, settings.shard_bytes, tokenizer)
     total = sum(s.nbytes for s in shards) or 1

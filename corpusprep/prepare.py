@@ -138,7 +138,7 @@ class Run:
 
     @property
     def name(self) -> str:
-        return corpus_name(self.files)
+        return corpus_name(self.files, self.source)
 
     @property
     def itemsize(self) -> int:
@@ -1443,8 +1443,15 @@ def _check_unchanged(before: dict[str, Identity],
             raise changed_while_read(path)
 
 
-def corpus_name(files: list[InputFile]) -> str:
-    return files[0].name if len(files) == 1 else f"{len(files)} files ({files[0].name}, ...)"
+def corpus_name(files: list[InputFile], source: Optional[Source] = None) -> str:
+    """The corpus as errors name it: its file, or a download's URL (the cache's copy is a
+    path the user never gave), or the count of files and the first."""
+    if len(files) != 1:
+        return f"{len(files)} files ({files[0].name}, ...)"
+    url = getattr(source, "url", None)  # (the error line hides a URL's secrets)
+    if isinstance(url, str):
+        return f"{url}!{files[0].member}" if files[0].member else url
+    return files[0].name
 
 
 def _progress(results: Iterable, shards: list[Shard], what: str, quiet: bool) -> Iterator:

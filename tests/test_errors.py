@@ -188,6 +188,14 @@ CASES = {
         ["tokenizer=nope", "char"],
     ),
     "unknown in a sweep": (["-m", "tokenizer=char,nope"], ["tokenizer=nope"]),
+    "shuffle of a preset's one text, by its URL not the download cache's copy": (
+        ["dataset=shakespeare_char", "order=shuffle"],
+        [
+            "order=shuffle: https://raw.githubusercontent.com/karpathy/char-rnn/master/data/"
+            "tinyshakespeare/input.txt is one text",
+            "!.cache",
+        ],
+    ),  # fmt: skip
     "split too big": (["source=file", "source.path=good.txt", "split=1.5"], ["split=1.5"]),
     "split zero": (
         ["source=file", "source.path=good.txt", "split=0"],
