@@ -16,8 +16,9 @@ class UserError(Exception):
 def escape_controls(text: str, keep_layout: bool = False) -> str:
     """`text` safe to print, whoever wrote the names in it (a downloaded file's, a Hub
     repo's): every character a terminal acts on (an escape sequence sets its title, fills
-    the clipboard, rewrites lines) or that ends a line as \\xNN (\\uNNNN), so an error stays
-    one line. keep_layout=True keeps line ends and tabs: a table's or a summary's own."""
+    the clipboard, rewrites lines) or that ends a line shown escaped (\\n, \\x1b, \\u2028),
+    so an error stays one line. keep_layout=True keeps line ends and tabs: a table's or a
+    summary's own."""
     pattern = _CONTROLS_BUT_LAYOUT if keep_layout else _CONTROLS
     return pattern.sub(_escaped, text)
 
@@ -27,8 +28,13 @@ _CONTROLS_BUT_LAYOUT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 def _escaped(match: re.Match) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    char = match.group()
+    if char in _SHORT:
+        return _SHORT[char]
+    return f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+
+
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}  # as Python's repr shows them
 
 
 SHORTER = " (it got shorter)"  # changed_while_read's `how` for a file cut short

@@ -341,7 +341,7 @@ def test_a_file_name_with_terminal_commands_in_it_is_shown_escaped_on_one_line(t
     (tmp_path / "dl").mkdir()
     (tmp_path / "dl" / "a\x1b]0;pwned\x07\nline2.jsonl").write_text('{"text": 1}\n')
     r = _run(tmp_path, "source=files", "source.glob=dl/*")
-    assert_one_line_error(r, "a\\x1b]0;pwned\\x07\\x0aline2.jsonl:1: 'text' is int")
+    assert_one_line_error(r, "a\\x1b]0;pwned\\x07\\nline2.jsonl:1: 'text' is int")
     assert "\x1b" not in r.stderr + r.stdout
 
 

@@ -210,8 +210,8 @@ def test_a_line_end_in_a_manifest_string_cannot_fake_a_row(folder, key):
     r = subprocess.run([sys.executable, "-m", "corpusprep.inspect", str(out)], env=env,
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.returncode == 0 and not r.stderr, r.stderr
-    assert "999" not in "".join(line for line in r.stdout.splitlines() if "x\\x0a" not in line)
-    assert "x\\x0a  train        999 tokens\\u2028y" in r.stdout
+    assert "999" not in "".join(line for line in r.stdout.splitlines() if "x\\n  train" not in line)
+    assert "x\\n  train        999 tokens\\u2028y" in r.stdout
 
 
 @pytest.mark.parametrize("kind", ["npy", "llmc"])
@@ -613,7 +613,7 @@ def test_a_line_end_in_a_job_record_cannot_fake_a_row_of_the_sweep_table(
     path.write_text(json.dumps(record))
     cp_inspect.main([str(sweep)])
     out = capsys.readouterr().out
-    assert "x\\x0a    7      999,999  \\x1b[2K" in out and "\x1b" not in out
+    assert "x\\n    7      999,999  \\x1b[2K" in out and "\x1b" not in out
     assert not any(line.lstrip().startswith("7 ") for line in out.splitlines()), out
 
 
@@ -624,7 +624,7 @@ def test_a_line_end_in_an_error_of_inspect_is_shown_escaped(tmp_path):
                        env={**os.environ, "PYTHONPATH": str(REPO)},
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.returncode == 1 and len(r.stderr.splitlines()) == 1, r.stderr
-    assert "a\\x0ab: not a corpusprep output folder" in r.stderr
+    assert "a\\nb: not a corpusprep output folder" in r.stderr
 
 
 # --- 12. a ranks file named by a folder: bounded, and only the one it was made with ------
