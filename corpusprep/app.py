@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import os
 import re
 import signal
@@ -290,6 +291,7 @@ def main() -> None:
     elif installing_completion(argv):
         _complete_the_command()
     _guard_hydra_targets()
+    _leave_no_empty_run_dir()
     _skip_mode_probe(argv)
     use_fast_yaml()
     global _KEPT_ARGV
@@ -550,6 +552,64 @@ def _guard_hydra_targets() -> None:
 
     guarded._corpusprep_guard = True  # type: ignore[attr-defined]
     callbacks.Callbacks.__init__ = guarded  # type: ignore[method-assign]
+
+
+def _leave_no_empty_run_dir() -> None:
+    """Hydra makes hydra.run.dir (and its parents) before a run, for its record and log
+    files, which corpusprep's config turns off: `hydra.run.dir=foo` (a Hydra habit) left an
+    empty foo behind, a failed run too, and one it could not make was a traceback. The
+    folder is made here first, a failure one line; what was made and stays empty goes."""
+    from hydra._internal import hydra as hydra_main
+
+    run_job = hydra_main.run_job
+    if getattr(run_job, "_corpusprep_guard", False):
+        return
+
+    def run_in_folder(*, config: DictConfig, job_dir_key: str, job_subdir_key: Optional[str],
+                      **kw: Any) -> Any:  # fmt: skip
+        folder = _run_dir(config, job_dir_key) if job_subdir_key is None else None
+        made: list[str] = []
+        if folder is not None:
+            try:
+                _make_run_dir(folder, made)
+            except OSError as e:
+                fail(f"{job_dir_key}={folder}: cannot make it ({e.strerror}); corpusprep "
+                     "writes only to out_dir, so leave it out (or give a folder that can be "
+                     "made)")  # fmt: skip
+        try:
+            return run_job(config=config, job_dir_key=job_dir_key,
+                           job_subdir_key=job_subdir_key, **kw)  # fmt: skip
+        finally:
+            for path in made:  # deepest first; a folder with anything in it stays
+                with contextlib.suppress(OSError):
+                    os.rmdir(path)
+
+    run_in_folder._corpusprep_guard = True  # type: ignore[attr-defined]
+    hydra_main.run_job = run_in_folder
+
+
+def _run_dir(config: DictConfig, key: str) -> Optional[str]:
+    """The run's folder as Hydra reads it; None where that fails (Hydra's own error says why)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        HydraConfig.instance().set_config(config)  # as run_job does first: ${hydra:job.name}
+        return str(OmegaConf.select(config, key))
+    except OmegaConfBaseException:
+        return None
+
+
+def _make_run_dir(folder: str, made: list[str]) -> None:
+    """mkdir -p, noting in `made` each folder it created, deepest first."""
+    missing, path = [], os.path.abspath(folder)
+    while not os.path.lexists(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    for path in reversed(missing):
+        os.mkdir(path)
+        made.insert(0, path)
+    if not os.path.isdir(folder):
+        raise NotADirectoryError(errno.ENOTDIR, "a file is there", folder)
 
 
 def _check_hydra_targets(config: DictConfig) -> None:

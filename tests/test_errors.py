@@ -375,6 +375,16 @@ CASES = {
         ["program", "binary", "!iconv", "among other files"],  # skip_invalid: not for one
     ),
     "a fifo": (["source=file", "source.path=fifo"], ["fifo", "not a regular file"]),
+    # found by an attack: Hydra made hydra.run.dir (and its parents) before the run, which
+    # then failed, and the empty folders stayed; one it could not make was a traceback
+    "a mistake with a hydra.run.dir": (
+        ["source=file", "source.path=good.txt", "split=1.5", "hydra.run.dir=runs/one"],
+        ["split=1.5"],
+    ),
+    "a hydra.run.dir under a file": (
+        ["source=file", "source.path=good.txt", "hydra.run.dir=a_file/run"],
+        ["hydra.run.dir=a_file/run", "cannot make it", "out_dir"],
+    ),
     "a device": (["source=file", "source.path=/dev/zero"], ["/dev/zero", "not a regular file"]),
     "tiktoken offline": (  # the proxy is a dead port on loopback: no traffic leaves
         [
@@ -600,3 +610,21 @@ def test_both_fixes_of_a_glob_beside_a_path_work(work, fix):
         (work / "docs" / f"{name}.txt").write_text(f"document {name}\n" * 40)
     result = run_cli(*fix, "out_dir=out", "quiet=true", cwd=work)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_run_leaves_no_empty_hydra_run_dir(work):
+    """Found by an attack: `hydra.run.dir=foo` (a Hydra habit) left an empty foo behind, as
+    corpusprep writes only to out_dir; what Hydra is asked to write there stays."""
+    r = run_cli("source=file", "source.path=good.txt", "out_dir=out", "quiet=true",
+                "hydra.run.dir=runs/foo", cwd=work)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert (work / "out" / "train.bin").is_file() and not (work / "runs").exists()
+    (work / "mine").mkdir()  # a folder that was there before is the user's: it stays
+    r = run_cli("source=file", "source.path=good.txt", "out_dir=out", "quiet=true",
+                "hydra.run.dir=mine", "hydra.job.chdir=true", cwd=work)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert (work / "mine").is_dir()
+    r = run_cli("source=file", "source.path=good.txt", "out_dir=out", "quiet=true",
+                "hydra.run.dir=runs/kept", "hydra.output_subdir=.hydra", cwd=work)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert (work / "runs" / "kept" / ".hydra" / "config.yaml").is_file()
