@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from corpusprep.redact import redact_override, redact_text, redact_values
 
@@ -194,6 +195,53 @@ class SweepCallback(Callback):
             sys.exit(1)
 
 
+def _check_not_repeated(jobs: list[list[str]], number: int) -> None:
+    """A job whose overrides an earlier job has (a value given twice) would only redo it, in
+    its folder."""
+    first = jobs.index(jobs[number])
+    if first != number:
+        shown = " ".join(redact_override(o) for o in jobs[number])
+        print(f"corpusprep: error: jobs {first} and {number} of this sweep are the same job "
+              f"({shown}); give each value once", file=sys.stderr)  # fmt: skip
+        sys.exit(1)
+
+
+def _job_folder(cfg: DictConfig, number: int, sweep: str) -> str:
+    """The folder a job writes to: its out_dir, or by default its sweep folder."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    if "cp.out_dir" not in str(OmegaConf.to_container(cfg, resolve=False)["out_dir"]):
+        return _real_path(str(cfg.out_dir))
+    with open_dict(cfg):
+        cfg.hydra.job.num = cfg.hydra.job.id = number  # as the launcher numbers it
+    HydraConfig.instance().set_config(cfg)  # what ${hydra:...} and cp.safe read
+    try:
+        subdir = str(cfg.hydra.sweep.subdir)
+    except OmegaConfBaseException as e:  # (an error in this callback: Hydra warns, goes on)
+        said = str(e).strip().splitlines()[0]
+        print(f"corpusprep: error: hydra.sweep.subdir: {said}; fix the ${{...}} in its value",
+              file=sys.stderr)  # fmt: skip
+        sys.exit(1)
+    return _real_path(os.path.join(sweep, subdir))
+
+
+def _clash(first: int, number: int, cfg: DictConfig, config: DictConfig) -> None:
+    if "cp.out_dir" not in str(OmegaConf.to_container(cfg, resolve=False)["out_dir"]):
+        print(
+            f"corpusprep: error: jobs {first} and {number} of this sweep would both "
+            f"write to out_dir={redact_text(cfg.out_dir)}; put a swept value in it, e.g. "
+            "'out_dir=data/${name}-${split}', or leave out_dir to get a folder per job",
+            file=sys.stderr,
+        )
+        sys.exit(1)
+    subdir = OmegaConf.to_container(config.hydra.sweep, resolve=False)["subdir"]
+    print(f"corpusprep: error: jobs {first} and {number} of this sweep would both write to "
+          f"one folder, hydra.sweep.subdir={redact_text(str(subdir))}; put '${{hydra.job.num}}' "
+          "or a swept value in it", file=sys.stderr)  # fmt: skip
+    sys.exit(1)
+
+
 def _quiet(config: DictConfig) -> bool:
     """quiet=true for the whole sweep (summary.csv / summary.md are written all the same)."""
     try:
@@ -232,8 +280,10 @@ def _real_path(path: str) -> str:
 
 def check_clashes(config: DictConfig) -> None:
     """Stop before any work if two jobs of the sweep would write to the same out_dir.
-    A job's default out_dir is its own sweep folder; only explicit ones can clash."""
-    from hydra import compose
+    A job's default out_dir is its own sweep folder, named by hydra.sweep.subdir: the same
+    for two jobs given the same overrides (split=0.8,0.8) or a subdir naming no swept value."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
 
     from corpusprep.app import check_required
     from corpusprep.errors import UserError, escape_controls
@@ -244,25 +294,23 @@ def check_clashes(config: DictConfig) -> None:
     except Exception:
         return  # another sweeper (e.g. an optimizer): its jobs are not known in advance
     lacking: list[Optional[str]] = []  # what each job lacks (nothing to prepare, a required key)
-    for number, overrides in enumerate(jobs):
-        cfg = compose(config_name="config", overrides=overrides)
-        try:
-            check_required(cfg)
-            lacking.append(None)
-        except UserError as e:
-            lacking.append(str(e))
-        if "cp.out_dir" in str(OmegaConf.to_container(cfg, resolve=False)["out_dir"]):
-            continue  # the default: unique per job
-        out_dir = _real_path(str(cfg.out_dir))
-        if out_dir in seen:
-            print(
-                f"corpusprep: error: jobs {seen[out_dir]} and {number} of this sweep would both "
-                f"write to out_dir={redact_text(cfg.out_dir)}; put a swept value in it, e.g. "
-                "'out_dir=data/${name}-${split}', or leave out_dir to get a folder per job",
-                file=sys.stderr,
-            )
-            sys.exit(1)
-        seen[out_dir] = number
+    loader, hydra_cfg = GlobalHydra.instance().config_loader(), HydraConfig.instance().cfg
+    sweep = str(config.hydra.sweep.dir)  # read once: ${now:...} in a job's copy is read anew
+    try:
+        for number, overrides in enumerate(jobs):
+            _check_not_repeated(jobs, number)
+            cfg = loader.load_sweep_config(config, list(overrides))  # as the launcher makes it
+            try:
+                check_required(cfg)
+                lacking.append(None)
+            except UserError as e:
+                lacking.append(str(e))
+            folder = _job_folder(cfg, number, sweep)
+            if folder in seen:
+                _clash(seen[folder], number, cfg, config)
+            seen[folder] = number
+    finally:
+        HydraConfig.instance().cfg = hydra_cfg
     if lacking and lacking[0] is not None and set(lacking) == {lacking[0]}:  # every job: once,
         # as a run says it
         print(f"corpusprep: error: {escape_controls(lacking[0])}", file=sys.stderr)

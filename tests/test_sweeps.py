@@ -108,6 +108,32 @@ def test_jobs_that_share_a_folder_through_a_symlink_stop_the_sweep_first(work):
     assert list((work / "real").iterdir()) == []
 
 
+# found by an attack: a value given twice (split=0.8,0.8), or a hydra.sweep.subdir naming
+# no swept value, gave two jobs one folder: the second replaced (or skipped on) the first's
+# outputs and record, and the table said job 0 "crashed or was killed"
+@pytest.mark.parametrize("args, fragments", [
+    (["source.path=a.txt", "split=0.8,0.8"],
+     ["jobs 0 and 1 of this sweep are the same job", "give each value once"]),
+    (["source.path=a.txt,b.txt,a.txt"], ["jobs 0 and 2", "the same job"]),
+    (["source.path=a.txt", "split=0.8,0.9", "hydra.sweep.subdir=same"],
+     ["jobs 0 and 1", "hydra.sweep.subdir=same", "${hydra.job.num}"]),
+    # read for that check: one it cannot read is its line (Hydra wrote multirun.yaml first)
+    (["source.path=a.txt", "split=0.8,0.9", "hydra.sweep.subdir=${nope}"],
+     ["hydra.sweep.subdir: Interpolation key 'nope' not found"]),
+])  # fmt: skip
+def test_jobs_that_would_share_their_own_folder_stop_the_sweep_first(work, args, fragments):
+    r = run_cli("-m", "source=file", *args, cwd=work)
+    assert_one_line_error(r, *fragments)
+    assert not (work / "multirun").exists()
+
+
+def test_a_sweep_subdir_naming_the_job_number_is_no_clash(work):
+    r = run_cli("-m", "source=file", "source.path=a.txt", "split=0.8,0.9", "quiet=true",
+                "hydra.sweep.subdir=${hydra.job.num}", cwd=work)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in sweep_dir(work).iterdir() if p.is_dir()) == ["0", "1"]
+
+
 def test_hydra_job_chdir_keeps_paths_relative_to_the_command_folder(work):
     """hydra.job.chdir=true (a habit of Hydra users) moved each job into its Hydra folder,
     and every job failed with 'a.txt: no such file; check source.path', the file there."""
