@@ -185,15 +185,41 @@ def _bare_word(word: str) -> str:
 def _check_sweeps(overrides: list[Any], multirun: bool) -> None:
     """`split=0.8,0.9` without -m: Hydra's three-option message; here, the fix."""
     if multirun:
+        for o in overrides:
+            _check_sweep_values(o, overrides)
         return
     for o in overrides:
         if o.is_sweep_override():
             line = redact_override(o.input_line)  # a secret header's value never shown
             key, raw = line.split("=", 1)
+            quoted = f", or quote one value holding commas: '{key}=\"{raw}\"'"
+            if re.match(r"\w+\(", raw):  # glob(ch*), range(1,3): no value was meant so
+                quoted = ""
             raise UserError(
                 f"{line}: several values make a sweep; add -m (python -m corpusprep "
-                f"-m {line} ...), or quote one value holding commas: '{key}=\"{raw}\"'"
+                f"-m {line} ...){quoted}"
             )
+
+
+def _check_sweep_values(o: Any, overrides: list[Any]) -> None:
+    """A sweep the basic sweeper cannot run: Hydra made its folder first, then said only
+    that it does not take an interval; a range of no values made a sweep of no jobs."""
+    from hydra.core.override_parser.types import IntervalSweep, RangeSweep
+
+    value, line = o.value(), redact_override(o.input_line)
+    key = line.split("=", 1)[0]
+    optimizing = any(g.key_or_group == "hydra/sweeper" for g in overrides)
+    if isinstance(value, IntervalSweep) and not optimizing:
+        raise UserError(
+            f"{line}: a range to search, which only an optimizing sweeper reads (hydra/"
+            f"sweeper=optuna, with hydra-optuna-sweeper); list the values to run instead, e.g. "
+            f"{key}={value.start},{value.end}"
+        )
+    if isinstance(value, RangeSweep) and not list(o.sweep_string_iterator()):
+        raise UserError(
+            f"{line}: makes no values, so the sweep would run no job; range(START,STOP) counts "
+            f"from START up to before STOP, e.g. {key}=range(1,3) for 1 and 2"
+        )
 
 
 def _values(o: Any) -> list[Any]:
@@ -222,10 +248,19 @@ def available_options() -> dict[str, set[str]]:
 
 def _check_group_choices(overrides: list[Any]) -> None:
     """`tokenizer=nope`: one line naming the choices."""
+    from hydra.core.override_parser.types import Glob
+
     available = None
     for o in filter(_is_group_choice, overrides):
         for v in _values(o):
             available = available or available_options()
+            if isinstance(v, Glob):  # glob(shakespeare*): Hydra sweeps the options it matches
+                if not v.filter(sorted(available[o.key_or_group])):
+                    raise UserError(
+                        f"{o.input_line}: matches no {o.key_or_group}; its options are "
+                        f"{', '.join(sorted(available[o.key_or_group]))}"
+                    )
+                continue
             for name in v if isinstance(v, list) else [v]:  # [a,b]: several configs of it
                 if isinstance(name, str) and name in available[o.key_or_group]:
                     continue

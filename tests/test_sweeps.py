@@ -127,6 +127,33 @@ def test_jobs_that_would_share_their_own_folder_stop_the_sweep_first(work, args,
     assert not (work / "multirun").exists()
 
 
+# found by an attack: range(3,1) made a sweep of no jobs (a folder, a table of nothing, exit
+# 0); interval() left a folder holding a lock and said only that the sweeper does not take it
+@pytest.mark.parametrize("sweep, fragments", [
+    ("seed=range(3,1)", ["seed=range(3,1): makes no values", "seed=range(1,3)"]),
+    ("seed=shuffle(range(0,5,-1))", ["makes no values"]),
+    ("split=interval(0.1,0.9)", ["split=interval(0.1,0.9)", "optimizing sweeper",
+                                 "e.g. split=0.1,0.9"]),
+    ("tokenizer=glob(nope*)", ["tokenizer=glob(nope*): matches no tokenizer", "char"]),
+])  # fmt: skip
+def test_a_sweep_of_values_it_cannot_run_stops_first(work, sweep, fragments):
+    r = run_cli("-m", "source=file", "source.path=a.txt", sweep, cwd=work)
+    assert_one_line_error(r, *fragments)
+    assert not (work / "multirun").exists()
+
+
+def test_a_glob_over_a_groups_options_sweeps_them(work):
+    """Found by an attack: Hydra's glob() of a group's options was refused as
+    'tokenizer=Glob(include=[...], exclude=[]): no such tokenizer'."""
+    r = run_cli("-m", "source=file", "source.path=a.txt", "tokenizer=glob([ch*,by*])",
+                "quiet=true", cwd=work)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert sorted(row["tokenizer"] for row in table(sweep_dir(work))) == ["byte", "char"]
+    r = run_cli("source=file", "source.path=a.txt", "tokenizer=glob(ch*)", cwd=work)
+    assert_one_line_error(r, "several values make a sweep; add -m")
+    assert "quote" not in r.stderr  # tokenizer="glob(ch*)" is no tokenizer either
+
+
 def test_a_sweep_subdir_naming_the_job_number_is_no_clash(work):
     r = run_cli("-m", "source=file", "source.path=a.txt", "split=0.8,0.9", "quiet=true",
                 "hydra.sweep.subdir=${hydra.job.num}", cwd=work)  # fmt: skip
