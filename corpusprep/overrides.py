@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import os
 import re
 from pathlib import Path
 from typing import Any, NoReturn, Optional
@@ -91,7 +92,29 @@ def _hydra_args(args: list[str]) -> Any:
     if len(given) > 1:  # Hydra's own check raises a ValueError: a traceback
         raise UserError(f"{' and '.join('--' + f.replace('_', '-') for f in given)}: give one "
                         "of them at a time (--cfg and --info print, and run nothing)")  # fmt: skip
+    if ns.shell_completion:
+        _check_completion(ns.overrides)
     return ns
+
+
+def _check_completion(overrides: list[str]) -> None:
+    """-sc install=SHELL, uninstall=SHELL or query=SHELL: Hydra listed its shells on lines of
+    their own after a wrong one; a query is what the installed script runs, and typed by
+    hand (no COMP_LINE) it was a KeyError traceback."""
+    from hydra.core.plugins import Plugins
+    from hydra.plugins.completion_plugin import CompletionPlugin
+
+    for command, _, shell in (o.partition("=") for o in overrides):
+        if command not in ("install", "uninstall", "query"):
+            continue
+        shells = sorted(p.provides() for p in Plugins.instance().discover(CompletionPlugin))
+        if shell not in shells:
+            raise UserError(f"-sc {command}={shell}: no completion for that shell; the shells "
+                            f"are {', '.join(shells)} (e.g. -sc {command}=bash)")  # fmt: skip
+        if command == "query" and "COMP_LINE" not in os.environ:
+            raise UserError(f"-sc query={shell}: what the installed completion runs as you "
+                            "press Tab (the shell sets COMP_LINE); to install it: eval "
+                            f"\"$(corpusprep -sc install={shell})\"")  # fmt: skip
 
 
 FLAG_KEYS = ("force", "quiet", "dry_run")  # the true/false keys a user may write as --key
