@@ -381,6 +381,16 @@ CASES = {
         ["source=file", "source.path=good.txt", "split=1.5", "hydra.run.dir=runs/one"],
         ["split=1.5"],
     ),
+    # found by an attack: a value's line end was echoed as it was (two lines), and an
+    # escape sequence reached the terminal (a window title)
+    "a line end in an override": (
+        ["source=file", "source.path=good.txt", "name=a\nb"],
+        ["name=a\\nb", "quote"],
+    ),
+    "an escape sequence in an override": (
+        ["source=file", "source.path=good.txt", "name=a\x1b]0;x\x07"],
+        ["name=a\\x1b]0;x\\x07", "!\x1b"],
+    ),
     "a hydra.run.dir under a file": (
         ["source=file", "source.path=good.txt", "hydra.run.dir=a_file/run"],
         ["hydra.run.dir=a_file/run", "cannot make it", "out_dir"],
