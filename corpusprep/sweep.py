@@ -153,8 +153,13 @@ class SweepCallback(Callback):
         # (an exception here Hydra would only warn of, and go on)
         try:
             self._lock = lock_sweep(Path(config.hydra.runtime.cwd, config.hydra.sweep.dir))
-        except (UserError, OSError) as e:
+        except UserError as e:
             print(f"corpusprep: error: {escape_controls(str(e))}", file=sys.stderr)
+            sys.exit(1)
+        except OSError as e:  # its errno alone named neither the key nor a fix
+            where = escape_controls(str(config.hydra.sweep.dir))
+            print(f"corpusprep: error: hydra.sweep.dir={where}: cannot make it "
+                  f"({e.strerror}); choose another hydra.sweep.dir", file=sys.stderr)  # fmt: skip
             sys.exit(1)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:

@@ -220,6 +220,12 @@ def test_a_sweep_folder_another_sweep_is_writing_to_is_one_line(work):
     assert len(table(work / "sw")) == 2
 
 
+def test_a_sweep_folder_that_cannot_be_made_is_one_line_naming_it(work):
+    """Found by an attack: '[Errno 17] File exists: .../a.txt' named neither the key nor a fix."""
+    r = run_cli("-m", "source=file", "source.path=a.txt", "hydra.sweep.dir=a.txt/sw", cwd=work)
+    assert_one_line_error(r, "hydra.sweep.dir=a.txt/sw: cannot make it", "another hydra.sweep.dir")
+
+
 def test_a_failed_job_is_a_row_and_the_others_are_kept(work):
     r = run_cli("-m", "source=file", "source.path=a.txt,missing.txt,b.txt", cwd=work)
     assert r.returncode == 1
