@@ -644,7 +644,13 @@ def _make_folder(folder: Path, made: list[Path]) -> None:
         d = d.parent
     if not d.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "not a folder", str(d))
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:  # data/ made, data/<a name too long> not: the run ends, data/ must go
+        for path in missing:  # deepest first; one another run filled stays
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        raise
     made[:] = sorted(set(made) | set(missing), key=lambda p: -len(p.parts))
 
 

@@ -391,6 +391,12 @@ CASES = {
         ["source=file", "source.path=good.txt", "name=a\x1b]0;x\x07"],
         ["name=a\\x1b]0;x\\x07", "!\x1b"],
     ),
+    # found by an attack: the run made data/, then failed to make data/<name> in it, and
+    # the empty data/ stayed
+    "an out_dir whose name is too long": (
+        ["source=file", "source.path=good.txt", "out_dir=data/" + "x" * 300],
+        ["cannot create it (File name too long)"],
+    ),
     "a hydra.run.dir under a file": (
         ["source=file", "source.path=good.txt", "hydra.run.dir=a_file/run"],
         ["hydra.run.dir=a_file/run", "cannot make it", "out_dir"],
