@@ -235,9 +235,13 @@ def check_target(path: str | Path) -> None:
     if suffix.lower() in OTHER_FIGURE_SUFFIXES:
         raise UserError(f"{path}: the figure is a PNG, not {suffix}; name it "
                         f"{Path(path).with_suffix('.png')}")  # fmt: skip
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):  # said now, not after the summary a run prints first
+        raise UserError(f"{path}: cannot write the figure ({folder} is not a folder); make "
+                        "it first, or give the figure a path in one")  # fmt: skip
     try:
         info = os.stat(path)
-    except OSError:  # nothing there (or no folder: _save says so)
+    except OSError:  # nothing there (or a folder it cannot write to: _save says so)
         return
     if not stat.S_ISREG(info.st_mode) or not info.st_size:
         return

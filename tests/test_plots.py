@@ -257,3 +257,17 @@ def test_a_figure_named_for_another_format_is_one_line(tmp_path, shakespeare, na
     r = inspect_cli(out, "--plot", "fig.png", cwd=tmp_path)  # the name the line suggests
     assert r.returncode == 0, r.stderr
     png(tmp_path / "fig.png")
+
+
+@pytest.mark.parametrize("where", ["nodir/fig.png", "a_file/fig.png"])
+def test_a_figure_in_a_folder_that_is_not_there_is_one_line_before_any_work(
+    tmp_path, shakespeare, where
+):
+    """Found by the newcomer attack: `--plot nodir/fig.png` printed the whole summary, then
+    failed to write the figure. Where it cannot go is one line before anything is shown."""
+    out = run(tmp_path / "out", "source=file", f"source.path={shakespeare}")
+    (tmp_path / "a_file").write_text("not a folder")
+    r = inspect_cli(out, "--plot", where, cwd=tmp_path)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("corpusprep.inspect: error: ") and where in r.stderr
+    assert "not a folder" in r.stderr and not r.stdout
