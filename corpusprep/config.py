@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from corpusprep.errors import UserError
+from corpusprep.errors import UserError, escape_controls
 from corpusprep.redact import redact_text
 
 DTYPES = ("auto", "uint16", "uint32")
@@ -478,10 +478,16 @@ def expand_home(cfg: DictConfig) -> None:
 def check_name(name: object) -> None:
     """`name` names the output folder (data/NAME) and files in it: a plain folder name."""
     text = str(name) if isinstance(name, (str, int, float)) and not isinstance(name, bool) else ""
-    if not text or text in (".", "..") or "/" in text or "\\" in text:
-        raise UserError(
-            f"name={name!r}: must be a folder name (no / or \\, not . or ..), e.g. name=mycorpus"
-        )
+    # a control character (a line end) makes a folder and messages no one can read right
+    if (
+        not text
+        or text in (".", "..")
+        or "/" in text
+        or "\\" in text
+        or escape_controls(text) != text
+    ):
+        raise UserError(f"name={name!r}: must be a folder name (no / or \\, not . or .., no "
+                        "control characters), e.g. name=mycorpus")  # fmt: skip
 
 
 def read_settings(cfg: DictConfig) -> Settings:

@@ -180,6 +180,10 @@ CASES = {
         ["source=file", "source.path=good.txt", "name=..", "out_dir=data/x"],
         ["name='..'", "folder name"],
     ),
+    "name with a line end": (
+        ["source=file", "source.path=good.txt", "name='a\nb'"],
+        ["name='a\\nb'", "folder name", "no control characters"],
+    ),
     "name a path": (["source=file", "source.path=good.txt", "name=a/b"], ["name='a/b'"]),
     "name empty": (["source=file", "source.path=good.txt", "name="], ["name=''"]),
     "name null": (["source=file", "source.path=good.txt", "name=null"], ["name=None"]),
