@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -226,6 +227,22 @@ def test_training_on_lines_all_too_long_says_what_works(tmp_path):
                    "tokenizer.vocab_size=300", "out_dir=out", cwd=tmp_path)  # fmt: skip
     assert_one_line_error(done, "over the trainer's 65,536-byte limit", "put newlines")
     assert "try another tokenizer.vocab_size" not in done.stderr
+
+
+def test_a_vocabulary_bigger_than_the_text_gives_names_the_size_that_works(tmp_path):
+    """The newcomer attack: a small text and the default 4,096 pieces quoted the trainer's
+    internals (INTERNAL: src/trainer_interface.cc(744) [(trainer_spec_.vocab_size()) ==
+    ...]). The line says, in corpusprep's words, what the trainer allows, and that works."""
+    words = ["the", "king", "and", "queen", "were", "there", "he", "is", "not", "one"]
+    (tmp_path / "t.txt").write_text("\n".join(words[i * 7 % 10] * (i % 5 + 1)
+                                               for i in range(3000)))  # fmt: skip
+    args = ["source=file", "source.path=t.txt", "tokenizer=sentencepiece", "out_dir=out"]
+    done = run_cli(*args, "tokenizer.vocab_size=4096", cwd=tmp_path)
+    assert_one_line_error(done, "tokenizer.vocab_size=4096", "or less")
+    assert "INTERNAL" not in done.stderr and "trainer_interface" not in done.stderr
+    most = re.search(r"tokenizer.vocab_size=(\d+) or less", done.stderr).group(1)
+    done = run_cli(*args, f"tokenizer.vocab_size={most}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
 
 
 def _with_pieces(model: bytes, count: int) -> bytes:

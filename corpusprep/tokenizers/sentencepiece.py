@@ -81,6 +81,10 @@ _cache: dict[Any, Any] = {}  # per process and model: its processor, its tables
 MAX_MODEL_BYTES = 64 << 20
 
 
+# the trainer's words when the sample gives fewer pieces than asked for
+TOO_HIGH = re.compile(r"Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+)")
+
+
 class SentencePieceTokenizer(Tokenizer):
     keeps_files = True
     # before training: what a model trained with TRAINING allows (fit() checks it)
@@ -206,6 +210,13 @@ class SentencePieceTokenizer(Tokenizer):
                     f"sample is over the trainer's {limit:,}-byte limit on a sentence, so it "
                     "had nothing to train on (no tokenizer.vocab_size helps); put newlines in "
                     "the text (a sentence or paragraph per line), or use tokenizer=bpe"
+                ) from None
+            most = TOO_HIGH.search(str(e))  # its words: "set it to a value <= 1742"
+            if most:
+                raise UserError(
+                    f"tokenizer.vocab_size={self.requested_size}: the training sample gives "
+                    f"sentencepiece at most {int(most.group(1)):,} pieces; set "
+                    f"tokenizer.vocab_size={most.group(1)} or less, or train on more text"
                 ) from None
             raise UserError(f"tokenizer=sentencepiece: training failed: "
                             f"{str(e).splitlines()[0][:200]}; try another "
