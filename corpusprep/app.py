@@ -414,11 +414,24 @@ class _HydraStderr(RedactedLines):
                 self.held = None
             return raised
         self.held = None
+        if lines[0].startswith("Cannot find primary config"):
+            return _no_primary_config(lines)
         if "Available options in" in "\n".join(lines):  # a group's options: name them
             at = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
             options = [line for line in lines[at + 1 :] if ":" not in line and "=" not in line]
             return f"{lines[0].rstrip('.')}; {lines[at].rstrip(':')}: {', '.join(options)}"
         return "; ".join(line.rstrip(".") for line in lines[:2])
+
+
+def _no_primary_config(lines: list[str]) -> str:
+    """Hydra's "Cannot find primary config" and the search path it lists on lines of their
+    own (the line stopped at "Config search path:"), with the fix."""
+    searched = [line.split("path=", 1)[1] for line in lines if "path=" in line
+                and not line.startswith(("provider=hydra,", "provider=schema,"))]  # fmt: skip
+    said = lines[0].split(". Check", 1)[0]
+    return (f"{said} in the config search path ({', '.join(searched)}); corpusprep's own is "
+            "'config': leave out --config-name and --config-path (--config-dir DIR adds a "
+            "folder of your own configs)")  # fmt: skip
 
 
 _RAISED = re.compile(r"^((?:hydra|omegaconf)[\w.]*\.\w+|ValueError): (.*)")

@@ -479,8 +479,13 @@ def test_an_unreadable_file_among_many_is_one_line(work, monkeypatch):
         (["--dataset=shakespeare_char"], ["not an option", "(dataset=shakespeare_char)"]),
         (["--cfg"], ["--cfg", "expected one argument", "--help"]),
         (["dataset=shakespeare_char", "--cfg", "jobs"], ["invalid choice: 'jobs'", "'job'"]),
+        # the Hydra-surface attack: the line stopped at "Config search path:", no paths, no fix
+        (["dataset=shakespeare_char", "--config-name", "nope"],
+         ["primary config 'nope'", "pkg://corpusprep", "leave out --config-name"]),
+        (["dataset=shakespeare_char", "--config-path", "/tmp"],
+         ["primary config 'config'", "/tmp", "leave out --config-name and --config-path"]),
     ],
-)
+)  # fmt: skip
 def test_a_flag_hydra_does_not_take_is_one_line(work, args, fragments):
     """argparse printed its usage (8 lines) before its message, and exited with 2."""
     r = run_cli(*args, cwd=work)
