@@ -25,6 +25,7 @@ from corpusprep.errors import UserError
 from corpusprep.redact import is_secret_name, redact_override
 
 GROUPS = ("dataset", "source", "tokenizer", "executor", "format")
+NEEDED_GROUPS = GROUPS[1:]  # every run has one of each (a dataset preset is optional)
 LAUNCHER_EXTRAS = {  # hydra/launcher=NAME: the module Hydra needs, and corpusprep's extra
     "joblib": ("hydra_plugins.hydra_joblib_launcher", "joblib"),
     "submitit_local": ("hydra_plugins.hydra_submitit_launcher", "submitit"),
@@ -274,6 +275,11 @@ def _check_group_choices(overrides: list[Any]) -> None:
     from hydra.core.override_parser.types import Glob
 
     available = None
+    for o in overrides:  # ~tokenizer: Hydra's answer was "Key 'tokenizer' is not in struct"
+        if o.is_delete() and o.key_or_group in NEEDED_GROUPS and not o.package:
+            options = ", ".join(sorted(available_options()[o.key_or_group]))
+            raise UserError(f"~{o.key_or_group}: every run needs a {o.key_or_group}; choose "
+                            f"another with {o.key_or_group}=NAME ({options})")  # fmt: skip
     for o in filter(_is_group_choice, overrides):
         for v in _values(o):
             available = available or available_options()

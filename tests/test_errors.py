@@ -191,6 +191,11 @@ CASES = {
         ["tokenizer=nope", "dataset=shakespeare_char"],
         ["tokenizer=nope", "char"],
     ),
+    # the Hydra-surface attack: "tokenizer: Key 'tokenizer' is not in struct", no fix
+    "a group removed": (
+        ["source=file", "source.path=good.txt", "~tokenizer"],
+        ["~tokenizer: every run needs a tokenizer", "tokenizer=NAME", "char", "tiktoken"],
+    ),
     "unknown in a sweep": (["-m", "tokenizer=char,nope"], ["tokenizer=nope"]),
     "shuffle of a preset's one text, by its URL not the download cache's copy": (
         ["dataset=shakespeare_char", "order=shuffle"],
