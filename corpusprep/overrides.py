@@ -274,12 +274,8 @@ def _check_group_choices(overrides: list[Any]) -> None:
     """`tokenizer=nope`: one line naming the choices."""
     from hydra.core.override_parser.types import Glob
 
+    _check_deletions(overrides)
     available = None
-    for o in overrides:  # ~tokenizer: Hydra's answer was "Key 'tokenizer' is not in struct"
-        if o.is_delete() and o.key_or_group in NEEDED_GROUPS and not o.package:
-            options = ", ".join(sorted(available_options()[o.key_or_group]))
-            raise UserError(f"~{o.key_or_group}: every run needs a {o.key_or_group}; choose "
-                            f"another with {o.key_or_group}=NAME ({options})")  # fmt: skip
     for o in filter(_is_group_choice, overrides):
         for v in _values(o):
             available = available or available_options()
@@ -298,6 +294,30 @@ def _check_group_choices(overrides: list[Any]) -> None:
                     f"{o.key_or_group}={shown}: no such {o.key_or_group}; choose one of "
                     f"{', '.join(sorted(available[o.key_or_group]))}"
                 )
+
+
+def _check_deletions(overrides: list[Any]) -> None:
+    """~tokenizer or ~split: what every run needs, removed. Hydra's answer was "Key
+    'tokenizer' is not in struct"; the run's, "split=None: must be a number"."""
+    for o in overrides:
+        key = o.key_or_group
+        if not o.is_delete() or o.package or "." in key or "/" in key:
+            continue
+        if key in NEEDED_GROUPS:
+            options = ", ".join(sorted(available_options()[key]))
+            raise UserError(f"~{key}: every run needs a {key}; choose another with "
+                            f"{key}=NAME ({options})")  # fmt: skip
+        default = _defaults().get(key)
+        if default is not None:  # (one null by default: Hydra says it is not there)
+            raise UserError(f"~{key}: every run needs {key} ({key}={default} unless set); "
+                            f"drop ~{key}, or set {key}=VALUE")  # fmt: skip
+
+
+def _defaults() -> dict[str, Any]:
+    """The top-level keys of corpusprep's config.yaml, as written (${...} unresolved)."""
+    node = OmegaConf.create(config_dirs(plugins=False)[0].joinpath("config.yaml").read_text())
+    values = OmegaConf.to_container(node, resolve=False)
+    return {k: v for k, v in values.items() if k not in ("defaults", "hydra")}
 
 
 def _check_launchers(overrides: list[Any]) -> None:

@@ -196,6 +196,10 @@ CASES = {
         ["source=file", "source.path=good.txt", "~tokenizer"],
         ["~tokenizer: every run needs a tokenizer", "tokenizer=NAME", "char", "tiktoken"],
     ),
+    "a needed key removed": (
+        ["source=file", "source.path=good.txt", "~split"],
+        ["~split: every run needs split (split=0.9 unless set)", "drop ~split"],
+    ),
     "unknown in a sweep": (["-m", "tokenizer=char,nope"], ["tokenizer=nope"]),
     "shuffle of a preset's one text, by its URL not the download cache's copy": (
         ["dataset=shakespeare_char", "order=shuffle"],
