@@ -105,8 +105,14 @@ def _check_completion(overrides: list[str]) -> None:
     from hydra.core.plugins import Plugins
     from hydra.plugins.completion_plugin import CompletionPlugin
 
+    commands = ("install", "uninstall", "query")
+    if not any(o.partition("=")[0] in commands for o in overrides):
+        typed = "".join(f" {o}" for o in overrides)
+        raise UserError(f"-sc{typed}: give what to do, install=SHELL, uninstall=SHELL or "
+                        "query=SHELL; to complete corpusprep in this shell: eval \"$(python -m "
+                        "corpusprep -sc install=bash)\" (or zsh, fish)")  # fmt: skip
     for command, _, shell in (o.partition("=") for o in overrides):
-        if command not in ("install", "uninstall", "query"):
+        if command not in commands:
             continue
         shells = sorted(p.provides() for p in Plugins.instance().discover(CompletionPlugin))
         if shell not in shells:

@@ -592,11 +592,14 @@ def test_version_abbreviated(work):
     (["--dry-run=true"], ["(dry_run=true)"]),
     (["--experimental-rerun=x.pickle"], ["--experimental-rerun: not taken", "unpickles"]),
     (["tokenizer=null"], ["tokenizer=null: no such tokenizer; choose one of", "!Traceback"]),
-    (["--shell-completion"], ["Expecting one subcommand", "!Traceback", "!File \""]),
+    (["--shell-completion"], ["give what to do", "-sc install=bash", "!Traceback", "!File \""]),
     # found by an attack: a query typed by hand (no COMP_LINE) was a KeyError traceback,
     # and a shell Hydra has no completion for listed its shells on lines of their own
     (["-sc", "query=bash"], ["-sc query=bash", "COMP_LINE", "-sc install=bash", "!Traceback"]),
     (["-sc", "install=tcsh"], ["-sc install=tcsh", "bash, fish, zsh"]),
+    # no command: "Expecting one subcommand from [...]", or "foo: not an override"
+    (["-sc"], ["-sc: give what to do", "-sc install=bash"]),
+    (["-sc", "foo"], ["-sc foo: give what to do", "install=SHELL"]),
     (["=5"], ["!Traceback"]),
 ])  # fmt: skip
 def test_command_lines_hydra_answered_with_usage_or_a_traceback(work, args, fragments):
