@@ -186,10 +186,15 @@ def _parse(args: list[str]) -> Optional[tuple[list[Any], bool]]:
         except HydraException as e:  # Hydra's reason, unless it could quote a secret
             reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
             reason = f" ({reason})" if reason and redact_override(arg) == arg else ""
-            raise UserError(
-                f"{arg}: cannot parse this override{reason}; quote a value holding special "
-                """characters, e.g. 'key="<|endoftext|>"' or 'source.url="https://h/x?a=1"'"""
-            ) from None
+            called = re.search(r"while evaluating '(\w+)\(", reason)
+            fix = (  # tag(a,0.8,0.9): its arguments are wrong; quoting is no help
+                f"give {called.group(1)}() the arguments Hydra's override grammar asks for "
+                "(https://hydra.cc/docs/advanced/override_grammar/extended/)"
+                if called
+                else "quote a value holding special characters, e.g. "
+                """'key="<|endoftext|>"' or 'source.url="https://h/x?a=1"'"""
+            )
+            raise UserError(f"{arg}: cannot parse this override{reason}; {fix}") from None
     if any(o.key_or_group.startswith("hydra.searchpath") for o in overrides):
         return None
     return overrides, bool(ns.multirun)

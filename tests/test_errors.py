@@ -196,6 +196,11 @@ CASES = {
         ["source=file", "source.path=good.txt", "~tokenizer"],
         ["~tokenizer: every run needs a tokenizer", "tokenizer=NAME", "char", "tiktoken"],
     ),
+    # the Hydra-surface attack: a sweep function's wrong arguments were told to quote
+    "a sweep function with wrong arguments": (
+        ["source=file", "source.path=good.txt", "split=tag(a,0.8,0.9)"],
+        ["split=tag(a,0.8,0.9): cannot parse", "give tag() the arguments", "!quote"],
+    ),
     "a needed key removed": (
         ["source=file", "source.path=good.txt", "~split"],
         ["~split: every run needs split (split=0.9 unless set)", "drop ~split"],
