@@ -211,13 +211,12 @@ def _check_not_repeated(jobs: list[list[str]], number: int) -> None:
         sys.exit(1)
 
 
-def _job_folder(cfg: DictConfig, number: int, sweep: str) -> str:
-    """The folder a job writes to: its out_dir, or by default its sweep folder."""
+def _job_folders(cfg: DictConfig, number: int, sweep: str) -> tuple[str, Optional[str]]:
+    """The folders a job writes to: its sweep folder (its record, and by default its
+    outputs) and its own out_dir, if one is given (else None)."""
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
-    if "cp.out_dir" not in str(OmegaConf.to_container(cfg, resolve=False)["out_dir"]):
-        return _real_path(str(cfg.out_dir))
     with open_dict(cfg):
         cfg.hydra.job.num = cfg.hydra.job.id = number  # as the launcher numbers it
     HydraConfig.instance().set_config(cfg)  # what ${hydra:...} and cp.safe read
@@ -228,11 +227,14 @@ def _job_folder(cfg: DictConfig, number: int, sweep: str) -> str:
         print(f"corpusprep: error: hydra.sweep.subdir: {said}; fix the ${{...}} in its value",
               file=sys.stderr)  # fmt: skip
         sys.exit(1)
-    return _real_path(os.path.join(sweep, subdir))
+    folder = _real_path(os.path.join(sweep, subdir))
+    if "cp.out_dir" in str(OmegaConf.to_container(cfg, resolve=False)["out_dir"]):
+        return folder, None  # the default: the sweep folder
+    return folder, _real_path(str(cfg.out_dir))
 
 
-def _clash(first: int, number: int, cfg: DictConfig, config: DictConfig) -> None:
-    if "cp.out_dir" not in str(OmegaConf.to_container(cfg, resolve=False)["out_dir"]):
+def _clash(first: int, number: int, cfg: DictConfig, config: DictConfig, out_dir: bool) -> None:
+    if out_dir:
         print(
             f"corpusprep: error: jobs {first} and {number} of this sweep would both "
             f"write to out_dir={redact_text(cfg.out_dir)}; put a swept value in it, e.g. "
@@ -293,7 +295,8 @@ def check_clashes(config: DictConfig) -> None:
     from corpusprep.app import check_required
     from corpusprep.errors import UserError, escape_controls
 
-    seen: dict[str, int] = {}
+    written: dict[str, int] = {}  # a job's out_dir: the first job writing to it
+    recorded: dict[str, int] = {}  # a job's sweep folder, where its record goes
     try:
         jobs = expand(config)
     except Exception:
@@ -310,10 +313,12 @@ def check_clashes(config: DictConfig) -> None:
                 lacking.append(None)
             except UserError as e:
                 lacking.append(str(e))
-            folder = _job_folder(cfg, number, sweep)
-            if folder in seen:
-                _clash(seen[folder], number, cfg, config)
-            seen[folder] = number
+            folder, out_dir = _job_folders(cfg, number, sweep)
+            if out_dir is not None and out_dir in written:
+                _clash(written[out_dir], number, cfg, config, out_dir=True)
+            if folder in recorded:  # its record (corpusprep_job.json) too, whatever its out_dir
+                _clash(recorded[folder], number, cfg, config, out_dir=False)
+            written[out_dir or folder] = recorded[folder] = number
     finally:
         HydraConfig.instance().cfg = hydra_cfg
     if lacking and lacking[0] is not None and set(lacking) == {lacking[0]}:  # every job: once,

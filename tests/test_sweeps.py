@@ -154,6 +154,16 @@ def test_a_glob_over_a_groups_options_sweeps_them(work):
     assert "quote" not in r.stderr  # tokenizer="glob(ch*)" is no tokenizer either
 
 
+def test_jobs_with_their_own_out_dirs_but_one_sweep_folder_stop_the_sweep_first(work):
+    """Each job's record goes to its sweep folder, whatever its out_dir: two jobs of one
+    hydra.sweep.subdir replaced each other's record, and a sweep of two ok jobs said
+    '2 jobs (1 failed, 1 ok)', exit 1."""
+    r = run_cli("-m", "source=file", "source.path=a.txt", "split=0.8,0.9", "out_dir=o/${split}",
+                "hydra.sweep.subdir=same", cwd=work)  # fmt: skip
+    assert_one_line_error(r, "jobs 0 and 1", "hydra.sweep.subdir=same", "${hydra.job.num}")
+    assert not (work / "multirun").exists() and not (work / "o").exists()
+
+
 def test_a_sweep_subdir_naming_the_job_number_is_no_clash(work):
     r = run_cli("-m", "source=file", "source.path=a.txt", "split=0.8,0.9", "quiet=true",
                 "hydra.sweep.subdir=${hydra.job.num}", cwd=work)  # fmt: skip
