@@ -123,6 +123,10 @@ def expand(config: DictConfig) -> list[list[str]]:
 
     # unresolved: "out_dir=o/${split}" must stay as the user wrote it, to resolve per job
     task = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
+    # the sweep a config file gives (hydra.sweeper.params) first, as the sweeper reads it
+    params = config.hydra.sweeper.get("params")
+    if params:
+        task = [f"{k}={v}" for k, v in OmegaConf.to_container(params, resolve=True).items()] + task
     overrides = OverridesParser.create().parse_overrides(task)
     return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
 

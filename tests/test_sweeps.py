@@ -164,6 +164,24 @@ def test_jobs_with_their_own_out_dirs_but_one_sweep_folder_stop_the_sweep_first(
     assert not (work / "multirun").exists() and not (work / "o").exists()
 
 
+def test_a_sweep_of_hydra_sweeper_params_reports_its_jobs(work):
+    """hydra.sweeper.params (a sweep written in a config file, Hydra's way) makes the jobs
+    as the command line's values do: its two ok jobs were '1 job (1 failed)', exit 1."""
+    (work / "cd").mkdir()
+    (work / "cd" / "exp.yaml").write_text(
+        "defaults:\n  - config\n  - _self_\nhydra:\n  sweeper:\n    params:\n      split: 0.8,0.9\n"
+    )
+    r = run_cli("-m", "--config-dir", "cd", "--config-name", "exp", "source=file",
+                "source.path=a.txt", "hydra.sweep.dir=sw", "quiet=true", cwd=work)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert [(row["job"], row["split"], row["status"]) for row in table(work / "sw")] == [
+        ("0", "0.8", "ok"), ("1", "0.9", "ok")]  # fmt: skip
+    # and its jobs are checked for clashes before any work, as the command line's are
+    r = run_cli("-m", "--config-dir", "cd", "--config-name", "exp", "source=file",
+                "source.path=a.txt", "out_dir=o", cwd=work)  # fmt: skip
+    assert_one_line_error(r, "jobs 0 and 1 of this sweep would both write to out_dir=o")
+
+
 def test_a_sweep_subdir_naming_the_job_number_is_no_clash(work):
     r = run_cli("-m", "source=file", "source.path=a.txt", "split=0.8,0.9", "quiet=true",
                 "hydra.sweep.subdir=${hydra.job.num}", cwd=work)  # fmt: skip
