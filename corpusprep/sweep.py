@@ -116,11 +116,16 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+
 def expand(config: DictConfig) -> list[list[str]]:
     """The overrides of every job a basic-style sweep makes from the command line."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:  # an optimizer picks its own
+        raise ValueError("another sweeper: its jobs are not known in advance")
     # unresolved: "out_dir=o/${split}" must stay as the user wrote it, to resolve per job
     task = OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
     # the sweep a config file gives (hydra.sweeper.params) first, as the sweeper reads it

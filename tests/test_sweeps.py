@@ -182,6 +182,51 @@ def test_a_sweep_of_hydra_sweeper_params_reports_its_jobs(work):
     assert_one_line_error(r, "jobs 0 and 1 of this sweep would both write to out_dir=o")
 
 
+TRIAL_SWEEPER = """
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from hydra.plugins.sweeper import Sweeper
+
+
+class TrialSweeper(Sweeper):
+    def __init__(self, params: Any = None) -> None:
+        self.params = params or {}
+
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def sweep(self, arguments):  # an optimizer's trials: values of its own choosing
+        return self.launcher.launch([[*arguments, "seed=1"], [*arguments, "seed=2"]], 0)
+
+
+@dataclass
+class TrialSweeperConf:
+    _target_: str = "hydra_plugins.trials.TrialSweeper"
+    params: Any = field(default_factory=dict)
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="trials", node=TrialSweeperConf)
+"""
+
+
+def test_a_sweeper_that_chooses_its_jobs_reports_them_all(work):
+    """An optimizing sweeper (Optuna's, ...) picks its jobs' values itself: its two ok jobs
+    were '1 job (1 failed)', exit 1, the command line's one job standing for them."""
+    plugin = work / "site" / "hydra_plugins" / "trials"
+    plugin.mkdir(parents=True)
+    (plugin / "__init__.py").write_text(TRIAL_SWEEPER)
+    r = run_cli("-m", "hydra/sweeper=trials", "source=file", "source.path=a.txt",
+                "hydra.sweep.dir=sw", "quiet=true", cwd=work,
+                env={"PYTHONPATH": str(work / "site")})  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert [(row["job"], row["status"]) for row in table(work / "sw")] == [("0", "ok"), ("1", "ok")]
+
+
 def test_a_sweep_subdir_naming_the_job_number_is_no_clash(work):
     r = run_cli("-m", "source=file", "source.path=a.txt", "split=0.8,0.9", "quiet=true",
                 "hydra.sweep.subdir=${hydra.job.num}", cwd=work)  # fmt: skip
