@@ -621,7 +621,7 @@ def _make_run_dir(folder: str, made: list[str]) -> None:
     for path in reversed(missing):
         os.mkdir(path)
         made.insert(0, path)
-    if not os.path.isdir(folder):
+    if not os.path.isdir(os.path.abspath(folder)):  # "": the command's folder, as to Hydra
         raise NotADirectoryError(errno.ENOTDIR, "a file is there", folder)
 
 

@@ -674,3 +674,12 @@ def test_a_run_leaves_no_empty_hydra_run_dir(work):
                 "hydra.run.dir=runs/kept", "hydra.output_subdir=.hydra", cwd=work)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert (work / "runs" / "kept" / ".hydra" / "config.yaml").is_file()
+
+
+def test_an_empty_hydra_run_dir_is_the_command_folder(work):
+    """`hydra.run.dir=` (an unset $VAR in a script) is the command's folder to Hydra: it
+    ran, and was then refused as 'cannot make it (a file is there)', a file never there."""
+    r = run_cli("source=file", "source.path=good.txt", "out_dir=out", "quiet=true",
+                "hydra.run.dir=", cwd=work)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert (work / "out" / "train.bin").is_file()
