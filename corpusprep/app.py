@@ -71,13 +71,19 @@ def _in_launch_folder() -> Iterator[None]:
     only to out_dir, so the move gave nothing."""
     from hydra.core.hydra_config import HydraConfig
 
-    here = os.getcwd()
-    launched = HydraConfig.get().runtime.cwd if HydraConfig.initialized() else here
-    os.chdir(launched)
+    launched = HydraConfig.get().runtime.cwd if HydraConfig.initialized() else None
+    try:
+        here: Optional[str] = os.getcwd()
+    except FileNotFoundError:  # Hydra's folder, removed (empty) by another run that made it
+        here = None
+    if launched:
+        os.chdir(launched)
     try:
         yield
     finally:
-        os.chdir(here)
+        if here is not None:  # (which that other run may also remove while this one runs)
+            with contextlib.suppress(FileNotFoundError):
+                os.chdir(here)
 
 
 _KEPT_ARGV: Optional[list[str]] = None  # the command line whose composed config is kept

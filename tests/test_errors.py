@@ -683,3 +683,42 @@ def test_an_empty_hydra_run_dir_is_the_command_folder(work):
                 "hydra.run.dir=", cwd=work)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert (work / "out" / "train.bin").is_file()
+
+
+def test_a_run_in_a_hydra_run_dir_another_run_made_and_removed_ends_well(work):
+    """Two runs given one hydra.run.dir: the one that made it removes it at its end, empty
+    (corpusprep writes only to out_dir), while the other, moved into it by
+    hydra.job.chdir=true, still runs there. That one wrote its outputs, then ended with a
+    FileNotFoundError traceback (exit 1), going back to the folder gone."""
+    import subprocess
+    import sys
+    import time
+
+    from helpers import FAULTS
+
+    stall = ["tokenizer._target_=fault_tokenizers.StallCharTokenizer", "+tokenizer.delay=0.01"]
+    args = ["source=file", "source.path=good.txt", *stall, "hydra.run.dir=runs", "quiet=true"]
+    runs = []
+    for name, more in (("a", []), ("b", ["hydra.job.chdir=true"])):
+        flag = work / f"{name}.stall"
+        flag.touch()
+        env = {**os.environ, **FAULTS, "CP_TEST_STALL": str(flag)}
+        command = [sys.executable, "-m", "corpusprep", *args, *more, f"out_dir=out_{name}"]
+        runs.append((flag, subprocess.Popen(command, cwd=work, env=env, text=True,
+                                            stderr=subprocess.PIPE)))  # fmt: skip
+        deadline = time.monotonic() + 60  # until it stalls, in its run
+        while not any((work / f"out_{name}").glob(".cp-*.tmp")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    try:
+        for flag, proc in runs:  # a ends first, removing runs/, made by it and empty
+            flag.unlink()
+            proc.wait(timeout=120)
+        for _, proc in runs:
+            said = proc.stderr.read()
+            assert proc.returncode == 0 and "Traceback" not in said, said
+        assert (work / "out_b" / "train.bin").is_file() and not (work / "runs").exists()
+    finally:
+        for _, proc in runs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
