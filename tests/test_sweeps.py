@@ -227,6 +227,17 @@ def test_a_sweeper_that_chooses_its_jobs_reports_them_all(work):
     assert [(row["job"], row["status"]) for row in table(work / "sw")] == [("0", "ok"), ("1", "ok")]
 
 
+def test_an_out_dir_naming_the_job_number_is_no_clash(work):
+    """out_dir=o/${hydra:job.num} was read for the clash check before the job's Hydra config
+    was set: 'HydraConfig was not set', which Hydra only warned of, and the sweep ran
+    without its lock."""
+    r = run_cli("-m", "source=file", "source.path=a.txt", "split=0.8,0.9", "quiet=true",
+                "out_dir=o/${hydra:job.num}", cwd=work)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "Warning" not in r.stderr and "HydraConfig" not in r.stderr
+    assert sorted(p.name for p in (work / "o").iterdir()) == ["0", "1"]
+
+
 def test_a_sweep_subdir_naming_the_job_number_is_no_clash(work):
     r = run_cli("-m", "source=file", "source.path=a.txt", "split=0.8,0.9", "quiet=true",
                 "hydra.sweep.subdir=${hydra.job.num}", cwd=work)  # fmt: skip
