@@ -107,8 +107,12 @@ def _tokenizer_name(desc: dict[str, Any]) -> str:
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
+    from corpusprep.errors import escape_controls
+
     def cell(v: Any) -> str:
-        return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else str(v)
+        if isinstance(v, int) and not isinstance(v, bool):
+            return f"{v:,}"
+        return escape_controls(str(v))  # a row a line, whatever a failed job's reason names
 
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(cell(r[c]).replace("|", "\\|") for c in COLUMNS) + " |"

@@ -319,6 +319,23 @@ def test_a_failed_job_is_a_row_and_the_others_are_kept(work):
     assert "Traceback" not in r.stderr
 
 
+def test_a_failed_jobs_reason_naming_a_strangers_file_is_one_escaped_row(work):
+    """A job's error line shows a file name's control characters escaped; the sweep's
+    table (stdout, summary.md) printed them as they were: a downloaded file's name set the
+    terminal's title, and its line end split the row in two (a row could be faked)."""
+    (work / "d").mkdir()
+    (work / "d" / "evil\x1b]0;pwned\x07\n| 9 | fake row.txt").write_bytes(b"\xff\xfe\x00bad")
+    r = run_cli("-m", "source=files", "source.glob=d/*", "split=0.8,0.9", "hydra.sweep.dir=sw",
+                cwd=work)  # fmt: skip
+    assert r.returncode == 1
+    for text in (r.stdout, (work / "sw" / "summary.md").read_text()):
+        assert "\x1b" not in text and "\x07" not in text
+        rows = [line for line in text.splitlines() if line.startswith("| ")]
+        assert len(rows) == 3, text  # the header and jobs 0 and 1
+        assert "evil\\x1b]0;pwned\\x07\\n| 9 | fake row.txt" in text.replace("\\|", "|")
+    assert "\n" in table(work / "sw")[0]["reason"]  # the CSV keeps the name, quoted
+
+
 def test_a_sweep_into_an_earlier_sweeps_folder_reports_its_own_jobs(work):
     """Found by the newcomer attack: the docs name a sweep's folder (hydra.sweep.dir=
     multirun/cmp), so fixing a failed job and sweeping again goes to the same folder. The
