@@ -105,6 +105,8 @@ class ShardedTokens:
         return out
 
     def __getitem__(self, key: Any) -> Union[np.ndarray, np.generic]:
+        # numpy gives x[..., i] as a 0-d array, not the token
+        zero_d = isinstance(key, tuple) and any(k is Ellipsis for k in key)
         key = _one_index(key)
         if isinstance(key, slice):
             start, stop, step = key.indices(len(self))
@@ -116,7 +118,8 @@ class ShardedTokens:
             if not 0 <= i < len(self):
                 raise IndexError(f"index {int(key)} out of range for {len(self):,} tokens")
             s = int(np.searchsorted(self.starts, i, side="right")) - 1
-            return self.shards[s][i - self.starts[s]]
+            token = self.shards[s][i - self.starts[s]]
+            return np.asarray(token) if zero_d else token
         idx = np.asarray(key)
         if idx.dtype == bool:  # a mask, as numpy takes one: not the indices 0 and 1
             if idx.shape != (len(self),):
@@ -137,10 +140,11 @@ def _one_index(key: Any) -> Any:
     """The index numpy reads `key` as on a 1-D array, for ShardedTokens: x[(i,)] is x[i],
     x[...] is x[:] and a 0-d array of an integer is that integer. A bool is refused: an int
     to Python (x[True] would be x[1]), a new axis to numpy, as None is."""
-    if isinstance(key, tuple):
-        if len(key) != 1:
+    if isinstance(key, tuple):  # x[()] and x[..., i] too: an Ellipsis stands for no axis here
+        index = [k for k in key if k is not Ellipsis]
+        if len(index) > 1 or len(key) - len(index) > 1:
             raise IndexError(f"ShardedTokens is 1-D: one index, not {len(key)} ({key!r:.40})")
-        key = key[0]
+        key = index[0] if index else Ellipsis
     if key is Ellipsis:
         return slice(None)
     if key is None or isinstance(key, (bool, np.bool_)):

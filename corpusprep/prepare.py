@@ -305,11 +305,11 @@ def _without_outputs(files: list[InputFile], out_dir: str,
             f"{min(left)}: a file corpusprep wrote in out_dir={out_dir} (its manifest lists "
             "it), not a corpus; read other files, or write to another out_dir"
         )
-    shown = ", ".join(escape_controls(os.path.relpath(p, folder)) for p in sorted(left)[:3])
+    shown = ", ".join(os.path.relpath(p, folder) for p in sorted(left)[:3])
     shown += ", ..." if len(left) > 3 else ""
-    print(f"corpusprep: note: left out {len(left)} file{'s' * (len(left) > 1)} in out_dir="
-          f"{out_dir} that its last run wrote ({shown}): never read as input",
-          file=sys.stderr)  # fmt: skip
+    print(escape_controls(f"corpusprep: note: left out {len(left)} file{'s' * (len(left) > 1)} "
+                          f"in out_dir={out_dir} that its last run wrote ({shown}): never read "
+                          "as input"), file=sys.stderr)  # fmt: skip
     return [f for f in files if f.path not in left]
 
 

@@ -362,10 +362,12 @@ def test_sharded_tokens_read_the_keys_numpy_reads_the_same_way_or_refuse_them():
     numpy reads on a 1-D array gives what numpy gives, or an IndexError naming the key."""
     data = np.arange(100, dtype=np.uint16)
     x = ShardedTokens([data[:30], data[30:31], data[31:70], data[70:]])
-    for key in ((31,), (slice(25, 75),), (np.int64(-1),), ..., (...,), np.array(70), (70,)):
+    keys = [(31,), (slice(25, 75),), (np.int64(-1),), ..., (...,), np.array(70), (70,), (),
+            (..., 5), (slice(3, 9), ...)]  # fmt: skip
+    for key in keys:
         got, want = x[key], data[key]
         assert type(got) is type(want) and np.array_equal(got, want), key
-    for key in (True, False, np.True_, None, (None,), (1, 2), (slice(None), None)):
+    for key in (True, False, np.True_, None, (None,), (1, 2), (slice(None), None), (..., ...)):
         with pytest.raises(IndexError, match="index"):
             x[key]
 
