@@ -94,7 +94,7 @@ def _estimate(cfg: DictConfig, overrides: list[str]) -> dict[str, Any]:
     est_tokens = round(tokens * scale)
     docs, how = _documents(files, shards, picked, seen, whole)
     vocab = tokenizer.vocab_size
-    dtype = choose_dtype(settings.dtype, tokenizer.max_id)
+    dtype = choose_dtype(settings.dtype, tokenizer.max_id, build(cfg.format, "format").wide_from)
     workers = getattr(executor, "workers", 1)
     return {
         "dry_run": True,

@@ -162,7 +162,11 @@ def prepare(cfg: DictConfig, overrides: Optional[list[str]] = None) -> dict[str,
     exporter: Exporter = build(cfg.format, "format")
     exporter.check(str(cfg.get("name")))  # a name its files cannot carry: before any work
     # a tokenizer that does not learn knows its ids now: a too-small dtype fails before any work
-    dtype = None if tokenizer.needs_fit else choose_dtype(settings.dtype, tokenizer.max_id)
+    dtype = (
+        None
+        if tokenizer.needs_fit
+        else choose_dtype(settings.dtype, tokenizer.max_id, exporter.wide_from)
+    )
     # the lock first: another run in this out_dir waits for nothing and mixes nothing; the
     # up-to-date check reads a folder no one is writing (or no one can: a read-only disk).
     # Engines on other machines need the work folder (in out_dir) from the start; a user
@@ -552,7 +556,9 @@ def decide(run: Run) -> None:
         else:
             run.tokenizer.fit(charset, eot=eot)
     run.eot_id = run.tokenizer.eot_id if run.eot != "none" else None
-    run.dtype = run.dtype or choose_dtype(settings.dtype, run.tokenizer.max_id)
+    run.dtype = run.dtype or choose_dtype(
+        settings.dtype, run.tokenizer.max_id, run.exporter.wide_from
+    )
     # documents spread over several shards are keyed by their file's hash: known first,
     # and recorded for a resume before any shard is done; a small text file read whole is
     # keyed by the sha256 its reader takes (and hands back: encode)
@@ -1242,7 +1248,7 @@ def as_auto(settings: dict[str, Any], run: Run, max_id: Optional[int]) -> dict[s
     if single or not run.learns:
         chosen["eot"] = eot_mode("auto", single, run.tokenizer)
     if max_id is not None:
-        chosen["dtype"] = choose_dtype("auto", max_id)
+        chosen["dtype"] = choose_dtype("auto", max_id, run.exporter.wide_from)
     return {k: "auto" if k in chosen and v == chosen[k] else v for k, v in settings.items()}
 
 

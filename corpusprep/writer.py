@@ -65,10 +65,13 @@ def hidden_name(name: str, tag: str) -> str:
     return f".cp-{hashlib.sha256(name.encode()).hexdigest()[:16]}.{tag}.tmp"
 
 
-def choose_dtype(requested: str, max_id: int) -> str:
-    """`auto`: the smallest dtype that holds every id; an explicit one must hold them too."""
+def choose_dtype(requested: str, max_id: int, wide_from: Optional[int] = None) -> str:
+    """`auto`: the smallest dtype that holds every id, or uint32 from `wide_from` ids on
+    (the format's own writer goes 32-bit there: Exporter.wide_from); an explicit one must
+    hold them too."""
     if requested == "auto":
-        return "uint16" if max_id <= np.iinfo(np.uint16).max else "uint32"
+        wide = wide_from is not None and max_id + 1 >= wide_from
+        return "uint16" if max_id <= np.iinfo(np.uint16).max and not wide else "uint32"
     if max_id > np.iinfo(DTYPES[requested]).max:
         raise UserError(
             f"dtype={requested}: too small for this vocabulary (largest id {max_id:,}); "

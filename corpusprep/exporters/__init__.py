@@ -62,6 +62,9 @@ class Exporter(ABC):
     # whether export() writes the ids again into files of its own (sharded formats), so that
     # for a while the disk holds them one more time (the run's space estimate counts it)
     copies_ids = True
+    # the vocabulary size from which the format's own writer stores ids in 32 bits, though
+    # they fit uint16: dtype=auto follows it (None: uint16 whenever every id fits)
+    wide_from: Optional[int] = None
 
     def check(self, name: str) -> None:  # noqa: B027 - optional hook
         """Refuse, before any work, a run `name` that would make this format's files

@@ -10,8 +10,11 @@ place, not copied. `.idx`, all little-endian:
     9 bytes   b"MMIDIDX\\x00\\x00"
     uint64    version, 1
     uint8     dtype code of the tokens: 8 = uint16, 4 = int32 (Megatron's DType has no
-              uint32; its tools use int32 for vocabularies of 65,500 and more: the bytes of
-              an id below 2**31 are the same either way)
+              uint32: uint32 ids are written as int32, whose bytes are the same for an id
+              below 2**31). preprocess_data.py takes DType.optimal_dtype(vocab_size):
+              uint16 under 65,500 ids, else int32, so with dtype=auto a vocabulary of
+              65,500 ids or more is uint32 here (MegatronExporter.wide_from), though ids
+              below 65,536 fit uint16: the files are Megatron's own
     uint64    sequence count S
     uint64    document count D + 1 (the length of the document indices)
     int32[S]  sequence lengths, in tokens
@@ -120,6 +123,7 @@ def write_index(f: BinaryIO, starts: Optional[np.ndarray], total: int, dtype: st
 
 class MegatronExporter(Exporter):
     copies_ids = False  # its files are the merged ones, renamed
+    wide_from = 65500  # indexed_dataset.py DType.optimal_dtype: int32 from 65,500 ids
 
     def __init__(self) -> None:
         self._described: dict[str, Any] = {}
