@@ -136,3 +136,35 @@ def test_megatron_dtype_is_preprocess_datas_for_the_vocabulary(tmp_path, vocab):
     assert estimate(compose(*args, "dry_run=true"))["dtype"] == m["dtype"]
     nanogpt = prepare(compose(*args[:-1], f"out_dir={tmp_path / 'nanogpt'}"))
     assert nanogpt["dtype"] == "uint16"  # nanoGPT's layout: the smallest dtype, as before
+
+
+def test_an_empty_document_has_no_sequence_as_in_preprocess_data(tmp_path, tiktoken_cache):
+    """preprocess_data.py without --append-eod (eot=none): a text of no tokens adds no
+    sequence length, only its document's end (the index repeats). Megatron's GPTDataset
+    takes each sequence as a document and splits them by count (--split), so a sequence of
+    no tokens per empty text also moved its split points."""
+    import tiktoken
+
+    enc = tiktoken.get_encoding("gpt2")
+    docs = texts(120)
+    for i in (0, 40, 41, 77, 119):  # the first of train, two in a row, the last
+        docs[i] = ""
+    ids = [enc.encode_ordinary(d) for d in docs]
+    src = tmp_path / "web.jsonl"
+    src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    out = tmp_path / "out"
+    m = prepare(compose("source=file", f"source.path={src}", f"out_dir={out}", "quiet=true",
+                        "name=web", "tokenizer=tiktoken", "eot=none", "split_by=document",
+                        "val_size=0.25", "format=megatron"))  # fmt: skip
+    assert m["documents"]["val"] == 30
+    import corpusprep
+
+    ds = corpusprep.load(out)
+    perm = np.random.default_rng(2357).permutation(len(docs))  # split_by=document's choice
+    val = sorted(perm[:30].tolist())
+    sides = {"val": [ids[i] for i in val], "train": [ids[i] for i in range(120) if i not in val]}
+    assert sum(not d for d in sides["val"]) and sum(not d for d in sides["train"]) >= 2
+    compare(out, tmp_path / "ref", "web", sides, enc.n_vocab)
+    for side, want in sides.items():  # corpusprep reads the empty documents back
+        starts = np.cumsum([0] + [len(d) for d in want[:-1]])
+        assert np.array_equal(ds.docs(side), starts), side

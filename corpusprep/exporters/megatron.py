@@ -24,6 +24,9 @@ place, not copied. `.idx`, all little-endian:
 One document is one sequence (document indices 0, 1, ..., D), from corpusprep's document
 index; a single text is one document per split. A document longer than an int32 holds
 (2**31 - 1 tokens) becomes several sequences of that one document, as the format allows.
+An empty document (eot=none and a text of no tokens) has no sequence, its document index
+the same as the next one's, as IndexedDatasetBuilder.add_document(ids, []) records one:
+preprocess_data.py gives a document no sequence length when it has no tokens.
 Everything is streamed through the document index in chunks: memory stays flat.
 """
 
@@ -58,9 +61,9 @@ def sequences(
     starts: Optional[np.ndarray], total: int, max_len: int = MAX_SEQUENCE
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """From where documents start (token offsets; None: one document), chunk by chunk:
-    (sequence starts, sequence lengths, whether each sequence begins a document). A side
-    that begins inside a document (split_by=position, head or tail cut through one) has
-    that document's rest first: a document of its own."""
+    (sequence starts, sequence lengths, each document's first sequence counted from the
+    chunk's first). A side that begins inside a document (split_by=position, head or tail
+    cut through one) has that document's rest first: a document of its own."""
     if starts is None or len(starts) == 0:  # no document starts in it: one document
         starts = np.zeros(1, dtype=np.uint64)
     n = len(starts)
@@ -75,15 +78,17 @@ def sequences(
 
 def _pieces(first: np.ndarray, lengths: np.ndarray,
             max_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
-    """Documents as sequences: each one, or several where it is longer than max_len."""
-    pieces = np.maximum(1, -(-lengths // max_len))  # ceil; an empty document: one piece
+    """Documents as sequences: each one, several where it is longer than max_len, none
+    where it is empty (Megatron's builder records no length for a document of no tokens)."""
+    pieces = -(-lengths // max_len)  # ceil: 0 for an empty document
+    heads = np.cumsum(pieces) - pieces  # each document's first sequence
     if (pieces == 1).all():
-        return first, lengths, np.ones(len(first), dtype=bool)
+        return first, lengths, heads
     doc = np.repeat(np.arange(len(first)), pieces)
-    k = np.arange(len(doc)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    k = np.arange(len(doc)) - np.repeat(heads, pieces)
     seq_starts = first[doc] + k * max_len
     seq_lengths = np.minimum(max_len, lengths[doc] - k * max_len)
-    return seq_starts, seq_lengths, k == 0
+    return seq_starts, seq_lengths, heads
 
 
 def write_index(f: BinaryIO, starts: Optional[np.ndarray], total: int, dtype: str,
@@ -93,9 +98,9 @@ def write_index(f: BinaryIO, starts: Optional[np.ndarray], total: int, dtype: st
     every chunk written, for a bar."""
     itemsize = np.dtype(dtype).itemsize
     count = docs = 0
-    for seq_starts, _, begins in sequences(starts, total, max_len):
+    for seq_starts, _, heads in sequences(starts, total, max_len):
         count += len(seq_starts)
-        docs += int(begins.sum())
+        docs += len(heads)
     f.write(INDEX_HEADER)
     f.write(struct.pack("<Q", VERSION))
     f.write(struct.pack("<B", DTYPE_CODES[dtype]))
@@ -104,18 +109,18 @@ def write_index(f: BinaryIO, starts: Optional[np.ndarray], total: int, dtype: st
     base = f.tell()
     where = {"lengths": base, "pointers": base + 4 * count, "documents": base + 12 * count}
     seen = 0
-    for seq_starts, seq_lengths, begins in sequences(starts, total, max_len):
+    for seq_starts, seq_lengths, heads in sequences(starts, total, max_len):
         for part, array in (
             ("lengths", seq_lengths.astype("<i4")),
             ("pointers", (seq_starts * itemsize).astype("<i8")),
-            ("documents", (np.flatnonzero(begins) + seen).astype("<i8")),
+            ("documents", (heads + seen).astype("<i8")),
         ):
             f.seek(where[part])
             f.write(array.tobytes())
             where[part] += array.nbytes
         seen += len(seq_starts)
         if progress is not None:
-            progress(int(begins.sum()))
+            progress(len(heads))
     f.seek(where["documents"])
     f.write(struct.pack("<q", count))
     return count, docs
