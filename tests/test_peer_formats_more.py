@@ -253,3 +253,39 @@ def test_the_name_ends_at_the_first_dot_not_inside_a_number(path, name):
 )
 def test_a_globs_wildcard_parts_are_still_skipped(pattern, name):
     assert compose("source=files", f"source.glob='{pattern}'").name == name
+
+
+# --- a shard too big for llm.c's C loader ----------------------------------------------------
+
+
+def llmc_last_offset(ntok: int, B: int, T: int, processes: int = 1) -> int:
+    """llm.c dataloader.h: the byte offset dataloader_load_batch seeks to for the last
+    sample of a shard (shard_num_samples from dataloader_load_shard_), before its (int)."""
+    total_batch_size_bytes = processes * B * T * 2
+    shard_num_samples = (ntok * 2 - 2) // total_batch_size_bytes
+    return 256 * 4 + (shard_num_samples - 1) * total_batch_size_bytes
+
+
+def test_llmc_shards_over_2_gib_are_warned(tmp_path, text, capsys, monkeypatch):
+    """dataloader.h seeks with fseek(file, (int) current_offset): in a shard of more than
+    2 GiB the offsets past it wrap negative and train_gpt2cu stops. corpusprep allows up to
+    2**31 - 1 tokens a shard (llm.c's writer asserts fewer than 2**31): such a shard is
+    warned, with a shard_tokens under the limit."""
+    from corpusprep.exporters import llmc
+
+    for B, T in ((1, 1), (4, 1024), (64, 1024)):
+        assert llmc_last_offset(llmc.SEEK_TOKENS, B, T) < 2**31  # fits the C int
+    assert llmc_last_offset(llmc.MAX_SHARD_TOKENS, 4, 1024) >= 2**31  # allowed, unreadable
+    monkeypatch.setattr(llmc, "SEEK_TOKENS", 40_000)  # the same rule on a small run
+    prepare_args = ["source=file", f"source.path={text}", "tokenizer=byte", "format=llmc",
+                    "name=t", "quiet=true"]  # fmt: skip
+    from corpusprep.prepare import prepare
+
+    prepare(compose(*prepare_args, "shard_tokens=50000", f"out_dir={tmp_path / 'a'}"))
+    [line] = [x for x in capsys.readouterr().err.splitlines() if "2 GiB" in x]
+    assert "t: 1 shard(s), the first t_train_000001.bin, hold more than 40,000" in line, line
+    assert line.endswith("shard_tokens=40000 keeps every shard under it"), line
+    prepare(compose(*prepare_args, "shard_tokens=40000", f"out_dir={tmp_path / 'b'}"))
+    prepare(compose(*prepare_args, "shard_tokens=50000", "dtype=uint32",
+                    f"out_dir={tmp_path / 'c'}"))  # fmt: skip  # train_llama3.py: Python reads
+    assert "2 GiB" not in capsys.readouterr().err

@@ -47,6 +47,10 @@ HEADERS = {  # data_common.py HEADERS_INFO: "gpt-2" and "llama-3"
 }
 HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
+# llmc/dataloader.h reads a batch with fseek(file, (int) offset): an offset of 2 GiB or more
+# wraps negative and the seek fails. A uint16 shard of at most this many tokens is at most
+# 2**31 bytes, so every offset it is read at fits an int.
+SEEK_TOKENS = (2**31 - HEADER_BYTES) // 2
 
 
 def check_shard_tokens(value: Any, limit: int = MAX_SHARD_TOKENS) -> int:
@@ -245,6 +249,26 @@ class LlmcExporter(ShardedExporter):
         "llm.c's dataloader asserts every shard holds at least B*T*processes+1 tokens "
         "(4,097 at train_gpt2cu's default -b 4 -t 1024 on one GPU)"
     )
+
+    def export(self, streams: Streams, out: OutputWriter) -> dict[str, int]:
+        produced = super().export(streams, out)
+        self.warn_seek(streams.name)
+        return produced
+
+    def warn_seek(self, name: str) -> None:
+        """One line when a uint16 shard is too big for llm.c's C loader (dataloader.h casts
+        its byte offset to int: past 2 GiB of a shard the seek fails); train_gpt2.py reads
+        it whole, and the uint32 files are train_llama3.py's only."""
+        if self._dtype != "uint16":
+            return
+        big = [s for shards in self._shards.values() for s in shards if s["tokens"] > SEEK_TOKENS]
+        if big:
+            print(f"corpusprep: warning: {name}: {len(big)} shard(s), the first "
+                  f"{big[0]['file']}, hold more than {SEEK_TOKENS:,} tokens (2 GiB); llm.c's "
+                  "dataloader.h (train_gpt2cu, train_gpt2.c) seeks in a shard with an int "
+                  "offset and fails past 2 GiB; shard_tokens="
+                  f"{min(SEEK_TOKENS, DEFAULT_SHARD_TOKENS)} keeps every shard under it",
+                  file=sys.stderr)  # fmt: skip
 
     def write_header(self, f: BinaryIO, count: int, dtype: np.dtype) -> None:
         info = HEADERS[dtype.name]
