@@ -495,7 +495,8 @@ def test_an_unreadable_file_among_many_is_one_line(work, monkeypatch):
         (["dataset=shakespeare_char", "--cfg", "jobs"], ["invalid choice: 'jobs'", "'job'"]),
         # the Hydra-surface attack: the line stopped at "Config search path:", no paths, no fix
         (["dataset=shakespeare_char", "--config-name", "nope"],
-         ["primary config 'nope'", "pkg://corpusprep", "leave out --config-name"]),
+         ["primary config 'nope' in the config search path (", "conf)",
+          "leave out --config-name"]),
         (["dataset=shakespeare_char", "--config-path", "/tmp"],
          ["primary config 'config'", "/tmp", "leave out --config-name and --config-path"]),
     ],
