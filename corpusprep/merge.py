@@ -300,7 +300,8 @@ def _cut(out: OutputWriter, dtype: str, mode: str, n: int, indexed: bool,
     docs = {"val": 1, "train": 1}  # one text: a part of it on each side
     if indexed:
         starts = np.fromfile(out.path_of("train.docs.bin"), dtype=np.uint64).astype(np.int64)
-        in_val = (starts >= val_at) & (starts < val_at + n)
+        # tail: val runs to the stream's end, empty documents there (at `total`) included
+        in_val = starts >= val_at if mode == "tail" else starts < n
         # the side after the cut begins inside the document the cut went through, unless
         # the cut is where a document starts
         sides = {"val": _with_leading_part(starts[in_val] - val_at),

@@ -523,3 +523,30 @@ def test_empty_documents_keep_their_eot_and_place_under_every_split(tmp_path, ti
     ids = [read_megatron(out / f"d_{side}_text_document") for side in ("train", "val")]
     assert sum(int((ds["data"] == 50256).sum()) for ds in ids) == 200  # one eot a document
     assert "verified" in verify(corpusprep.load(out))
+
+
+@pytest.mark.parametrize("fmt", ["nanogpt", "megatron"])
+@pytest.mark.parametrize("mode", ["head", "tail"])
+def test_empty_documents_at_the_cut_and_the_end_stay_on_their_side(tmp_path, tiktoken_cache,
+                                                                  mode, fmt):  # fmt: skip
+    """eot=none: an empty text is a document of no tokens. split_by=tail gave the empty
+    documents after the last token to train, at an offset past train's end: the fresh
+    folder did not load ('its document offsets are not in order within train's 4 tokens';
+    Megatron's .idx had train's sequences add up to more tokens than its .bin holds)."""
+    from corpusprep.inspect import verify
+
+    texts = ["", "hello there", "x y z w", "", "", ""]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    out = run(tmp_path / "d.jsonl", tmp_path / "out", "tokenizer=tiktoken", "eot=none",
+              f"format={fmt}", f"split_by={mode}", "val_size=3")  # fmt: skip
+    ds = corpusprep.load(out)
+    assert "verified" in verify(ds)
+    for side, tokens in ds.splits():
+        docs = ds.docs(side)
+        assert docs[0] == 0 and (np.diff(docs.astype(np.int64)) >= 0).all()
+        assert int(docs[-1]) <= len(tokens), side
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["documents"]["train"] + m["documents"]["val"] == 7  # x y z w cut in two
+    if fmt == "megatron":
+        for side in ("train", "val"):
+            read_megatron(out / f"d_{side}_text_document")
