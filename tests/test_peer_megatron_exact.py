@@ -168,3 +168,53 @@ def test_an_empty_document_has_no_sequence_as_in_preprocess_data(tmp_path, tikto
     for side, want in sides.items():  # corpusprep reads the empty documents back
         starts = np.cumsum([0] + [len(d) for d in want[:-1]])
         assert np.array_equal(ds.docs(side), starts), side
+
+
+def _old_pieces(first: np.ndarray, lengths: np.ndarray, max_len: int):
+    """megatron.py's _pieces as 0.2.3 had it: an empty document a sequence of length 0."""
+    pieces = np.maximum(1, -(-lengths // max_len))
+    if (pieces == 1).all():
+        return first, lengths, np.arange(len(first))
+    raise AssertionError("no document longer than max_len here")
+
+
+@pytest.mark.parametrize("made", ["uint16 at 65,500 ids", "a sequence per empty text"])
+def test_a_megatron_folder_in_0_2_3s_layout_is_redone(tmp_path, monkeypatch, tiktoken_cache,
+                                                      made):  # fmt: skip
+    """0.2.3 wrote format=megatron's int32 vocabularies of 65,500 ids as uint16 and gave an
+    empty text a sequence of no tokens; the same settings now write Megatron's own files.
+    A folder 0.2.3 made under those settings (its layout, its version in the manifest) was
+    found up to date by the new code and kept as it was: the version must change, as
+    safety.md says a change of the outputs does, so it is redone once."""
+    import corpusprep
+    from corpusprep.exporters import megatron
+
+    if made.startswith("uint16"):
+        src = tmp_path / "chars.txt"
+        src.write_text(char_text(65_500), encoding="utf-8")
+        args = ["tokenizer=char"]
+    else:
+        src = tmp_path / "web.jsonl"
+        docs = ["", *texts(20), "", ""]
+        src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+        args = ["tokenizer=tiktoken", "eot=none", "split_by=document"]
+    args = ["source=file", f"source.path={src}", f"out_dir={tmp_path / 'out'}", "quiet=true",
+            "name=x", "format=megatron", *args]  # fmt: skip
+    with monkeypatch.context() as old:  # what 0.2.3 wrote
+        old.setattr(corpusprep, "__version__", "0.2.3")
+        old.setattr(megatron.MegatronExporter, "wide_from", None)
+        old.setattr(megatron, "_pieces", _old_pieces)
+        before = prepare(compose(*args))
+    prepare(compose(*args, f"out_dir={tmp_path / 'fresh'}"))
+    names = [f"x_{side}_text_document{suffix}" for side in ("train", "val")
+             for suffix in (".bin", ".idx")]  # fmt: skip
+
+    def same() -> bool:
+        return all((tmp_path / "out" / n).read_bytes() == (tmp_path / "fresh" / n).read_bytes()
+                   for n in names)  # fmt: skip
+
+    assert not same()  # 0.2.3's layout
+    again = prepare(compose(*args))
+    assert not again.get("skipped")
+    assert again["corpusprep"] == corpusprep.__version__ != before["corpusprep"]
+    assert same()
