@@ -752,6 +752,7 @@ def summary(m: dict[str, Any], out_dir: str) -> str:
     where = redact_text(src.get("url") or src.get("path") or src["file"])
     if len(inputs) > 1 and "glob" in src:
         where = ", ".join(src["glob"])
+    where = escape_controls(where)  # a globbed file's name: its line end is no row of its own
     detail = f"{src['bytes']:,} bytes, sha256 {src['sha256'][:12]}..."
     if len(inputs) > 1:
         detail = f"{plural(len(inputs), 'file')}, {detail}"

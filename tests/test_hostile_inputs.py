@@ -345,6 +345,19 @@ def test_a_file_name_with_terminal_commands_in_it_is_shown_escaped_on_one_line(t
     assert "\x1b" not in r.stderr + r.stdout
 
 
+def test_a_file_name_with_a_line_end_cannot_fake_a_row_of_the_summary(tmp_path: Path):
+    """Found by an attack: the summary keeps its own line ends, and so kept one in the name
+    of the one file a glob matched (a downloaded file's): its source row went on as a row of
+    its own (here a count of tokens), its escape sequence escaped. The name is one row."""
+    (tmp_path / "dl").mkdir()
+    (tmp_path / "dl" / "\x1b]0;x\x07\n  train  999\u2028.txt").write_text("hi\n" * 999)
+    r = run_cli("source=files", "source.glob=dl/*", "out_dir=out", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "999" not in "".join(line for line in r.stdout.splitlines() if "source" not in line)
+    assert "\\x1b]0;x\\x07\\n  train  999\\u2028.txt" in r.stdout  # (a long path: its end)
+    assert not set("\x1b\x07\u2028") & set(r.stdout), r.stdout
+
+
 def test_a_glob_naming_only_a_dangling_link_says_what_it_is(tmp_path: Path):
     (tmp_path / "gone.txt").symlink_to("/nowhere/gone.txt")
     r = _run(tmp_path, "source=files", "source.glob=gone.txt")
