@@ -147,7 +147,8 @@ def verify(ds: PreparedDataset) -> str:
             f"{ds.path}: decoding {e.stream.label} differs from {where} at byte {e.offset:,} "
             f"of {what}; prepare it again"
         ) from None
-    what = files[0].name if len(files) == 1 else f"its {len(files):,} input files"
+    # a stranger's file name: its line end is escaped too (the output keeps its own)
+    what = escape_controls(files[0].name) if len(files) == 1 else f"its {len(files):,} input files"
     docs = ds.manifest.get("documents", {}).get("total")
     docs = f", {docs:,} documents" if docs and len(files) > 1 else ""
     chars = ds.manifest["chars"]

@@ -60,6 +60,26 @@ def test_inspect_and_verify(made, tmp_path):
         assert words in r.stdout
 
 
+def test_verify_shows_an_input_file_name_on_its_one_line(tmp_path):
+    """Found by an attack: --verify's last line named the input file with its line end kept
+    (the summary keeps its own): a downloaded file's name began a line of its own, here one
+    that looks like the summary's. The name is escaped whole, as the summary's rows are."""
+    src = tmp_path / "\x1b]0;x\x07\n  train        999 tokens\u2028.txt"
+    src.write_text("Hello world\n" * 300)
+    out = tmp_path / "out"
+    prepare(
+        compose("source=files", f"source.glob={tmp_path}/*.txt", f"out_dir={out}", "quiet=true")
+    )
+    r = inspect_cli(out, "--verify", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    verified = [line for line in r.stdout.splitlines() if line.startswith("verified")]
+    assert len(verified) == 1 and verified[0].endswith(
+        "999 tokens\\u2028.txt exactly (3,600 chars)"
+    )
+    assert "\\x1b]0;x\\x07\\n  train" in verified[0]
+    assert not set("\x1b\x07\u2028") & set(r.stdout), r.stdout
+
+
 def test_verify_catches_a_changed_byte(made, tmp_path):
     src, out = made
     ids = np.fromfile(out / "val.bin", np.uint16)
