@@ -745,7 +745,7 @@ def summary(m: dict[str, Any], out_dir: str) -> str:
     if m.get("skipped"):
         return (
             f"corpusprep: {out_dir} is up to date (same input sha256 and settings, made "
-            f"{m['created']}); skipped, force=true redoes it"
+            f"{escape_controls(str(m['created']))}); skipped, force=true redoes it"
         )
     src = m["source"]
     inputs = src.get("files", [])

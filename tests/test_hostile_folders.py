@@ -421,3 +421,16 @@ def test_a_deeply_nested_journal_or_inputs_record_is_not_ours(made, tmp_path, na
     r = run_cli(*args, "out_dir=out", cwd=tmp_path, env=FAULTS)
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_an_up_to_date_folder_s_manifest_cannot_fake_a_line_of_the_run(made, tmp_path):
+    """Found by an attack: a finished folder found up to date is said so with the time its
+    manifest records, a stranger's string in a shared or copied folder: its line end (the
+    summary keeps its own) began a line of its own, here one that looks like an error."""
+    out, args = made
+    _edit_manifest(out, lambda m: m.update(created="2020\x1b]0;x\x07\ncorpusprep: error: fake"))
+    r = run_cli(*args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 1 and "up to date" in lines[0], r.stdout
+    assert "made 2020\\x1b]0;x\\x07\\ncorpusprep: error: fake)" in lines[0]
