@@ -882,7 +882,7 @@ def commit(run: Run) -> dict[str, Any]:
     # the writer adds every file's size and sha256, and writes the manifest last
     committed = run.out.commit(manifest, timed)
     if run.replacing:  # said once it is true: a commit that fails replaces nothing
-        print(run.replacing, file=sys.stderr)
+        print(escape_controls(run.replacing), file=sys.stderr)  # the old manifest's values
     return committed
 
 

@@ -434,3 +434,24 @@ def test_an_up_to_date_folder_s_manifest_cannot_fake_a_line_of_the_run(made, tmp
     lines = r.stdout.splitlines()
     assert len(lines) == 1 and "up to date" in lines[0], r.stdout
     assert "made 2020\\x1b]0;x\\x07\\ncorpusprep: error: fake)" in lines[0]
+
+
+def test_a_replaced_folder_s_manifest_is_shown_escaped(made, tmp_path):
+    """Found by an attack: a run replacing a folder made otherwise says what made it, from
+    its manifest (a stranger's, in a shared or copied folder), which it printed raw: an
+    escape sequence set the terminal's title, a line end split the line in two."""
+    out, args = made
+
+    def plant(m: dict) -> None:
+        m["config"]["split"] = "\x1b]0;x\x07\ncorpusprep: error: fake"
+        m["tokenizer"]["kind"] = "k\x9b2J"
+        m["config"]["tokenizer"]["_target_"] = "other"
+
+    _edit_manifest(out, plant)
+    r = run_cli(*args, "split=0.8", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    said = [line for line in r.stderr.splitlines() if "replacing" in line]
+    assert len(said) == 1, r.stderr
+    assert "split=\\x1b]0;x\\x07\\ncorpusprep: error: fake" in said[0]
+    assert "tokenizer=k\\x9b2J" in said[0]
+    assert not set("\x1b\x07\x9b") & set(r.stderr), r.stderr
