@@ -17,14 +17,15 @@ def escape_controls(text: str, keep_layout: bool = False) -> str:
     """`text` safe to print, whoever wrote the names in it (a downloaded file's, a Hub
     repo's): every character a terminal acts on (an escape sequence sets its title, fills
     the clipboard, rewrites lines) or that ends a line shown escaped (\\n, \\x1b, \\u2028),
-    so an error stays one line. keep_layout=True keeps line ends and tabs: a table's or a
-    summary's own."""
+    so an error stays one line; and a lone surrogate (\\ud800: JSON may spell one), which no
+    stream can encode. keep_layout=True keeps line ends and tabs: a table's or a summary's
+    own."""
     pattern = _CONTROLS_BUT_LAYOUT if keep_layout else _CONTROLS
     return pattern.sub(_escaped, text)
 
 
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_CONTROLS_BUT_LAYOUT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+_CONTROLS_BUT_LAYOUT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 
 
 def _escaped(match: re.Match) -> str:

@@ -196,7 +196,8 @@ class SweepCallback(Callback):
                          "reason": reason})  # fmt: skip
         rows.sort(key=lambda r: r["job"])
         (sweep / "summary.md").write_text(markdown(rows) + "\n")
-        with open(sweep / "summary.csv", "w", newline="") as f:
+        # the text as it is, but a lone surrogate (a manifest's "\\ud800"): no file holds one
+        with open(sweep / "summary.csv", "w", newline="", errors="backslashreplace") as f:
             writer = csv.DictWriter(f, COLUMNS)
             writer.writeheader()
             writer.writerows(rows)

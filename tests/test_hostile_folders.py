@@ -455,3 +455,14 @@ def test_a_replaced_folder_s_manifest_is_shown_escaped(made, tmp_path):
     assert "split=\\x1b]0;x\\x07\\ncorpusprep: error: fake" in said[0]
     assert "tokenizer=k\\x9b2J" in said[0]
     assert not set("\x1b\x07\x9b") & set(r.stderr), r.stderr
+
+
+def test_a_lone_surrogate_in_an_up_to_date_folder_s_manifest_is_shown_escaped(made, tmp_path):
+    """Found by an attack: JSON may spell a lone surrogate ("\\ud800"), which stdout cannot
+    encode: the run found the folder up to date, then ended in a UnicodeEncodeError
+    traceback printing so. Shown escaped, as inspect shows it."""
+    out, args = made
+    _edit_manifest(out, lambda m: m.update(created="2020\ud800"))
+    r = run_cli(*args, cwd=tmp_path)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "made 2020\\ud800)" in r.stdout

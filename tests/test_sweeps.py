@@ -442,6 +442,26 @@ def test_skipped_jobs_in_a_sweep(work):
     assert [row["status"] for row in table(latest)] == ["skipped", "skipped"]
 
 
+def test_a_lone_surrogate_in_a_skipped_jobs_manifest_is_shown_escaped(work):
+    """Found by an attack: a skipped job's row comes from its out_dir's manifest (another
+    run's, a stranger's in a shared folder), where JSON may spell a lone surrogate, which no
+    text file or stdout can encode: the job's up-to-date line was a traceback, and the
+    table, summary.md and summary.csv were never written (exit 0). The table shows it
+    escaped; the CSV keeps the rest of the text as it is."""
+    args = ["-m", "source=file", "source.path=a.txt", "split=0.8,0.9", "out_dir=o/${split}",
+            "hydra.sweep.dir=sw"]  # fmt: skip
+    assert run_cli(*args, cwd=work).returncode == 0
+    path = work / "o" / "0.8" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest.update(name="x\ud800\x1b]0;y\x07", created="2020\ud800")
+    path.write_text(json.dumps(manifest))
+    r = run_cli(*args, cwd=work)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    for text in (r.stdout, (work / "sw" / "summary.md").read_text()):
+        assert "| x\\ud800\\x1b]0;y\\x07 |" in text and "\x1b" not in text, text
+    assert [row["corpus"] for row in table(work / "sw")] == ["x\\ud800\x1b]0;y\x07", "a"]
+
+
 def test_dry_run_estimates_and_writes_nothing(work, shakespeare):
     r = run_cli("source=file", f"source.path={shakespeare}", "dry_run=true", "out_dir=o",
                 cwd=work)  # fmt: skip
