@@ -490,6 +490,29 @@ def tiny(hub: Hub, prefix: str = "a", n: int = 40) -> tuple[str, dict[str, bytes
     return hub.push("test/tiny", files), files
 
 
+def test_a_servers_file_name_in_a_download_bar_is_shown_escaped(hub, tmp_path, monkeypatch):
+    """Found by an attack: huggingface_hub's download bar is named by the file name the
+    server's Content-Disposition gives (the Hub's CDN gives one), a stranger's string: its
+    escape sequence (here one that sets the terminal's title) reached the terminal raw.
+    The bar shows it escaped. (TQDM_POSITION=-1 draws the bars without a terminal.)"""
+    real = sys.modules[__name__]._send
+
+    def send(handler, code, body, head, headers=None, range_=None) -> None:
+        if code == 200 and isinstance(body, bytes):
+            named = 'attachment; filename="x\x1b]0;pwned\x07y";'
+            headers = {**(headers or {}), "Content-Disposition": named}
+        real(handler, code, body, head, headers, range_)
+
+    monkeypatch.setattr(sys.modules[__name__], "_send", send)
+    tiny(hub)
+    bars = {"TQDM_POSITION": "-1"}
+    r = run_cli("source=hf", "source.dataset=test/tiny", f"source.endpoint={hub.root}",
+                "tokenizer=byte", "out_dir=o", cwd=tmp_path, env=bars)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "x\\x1b]0;pwned\\x07y" in r.stderr  # the bar was drawn
+    assert "\x1b]" not in r.stderr and "\x07" not in r.stderr, repr(r.stderr)
+
+
 def test_a_second_run_downloads_nothing_and_offline_needs_no_hub(hub, tmp_path):
     sha, files = tiny(hub)
     r = hf_cli(tmp_path, hub, "test/tiny", "out_dir=first")

@@ -288,6 +288,7 @@ class HfSource(Source):
                         endpoint=self.endpoint,
                         token=hub_token(self.endpoint),
                         etag_timeout=self.timeout,
+                        **_escaped_bars(),
                     ),
                 )
             )
@@ -379,6 +380,33 @@ class HfSource(Source):
 
 
 HEX = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def _escaped_bars() -> dict[str, Any]:
+    """hf_hub_download's download bar is named by the file name a server's
+    Content-Disposition gives (the Hub's CDN gives one): a stranger's string, shown with
+    its control characters escaped (escape_controls). {} where the installed library takes
+    no tqdm_class (an older version)."""
+    import inspect
+
+    hub = _hub()
+    if "tqdm_class" not in inspect.signature(hub.hf_hub_download).parameters:
+        return {}
+    from huggingface_hub.utils import tqdm
+
+    class EscapedBar(tqdm):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            if isinstance(kwargs.get("desc"), str):
+                kwargs["desc"] = escape_controls(kwargs["desc"])
+            super().__init__(*args, **kwargs)
+
+        def set_description_str(self, desc: Optional[str] = None, refresh: bool = True) -> None:
+            super().set_description_str(escape_controls(desc) if desc else desc, refresh)
+
+        def set_description(self, desc: Optional[str] = None, refresh: bool = True) -> None:
+            super().set_description(escape_controls(desc) if desc else desc, refresh)
+
+    return {"tqdm_class": EscapedBar}
 
 
 def _not_as_named(path: Path) -> Optional[str]:
