@@ -183,6 +183,8 @@ class SweepCallback(Callback):
             redact_file(sweep / "multirun.yaml")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from corpusprep.errors import escape_controls
+
         sweep = Path(config.hydra.sweep.dir)
         redact_file(sweep / "multirun.yaml")
         records = [json.loads(p.read_text()) for p in sweep.glob(f"*/{RECORD}")]
@@ -204,7 +206,8 @@ class SweepCallback(Callback):
         counts = Counter(r["status"] for r in rows)
         tally = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
         jobs = f"{len(rows)} job{'s' if len(rows) != 1 else ''}"
-        line = f"corpusprep sweep: {jobs} ({tally}) -> {sweep}"
+        # a status as the records say it (a reused sweep folder holds others'): escaped
+        line = escape_controls(f"corpusprep sweep: {jobs} ({tally}) -> {sweep}")
         if not _quiet(config):
             print(f"\n{line}")
             print(markdown(rows))

@@ -336,6 +336,24 @@ def test_a_failed_jobs_reason_naming_a_strangers_file_is_one_escaped_row(work):
     assert "\n" in table(work / "sw")[0]["reason"]  # the CSV keeps the name, quoted
 
 
+def test_a_strangers_job_record_in_the_sweep_folder_cannot_fake_a_line_of_the_count(work):
+    """Found by an attack: the line that counts the jobs by status (2 ok, 1 failed) took
+    the statuses of the job records in the sweep folder (a reused or shared one holds
+    others') as they were: an escape sequence set the terminal's title, and a line end
+    began a line of its own. It is escaped, as the table's cells are."""
+    (work / "sw" / "planted").mkdir(parents=True)
+    status = "x\x1b]0;pwned\x07\ncorpusprep sweep: fake"
+    record = {"job": 0, "overrides": ["source=file", "source.path=a.txt", "split=0.8"],
+              "status": status, "out_dir": str(work / "nowhere")}  # fmt: skip
+    (work / "sw" / "planted" / "corpusprep_job.json").write_text(json.dumps(record))
+    r = run_cli("-m", "source=file", "source.path=a.txt", "split=0.8,0.9", "hydra.sweep.dir=sw",
+                cwd=work)  # fmt: skip
+    assert "\x1b" not in r.stdout and "\x07" not in r.stdout, r.stdout
+    assert [line for line in r.stdout.splitlines() if line.startswith("corpusprep sweep:")] == [
+        "corpusprep sweep: 3 jobs (2 ok, 1 x\\x1b]0;pwned\\x07\\ncorpusprep sweep: fake) -> sw"
+    ]
+
+
 def test_a_sweep_into_an_earlier_sweeps_folder_reports_its_own_jobs(work):
     """Found by the newcomer attack: the docs name a sweep's folder (hydra.sweep.dir=
     multirun/cmp), so fixing a failed job and sweeping again goes to the same folder. The
