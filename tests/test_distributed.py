@@ -1187,3 +1187,19 @@ def test_tasks_cancelled_as_a_run_stops_leave_the_pool_first():
             assert all(isinstance(f, _Dropped) for f in held)
     finally:
         executor.abort()
+
+
+@pytest.mark.parametrize("kind", ["slurm", "ray", "local"])
+def test_a_retry_line_shows_a_failures_control_characters_escaped(kind, capsys):
+    """An attack on stranger's strings: the Slurm retry line printed the first line of the
+    failure as it was (a file name holding an escape sequence in it reached the terminal);
+    the local and Ray lines show repr, escaped. Each is one line, inert."""
+    import importlib
+
+    module = importlib.import_module(f"corpusprep.executors.{kind}")
+    cls = next(v for k, v in vars(module).items() if k.lower() == f"{kind}executor")
+    error = RuntimeError("dl/a\x1b]0;pwned\x07.jsonl\u2028: bad\nmore")
+    cls.on_retry(None, "shard 3", error)  # (it reads nothing of the executor)
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and "shard 3" in said, said
+    assert not set("\x1b\x07\u2028") & set(said), repr(said)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 from corpusprep._paths import read_regular
-from corpusprep.errors import UserError, checked_number
+from corpusprep.errors import UserError, checked_number, escape_controls
 from corpusprep.executors import Executor, R, T, checked_retries
 
 # a task Slurm no longer holds may still have its result file on its way (a shared file
@@ -313,5 +313,5 @@ class SlurmExecutor(Executor):
 
     def on_retry(self, what: str, error: BaseException) -> None:
         first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
-        print(f"corpusprep: {what} failed on Slurm ({first}); submitting it again",
-              file=sys.stderr)  # fmt: skip
+        print(f"corpusprep: {what} failed on Slurm ({escape_controls(first)}); submitting it "
+              "again", file=sys.stderr)  # fmt: skip
