@@ -44,13 +44,16 @@ def job_dir() -> Optional[Path]:
 def write_record(folder: Path, cfg: DictConfig, status: str, **fields: Any) -> None:
     from hydra.core.hydra_config import HydraConfig
 
+    from corpusprep.writer import write_atomic
+
     hc = HydraConfig.get()
     overrides = [redact_override(o) for o in hc.overrides.task]  # a secret's whole value
     record = {"job": hc.job.num, "overrides": overrides, "status": status,
               **_labels(cfg), **fields}  # fmt: skip
     record = redact_values(json.loads(json.dumps(record, default=str)))  # no URL credentials
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / RECORD).write_text(json.dumps(record, indent=2, default=str) + "\n")
+    text = json.dumps(record, indent=2, default=str) + "\n"  # whole or not at all (a kill)
+    write_atomic(folder / RECORD, text.encode(), str(os.getpid()))
 
 
 def _labels(cfg: DictConfig) -> dict[str, Any]:
@@ -187,8 +190,7 @@ class SweepCallback(Callback):
 
         sweep = Path(config.hydra.sweep.dir)
         redact_file(sweep / "multirun.yaml")
-        records = [json.loads(p.read_text()) for p in sweep.glob(f"*/{RECORD}")]
-        records = _this_sweeps(records, config)
+        records = _this_sweeps(_read_records(sweep), config)
         records.sort(key=lambda r: r["job"])
         rows = [row(r) for r in records]
         launched = _count_jobs(config)
@@ -285,6 +287,23 @@ def _this_sweeps(records: list[dict[str, Any]], config: DictConfig) -> list[dict
     except Exception:
         return records
     return [r for r in records if r["job"] < len(jobs) and r["overrides"] == jobs[r["job"]]]
+
+
+def _read_records(sweep: Path) -> list[dict[str, Any]]:
+    """The job records in the sweep folder that read as records: one half written (a job
+    killed, or a disk full, as it wrote it) or not a record is no job's, as a record of
+    another sweep is not this one's (this sweep's job it was then left no record)."""
+    records = []
+    for path in sweep.glob(f"*/{RECORD}"):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        kinds = (("job", int), ("overrides", list), ("status", str), ("out_dir", str))
+        if (isinstance(record, dict) and all(isinstance(record.get(k), t) for k, t in kinds)
+                and not isinstance(record["job"], bool)):  # fmt: skip
+            records.append(record)
+    return records
 
 
 def _count_jobs(config: DictConfig) -> int:

@@ -354,6 +354,24 @@ def test_a_strangers_job_record_in_the_sweep_folder_cannot_fake_a_line_of_the_co
     ]
 
 
+@pytest.mark.parametrize(
+    "text", ['{"job": 0, "overr', "", "[]", '{"status": "ok"}', '{"job": "0"}']
+)
+def test_a_job_record_that_cannot_be_read_in_the_sweep_folder_is_not_this_sweeps(work, text):
+    """Found by an attack: a record half-written (a job killed or a disk full as it wrote
+    it) or not a record at all, in a reused sweep folder, was a JSONDecodeError or KeyError
+    that Hydra only warned of: no table, no summary.md or summary.csv, and exit 0 for a
+    sweep whose job failed."""
+    (work / "sw" / "old").mkdir(parents=True)
+    (work / "sw" / "old" / "corpusprep_job.json").write_text(text)
+    r = run_cli("-m", "source=file", "source.path=a.txt,missing.txt", "hydra.sweep.dir=sw",
+                cwd=work)  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr and "Warning" not in r.stderr, r.stderr
+    assert "corpusprep sweep: 2 jobs (1 failed, 1 ok)" in r.stdout
+    assert [row["status"] for row in table(work / "sw")] == ["ok", "failed"]
+
+
 def test_a_sweep_into_an_earlier_sweeps_folder_reports_its_own_jobs(work):
     """Found by the newcomer attack: the docs name a sweep's folder (hydra.sweep.dir=
     multirun/cmp), so fixing a failed job and sweeping again goes to the same folder. The
