@@ -263,9 +263,17 @@ def _commits(kind: str = "COMMITS") -> int:
 
 
 def _record(folder: Any, cfg: DictConfig, status: str, **fields: Any) -> None:
-    from corpusprep.sweep import write_record
+    """The job's record in its sweep folder; one that cannot be written (a full or read-only
+    disk) is one line, and the sweep goes on: its table says the job left no record."""
+    from corpusprep.sweep import RECORD, write_record
 
-    write_record(folder, cfg, status, **fields)
+    try:
+        write_record(folder, cfg, status, **fields)
+    except OSError as e:
+        room = "make it writable" if e.errno == errno.EROFS else "free some space"
+        print(f"corpusprep: error: {escape_controls(str(folder / RECORD))}: cannot write the "
+              f"job's record ({e.strerror}); {room} or give the sweep another hydra.sweep.dir, "
+              "then run it again", file=sys.stderr)  # fmt: skip
 
 
 def main() -> None:

@@ -10,6 +10,8 @@ it works with any launcher (basic, joblib, submitit, ray), where jobs run elsewh
 from __future__ import annotations
 
 import csv
+import errno
+import io
 import json
 import os
 import sys
@@ -199,12 +201,7 @@ class SweepCallback(Callback):
             rows.append({**dict.fromkeys(COLUMNS, ""), "job": missing, "status": "failed",
                          "reason": reason})  # fmt: skip
         rows.sort(key=lambda r: r["job"])
-        (sweep / "summary.md").write_text(markdown(rows) + "\n")
-        # the text as it is, but a lone surrogate (a manifest's "\\ud800"): no file holds one
-        with open(sweep / "summary.csv", "w", newline="", errors="backslashreplace") as f:
-            writer = csv.DictWriter(f, COLUMNS)
-            writer.writeheader()
-            writer.writerows(rows)
+        unsaved = _save_table(sweep, rows)
         counts = Counter(r["status"] for r in rows)
         tally = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
         jobs = f"{len(rows)} job{'s' if len(rows) != 1 else ''}"
@@ -215,8 +212,32 @@ class SweepCallback(Callback):
             print(markdown(rows))
         elif counts.get("failed"):  # quiet: nothing on stdout, but say why the exit is 1
             print(line, file=sys.stderr)
-        if counts.get("failed"):
+        if unsaved:
+            print(f"corpusprep: error: {escape_controls(unsaved)}", file=sys.stderr)
+        if counts.get("failed") or unsaved:
             sys.exit(1)
+
+
+def _save_table(sweep: Path, rows: list[dict[str, Any]]) -> Optional[str]:
+    """summary.md and summary.csv, each whole or not at all (a kill, a full disk); what
+    stopped them, or None. (An OSError here Hydra would only warn of, and exit 0.)"""
+    from corpusprep.writer import write_atomic
+
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, COLUMNS)
+    writer.writeheader()
+    writer.writerows(rows)
+    # the text as it is, but a lone surrogate (a manifest's "\\ud800"): no file holds one
+    files = {"summary.md": (markdown(rows) + "\n").encode(),
+             "summary.csv": text.getvalue().encode(errors="backslashreplace")}  # fmt: skip
+    for name, data in files.items():
+        try:
+            write_atomic(sweep / name, data, str(os.getpid()))
+        except OSError as e:
+            room = "make it writable" if e.errno == errno.EROFS else "free some space"
+            return (f"{sweep / name}: cannot write the sweep's table ({e.strerror}); {room} "
+                    "and run the sweep again (its jobs that finished are skipped)")  # fmt: skip
+    return None
 
 
 def _check_not_repeated(jobs: list[list[str]], number: int) -> None:

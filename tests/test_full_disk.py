@@ -262,3 +262,37 @@ def test_a_folder_without_outputs_is_not_said_to_keep_them(tmp_path):
     assert str(no_space(full, tmp_path)).endswith("(the previous outputs are untouched)")
     with pytest.raises(Exception, match=r"choose another out_dir \(the previous outputs"):
         check_free_space(tmp_path, 1 << 62)
+
+
+# a sweep of two jobs whose out_dirs are elsewhere, into a sweep folder on a small disk: the
+# disk's root, the folder, its lock, multirun.yaml, and per job its folder and its record
+SWEEP = ("-m", *COMMAND, "split=0.8,0.9", "out_dir=o_${split}", "quiet=true")
+SWEEP_INODES = 1 + 1 + 1 + 1 + 2 * 2
+
+
+def test_a_job_record_on_a_full_disk_is_one_line_and_the_sweep_goes_on(corpus, tmpfs):
+    """Found by an attack: a sweep folder whose disk filled as a job wrote its record
+    (corpusprep_job.json) ended the whole sweep in Hydra's OSError traceback, with no table."""
+    root = tmpfs(f"size=4m,nr_inodes={SWEEP_INODES - 1}")  # job 1's record: no inode
+    r = run_cli(*SWEEP, f"hydra.sweep.dir={root / 'sw'}", cwd=corpus)
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr and "Warning" not in r.stderr, r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith("corpusprep: error: "), r.stderr
+    assert "corpusprep_job.json" in lines[0] and "free some space" in lines[0], lines[0]
+    assert "corpusprep sweep: 2 jobs (1 failed, 1 ok)" in r.stderr  # quiet: said why exit 1
+    assert (corpus / "o_0.9" / "manifest.json").is_file()  # the job's own outputs: made
+    assert not [p for p in root.rglob(".*") if p.name != ".corpusprep-sweep.lock"]
+
+
+@pytest.mark.parametrize("room", [0, 1])
+def test_a_sweeps_table_on_a_full_disk_is_one_line_and_exit_1(corpus, tmpfs, room):
+    """Found by an attack: summary.md or summary.csv that could not be written was an
+    OSError Hydra only warned of, and the sweep exited 0 with no table saved (quiet=true:
+    with nothing said at all)."""
+    root = tmpfs(f"size=4m,nr_inodes={SWEEP_INODES + room}")  # no room for one or both
+    r = run_cli(*SWEEP, f"hydra.sweep.dir={root / 'sw'}", cwd=corpus)
+    assert_one_line_error(r, "cannot write the sweep's table", "free some space")
+    assert ["summary.md", "summary.csv"][room] in r.stderr
+    saved = sorted(p.name for p in (root / "sw").iterdir() if p.is_file())
+    assert saved == sorted([".corpusprep-sweep.lock", "multirun.yaml", *["summary.md"][:room]])
