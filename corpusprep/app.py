@@ -456,8 +456,17 @@ def _raised(report: str) -> Optional[str]:
     message, the first line of it (OmegaConf adds full_key and object_type lines, indented);
     None for anything else, a bug whose whole traceback is then printed."""
     raised = [line for line in report.splitlines() if line and not line[0].isspace()]
+    full = _NO_SPACE.match(raised[-1]) if raised else None
+    if full and int(full.group(1)) in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+        # Hydra's own files (multirun.yaml, a job's folder) in the sweep folder
+        room = "make it writable" if int(full.group(1)) == errno.EROFS else "free some space"
+        return (f"{full.group(3)}: cannot write it ({full.group(2)}); {room} or give the sweep "
+                "another hydra.sweep.dir")  # fmt: skip
     found = _RAISED.match(raised[-1]) if raised else None
     return found.group(2).strip() if found else None
+
+
+_NO_SPACE = re.compile(r"^OSError: \[Errno (\d+)\] ([^:]+): '(.*)'$")
 
 
 @contextlib.contextmanager

@@ -296,3 +296,12 @@ def test_a_sweeps_table_on_a_full_disk_is_one_line_and_exit_1(corpus, tmpfs, roo
     assert ["summary.md", "summary.csv"][room] in r.stderr
     saved = sorted(p.name for p in (root / "sw").iterdir() if p.is_file())
     assert saved == sorted([".corpusprep-sweep.lock", "multirun.yaml", *["summary.md"][:room]])
+
+
+def test_a_sweep_folder_with_no_room_for_hydras_record_is_one_line(corpus, tmpfs):
+    """Found by an attack: Hydra saves multirun.yaml in the sweep folder before the first
+    job; on a full disk that was its OSError traceback."""
+    root = tmpfs("size=4m,nr_inodes=3")  # the root, the folder and the lock: no more
+    r = run_cli(*SWEEP, f"hydra.sweep.dir={root / 'sw'}", cwd=corpus)
+    assert_one_line_error(r, "multirun.yaml", "No space left on device", "free some space")
+    assert not (corpus / "o_0.8").exists()
