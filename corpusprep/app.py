@@ -642,7 +642,10 @@ def _make_run_dir(folder: str, made: list[str]) -> None:
         missing.append(path)
         path = os.path.dirname(path)
     for path in reversed(missing):
-        os.mkdir(path)
+        try:
+            os.mkdir(path)
+        except FileExistsError:  # another run made it meanwhile: its folder, not ours
+            continue
         made.insert(0, path)
     if not os.path.isdir(os.path.abspath(folder)):  # "": the command's folder, as to Hydra
         raise NotADirectoryError(errno.ENOTDIR, "a file is there", folder)

@@ -723,3 +723,21 @@ def test_a_run_in_a_hydra_run_dir_another_run_made_and_removed_ends_well(work):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+def test_a_run_dir_another_run_makes_at_the_same_moment_is_taken_not_refused(tmp_path, monkeypatch):
+    """Two runs given one new hydra.run.dir: both see it missing, the other makes it first,
+    and this one's mkdir fails with FileExistsError: the folder is there, as asked (and the
+    other run's: this one does not remove it)."""
+    from corpusprep import app
+
+    real_mkdir = os.mkdir
+
+    def the_other_run_first(path, *args):
+        real_mkdir(path, *args)
+        raise FileExistsError(17, "File exists", path)
+
+    monkeypatch.setattr(app.os, "mkdir", the_other_run_first)
+    made: list = []
+    app._make_run_dir(str(tmp_path / "runs" / "x"), made)
+    assert (tmp_path / "runs" / "x").is_dir() and made == []
