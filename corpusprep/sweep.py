@@ -176,7 +176,7 @@ class SweepCallback(Callback):
             sys.exit(1)
         except OSError as e:  # its errno alone named neither the key nor a fix
             where = escape_controls(str(config.hydra.sweep.dir))
-            print(f"corpusprep: error: hydra.sweep.dir={where}: cannot make it "
+            print(f"corpusprep: error: hydra.sweep.dir={where}: cannot make it or write in it "
                   f"({e.strerror}); choose another hydra.sweep.dir", file=sys.stderr)  # fmt: skip
             sys.exit(1)
 
