@@ -192,10 +192,11 @@ class SweepCallback(Callback):
 
         sweep = Path(config.hydra.sweep.dir)
         redact_file(sweep / "multirun.yaml")
-        records = _this_sweeps(_read_records(sweep), config)
+        jobs = _known_jobs(config)
+        records = _this_sweeps(_read_records(sweep), jobs)
         records.sort(key=lambda r: r["job"])
         rows = [row(r) for r in records]
-        launched = _count_jobs(config)
+        launched = len(jobs) if jobs is not None else 0  # else: count what was recorded
         for missing in sorted(set(range(launched)) - {r["job"] for r in records}):
             reason = "the job left no record (it crashed or was killed)"
             rows.append({**dict.fromkeys(COLUMNS, ""), "job": missing, "status": "failed",
@@ -297,15 +298,23 @@ def _quiet(config: DictConfig) -> bool:
         return False
 
 
-def _this_sweeps(records: list[dict[str, Any]], config: DictConfig) -> list[dict[str, Any]]:
+def _known_jobs(config: DictConfig) -> Optional[list[list[str]]]:
+    """Each job's overrides as its record holds them (redacted), or None for a sweeper
+    whose jobs are not known in advance (an optimizer)."""
+    try:
+        return [[redact_override(o) for o in job] for job in expand(config)]
+    except Exception:
+        return None
+
+
+def _this_sweeps(records: list[dict[str, Any]],
+                 jobs: Optional[list[list[str]]]) -> list[dict[str, Any]]:  # fmt: skip
     """The records of this sweep's jobs: a sweep folder given again (hydra.sweep.dir=
     multirun/cmp, as the docs show) still holds the folders of an earlier sweep's jobs, and
     their records are not this sweep's (an old failure would fail it). A record is this
     sweep's when its job number has these overrides here. For a sweeper whose jobs are not
-    known in advance, every record."""
-    try:
-        jobs = [[redact_override(o) for o in job] for job in expand(config)]
-    except Exception:
+    known in advance (`jobs` None), every record."""
+    if jobs is None:
         return records
     return [r for r in records if r["job"] < len(jobs) and r["overrides"] == jobs[r["job"]]]
 
@@ -325,13 +334,6 @@ def _read_records(sweep: Path) -> list[dict[str, Any]]:
                 and not isinstance(record["job"], bool)):  # fmt: skip
             records.append(record)
     return records
-
-
-def _count_jobs(config: DictConfig) -> int:
-    try:
-        return len(expand(config))
-    except Exception:  # a sweeper this code does not know: count what was recorded
-        return 0
 
 
 def _real_path(path: str) -> str:
