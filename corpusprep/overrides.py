@@ -42,6 +42,7 @@ def check_overrides(args: list[str]) -> None:
             return
         overrides, multirun = parsed
         _check_sweeps(overrides, multirun)
+        _check_deletions(overrides)
         _check_group_choices(overrides)
         _check_launchers(overrides)
     except UserError as e:
@@ -285,7 +286,6 @@ def _check_group_choices(overrides: list[Any]) -> None:
     """`tokenizer=nope`: one line naming the choices."""
     from hydra.core.override_parser.types import Glob
 
-    _check_deletions(overrides)
     available = None
     for o in filter(_is_group_choice, overrides):
         for v in _values(o):
