@@ -266,14 +266,14 @@ def _record(folder: Any, cfg: DictConfig, status: str, **fields: Any) -> None:
     """The job's record in its sweep folder; one that cannot be written (a full or read-only
     disk) is one line, and the sweep goes on: its table says the job left no record."""
     from corpusprep.sweep import RECORD, write_record
+    from corpusprep.writer import room_for
 
     try:
         write_record(folder, cfg, status, **fields)
     except OSError as e:
-        room = "make it writable" if e.errno == errno.EROFS else "free some space"
         print(f"corpusprep: error: {escape_controls(str(folder / RECORD))}: cannot write the "
-              f"job's record ({e.strerror}); {room} or give the sweep another hydra.sweep.dir, "
-              "then run it again", file=sys.stderr)  # fmt: skip
+              f"job's record ({e.strerror}); {room_for(e.errno)} or give the sweep another "
+              "hydra.sweep.dir, then run it again", file=sys.stderr)  # fmt: skip
 
 
 def main() -> None:
@@ -459,7 +459,9 @@ def _raised(report: str) -> Optional[str]:
     full = _NO_SPACE.match(raised[-1]) if raised else None
     if full and int(full.group(1)) in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
         # Hydra's own files (multirun.yaml, a job's folder) in the sweep folder
-        room = "make it writable" if int(full.group(1)) == errno.EROFS else "free some space"
+        from corpusprep.writer import room_for
+
+        room = room_for(int(full.group(1)))
         return (f"{full.group(3)}: cannot write it ({full.group(2)}); {room} or give the sweep "
                 "another hydra.sweep.dir")  # fmt: skip
     found = _RAISED.match(raised[-1]) if raised else None

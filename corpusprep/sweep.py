@@ -10,7 +10,6 @@ it works with any launcher (basic, joblib, submitit, ray), where jobs run elsewh
 from __future__ import annotations
 
 import csv
-import errno
 import io
 import json
 import os
@@ -222,7 +221,7 @@ class SweepCallback(Callback):
 def _save_table(sweep: Path, rows: list[dict[str, Any]]) -> Optional[str]:
     """summary.md and summary.csv, each whole or not at all (a kill, a full disk); what
     stopped them, or None. (An OSError here Hydra would only warn of, and exit 0.)"""
-    from corpusprep.writer import write_atomic
+    from corpusprep.writer import room_for, write_atomic
 
     text = io.StringIO(newline="")
     writer = csv.DictWriter(text, COLUMNS)
@@ -235,8 +234,8 @@ def _save_table(sweep: Path, rows: list[dict[str, Any]]) -> Optional[str]:
         try:
             write_atomic(sweep / name, data, str(os.getpid()))
         except OSError as e:
-            room = "make it writable" if e.errno == errno.EROFS else "free some space"
-            return (f"{sweep / name}: cannot write the sweep's table ({e.strerror}); {room} "
+            return (f"{sweep / name}: cannot write the sweep's table ({e.strerror}); "
+                    f"{room_for(e.errno)} "
                     "and run the sweep again (its jobs that finished are skipped)")  # fmt: skip
     return None
 

@@ -80,6 +80,11 @@ def choose_dtype(requested: str, max_id: int, wide_from: Optional[int] = None) -
     return requested
 
 
+def room_for(code: Optional[int]) -> str:
+    """What frees a disk that refused a write (errno `code`): read-only, or full."""
+    return "make it writable" if code == errno.EROFS else "free some space"
+
+
 def no_space(e: OSError, folder: Path | str, needed: Optional[int] = None,
              committing: bool = False) -> UserError:  # fmt: skip
     """The one line for a full (or read-only) disk: the folder and, if known, the space.
@@ -89,7 +94,7 @@ def no_space(e: OSError, folder: Path | str, needed: Optional[int] = None,
     if e.errno == errno.EDQUOT:
         what = "is over its disk quota"
     need = f" (this run needs about {_mb(needed)} MB there)" if needed else ""
-    room = "make it writable" if e.errno == errno.EROFS else "free some space"
+    room = room_for(e.errno)
     if e.errno == errno.EFBIG:
         return UserError(
             f"{folder}: a file would be larger than the largest this process may write (ulimit "
