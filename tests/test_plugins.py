@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 
@@ -21,9 +22,13 @@ def installed(tmp_path_factory):
     if importlib.util.find_spec("hydra_plugins.corpusprep_searchpath") is None:
         pytest.skip("corpusprep is not installed (pip install .): Hydra cannot see its plugin")
     target = tmp_path_factory.mktemp("site")
+    # pip builds in the tree it is given, and each xdist worker runs this fixture: two builds in
+    # tests/example_plugin at once collide on its build/ folder (CI failed so, "File exists")
+    source = tmp_path_factory.mktemp("plugin") / "example_plugin"
+    shutil.copytree(PLUGIN, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     r = subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
-         str(PLUGIN)],
+         str(source)],
         capture_output=True, text=True,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
