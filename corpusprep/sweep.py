@@ -30,6 +30,8 @@ RECORD = "corpusprep_job.json"
 COLUMNS = ["job", "corpus", "tokenizer", "split", "dtype", "vocab", "train_tokens", "val_tokens",
            "val_bytes", "bytes_per_token", "vocab_use", "bytes_on_disk", "chars_per_token",
            "seconds", "status", "reason"]  # fmt: skip
+# job number -> why its folder could not be made (the basic launcher runs jobs in this process)
+_UNMADE: dict[int, str] = {}
 
 
 def job_dir() -> Optional[Path]:
@@ -197,7 +199,7 @@ class SweepCallback(Callback):
         rows = [row(r) for r in records]
         launched = len(jobs) if jobs is not None else 0  # else: count what was recorded
         for missing in sorted(set(range(launched)) - {r["job"] for r in records}):
-            reason = "the job left no record (it crashed or was killed)"
+            reason = _UNMADE.get(missing, "the job left no record (it crashed or was killed)")
             rows.append({**dict.fromkeys(COLUMNS, ""), "job": missing, "status": "failed",
                          "reason": reason})  # fmt: skip
         rows.sort(key=lambda r: r["job"])
@@ -341,6 +343,44 @@ def _real_path(path: str) -> str:
         return str(Path(path).expanduser().resolve())  # ~: as run_job reads it (expand_home)
     except (OSError, RuntimeError):  # a symlink loop: the job's own run says so
         return str(Path(path).expanduser().absolute())
+
+
+def guard_job_folders() -> None:
+    """The basic launcher makes each job's folder (Hydra's run_job) before the job runs,
+    outside corpusprep's run: on a full disk that was Hydra's OSError traceback, which ended
+    the sweep with no table. It is one line now, the job counts as failed, and the sweep
+    goes on. (A job's own errors never get here: run_job keeps them in its JobReturn.)"""
+    from hydra.core import utils
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from corpusprep.errors import escape_controls
+    from corpusprep.writer import room_for
+
+    run_job = utils.run_job
+    if getattr(run_job, "_corpusprep_guard", False):
+        return
+
+    def run_job_or_say_why(*, config: DictConfig, **kw: Any) -> JobReturn:
+        try:
+            return run_job(config=config, **kw)
+        except OSError as e:
+            where = e.filename or config.hydra.sweep.dir
+            _UNMADE[config.hydra.job.num] = f"its folder could not be made ({e.strerror})"
+            print(f"corpusprep: error: {escape_controls(str(where))}: cannot make the job's "
+                  f"folder ({e.strerror}); {room_for(e.errno)} and run the sweep again (its "
+                  "jobs that finished are skipped)", file=sys.stderr)  # fmt: skip
+            # COMPLETED: the sweeper reads each job's return value, which would raise the
+            # error again; the sweep's table counts the job failed (it left no record)
+            return JobReturn(overrides=list(config.hydra.overrides.task),
+                             status=JobStatus.COMPLETED)  # fmt: skip
+
+    run_job_or_say_why._corpusprep_guard = True  # type: ignore[attr-defined]
+    # the launcher's module holds its own reference, and Hydra's plugin scan runs that
+    # module again (taking utils' one then): both are replaced
+    utils.run_job = run_job_or_say_why
+    launcher = sys.modules.get("hydra._internal.core_plugins.basic_launcher")
+    if launcher is not None:
+        launcher.run_job = run_job_or_say_why  # type: ignore[attr-defined]
 
 
 def check_clashes(config: DictConfig) -> None:

@@ -305,3 +305,21 @@ def test_a_sweep_folder_with_no_room_for_hydras_record_is_one_line(corpus, tmpfs
     r = run_cli(*SWEEP, f"hydra.sweep.dir={root / 'sw'}", cwd=corpus)
     assert_one_line_error(r, "multirun.yaml", "No space left on device", "free some space")
     assert not (corpus / "o_0.8").exists()
+
+
+def test_a_jobs_folder_on_a_full_disk_is_one_line_and_the_sweep_goes_on(corpus, tmpfs):
+    """The launcher makes each job's folder in the sweep folder before the job runs (Hydra's
+    run_job, outside corpusprep's run): with no inode left for job 1's, that was Hydra's
+    OSError traceback, the sweep ended without its table and job 0's result went unsaid."""
+    root = tmpfs(f"size=4m,nr_inodes={SWEEP_INODES - 2}")  # job 1's folder: no inode
+    r = run_cli(*SWEEP, f"hydra.sweep.dir={root / 'sw'}", cwd=corpus)
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[0].startswith("corpusprep: error: "), r.stderr
+    assert str(root / "sw") in lines[0] and "split=0.9" in lines[0], lines[0]
+    assert "cannot make the job's folder (No space left on device)" in lines[0], lines[0]
+    assert "free some space" in lines[0], lines[0]
+    assert "corpusprep sweep: 2 jobs (1 failed, 1 ok)" in r.stderr  # the table, as usual
+    assert (corpus / "o_0.8" / "manifest.json").is_file()  # job 0 ran
+    assert not (corpus / "o_0.9").exists()
