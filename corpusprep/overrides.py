@@ -385,6 +385,26 @@ def guard_key_overrides() -> None:
 
     checked._corpusprep_guard = True  # type: ignore[attr-defined]
     ConfigLoaderImpl._apply_overrides_to_config = staticmethod(checked)  # type: ignore[method-assign]
+    _remember_choices()
+
+
+# group -> option, as Hydra chose them for the config it composed last (it sets the config's
+# hydra.runtime.choices only after the key overrides are applied, and checked here)
+_CHOSEN: dict[str, Optional[str]] = {}
+
+
+def _remember_choices() -> None:
+    from hydra._internal import config_loader_impl
+
+    make = config_loader_impl.create_defaults_list
+
+    def remembering(*args: Any, **kw: Any) -> Any:
+        found = make(*args, **kw)
+        _CHOSEN.clear()
+        _CHOSEN.update(found.overrides.known_choices)
+        return found
+
+    config_loader_impl.create_defaults_list = remembering
 
 
 def _check_key(o: Any, cfg: DictConfig, overrides: list[Any]) -> None:
@@ -405,7 +425,11 @@ def _check_key(o: Any, cfg: DictConfig, overrides: list[Any]) -> None:
 
 
 def choice_name(group: str, node: DictConfig) -> str:
-    """The option of a group a composed node comes from (its class names it): for messages."""
+    """The option of a group a composed node comes from, for messages: as Hydra chose it
+    for the config it composed last in this process, else the shipped option whose class
+    the node has (a --config-dir's option of a shipped class would be named by that one)."""
+    if _CHOSEN.get(group):
+        return str(_CHOSEN[group])
     target = node.get("_target_")
     for name in sorted(available_options()[group]):
         option = _option_node(group, name)

@@ -154,7 +154,25 @@ def test_a_misspelt_key_in_a_config_file_is_refused(tmp_path, tiktoken_cache):
 
     r = run_cli(*args, "tokenizer=typo", cwd=tmp_path)
     assert_one_line_error(r, "tokenizer.encodng", "config file", "did you mean tokenizer.encoding")
+    assert "tokenizer=typo has no such key" in r.stderr  # the option chosen, not tiktoken
     assert not (tmp_path / "out" / "train.bin").exists()
+
+
+def test_an_option_of_ones_own_is_named_by_its_own_name(tmp_path, tiktoken_cache):
+    """An option of a --config-dir with a shipped class was named after the shipped option
+    in messages (`tokenizer=tiktoken has no such key` for tokenizer=mine)."""
+    from helpers import assert_one_line_error
+
+    args = _own_config(tmp_path, {
+        "tokenizer/mine.yaml": "_target_: corpusprep.tokenizers.tiktoken.TiktokenTokenizer\n"
+                               "encoding: gpt2\n",
+    })  # fmt: skip
+    r = run_cli(*args, "tokenizer=mine", "tokenizer.encodng=gpt2", cwd=tmp_path)
+    assert_one_line_error(r, "tokenizer.encodng", "tokenizer=mine has no such key",
+                          "did you mean tokenizer.encoding")  # fmt: skip
+    r = run_cli(*args, "tokenizer=mine", "tokenizer.ranks=x", cwd=tmp_path)
+    assert_one_line_error(r, "tokenizer=mine")
+    assert "tokenizer=tiktoken" not in r.stderr
 
 
 def test_a_misspelt_top_level_key_in_a_preset_is_refused(tmp_path):
