@@ -10,6 +10,7 @@ it works with any launcher (basic, joblib, submitit, ray), where jobs run elsewh
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
 import os
@@ -366,9 +367,17 @@ def guard_job_folders() -> None:
         except OSError as e:
             where = e.filename or config.hydra.sweep.dir
             _UNMADE[config.hydra.job.num] = f"its folder could not be made ({e.strerror})"
+            if e.errno in (errno.EEXIST, errno.ENOTDIR):
+                fix = "a file is in its way: move it, or choose another hydra.sweep.dir"
+            elif e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+                fix = (
+                    f"{room_for(e.errno)} and run the sweep again (its jobs that "
+                    "finished are skipped)"
+                )
+            else:
+                fix = "make the sweep folder writable, or choose another hydra.sweep.dir"
             print(f"corpusprep: error: {escape_controls(str(where))}: cannot make the job's "
-                  f"folder ({e.strerror}); {room_for(e.errno)} and run the sweep again (its "
-                  "jobs that finished are skipped)", file=sys.stderr)  # fmt: skip
+                  f"folder ({e.strerror}); {fix}", file=sys.stderr)  # fmt: skip
             # COMPLETED: the sweeper reads each job's return value, which would raise the
             # error again; the sweep's table counts the job failed (it left no record)
             return JobReturn(overrides=list(config.hydra.overrides.task),

@@ -569,3 +569,23 @@ def test_a_held_sweep_folder_with_braces_in_its_name_is_one_line(tmp_path):
             lock_sweep(folder)
     finally:
         os.close(held)
+
+
+def test_a_file_where_a_jobs_folder_goes_is_one_line_and_the_sweep_goes_on(work):
+    """Hydra makes each job's folder before the job runs: a file in its place was Hydra's
+    FileExistsError traceback, which ended the sweep with no table."""
+    common = ("-m", "source=file", "source.path=a.txt", "split=0.8,0.9",
+              "hydra.sweep.dir=sw", "hydra.sweep.subdir=j${hydra.job.num}", "out_dir=o_${split}",
+              "quiet=true")  # fmt: skip
+    (work / "sw").mkdir()
+    (work / "sw" / "j1").write_text("mine")
+    r = run_cli(*common, cwd=work)
+    assert r.returncode == 1, r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith("corpusprep: error")]
+    assert errors == [
+        "corpusprep: error: sw/j1: cannot make the job's folder (File exists); "
+        "a file is in its way: move it, or choose another hydra.sweep.dir"
+    ], r.stderr
+    assert "corpusprep sweep: 2 jobs (1 failed, 1 ok)" in r.stderr
+    assert (work / "sw" / "j1").read_text() == "mine"
+    assert "its folder could not be made (File exists)" in (work / "sw" / "summary.md").read_text()
