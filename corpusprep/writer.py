@@ -211,6 +211,7 @@ class OutputWriter:
         self._work: Optional[Path] = None
         self._made_dirs: list[Path] = []
         self._lock: Optional[int] = None
+        self._folder: Optional[tuple[int, int]] = None  # out_dir's identity when locked
         self.committed = False
         # a driver thread may still write into the work folder (the input's record) when
         # a Ctrl-C aborts: it writes only under this lock, and not once the abort began
@@ -240,6 +241,7 @@ class OutputWriter:
             with signals_held():
                 try:
                     self._lock = _acquire_lock(self.out_dir, self.label, self._made_dirs)
+                    self._folder = _folder_identity(self.out_dir)
                 except OSError as e:  # no inode left for the lock file (or no quota)
                     if e.errno not in NO_SPACE:
                         raise
@@ -294,6 +296,9 @@ class OutputWriter:
             held.__exit__(None, None, None)  # a signal that waited acts now
 
     def _tidy(self, exc: Optional[BaseException]) -> None:
+        # out_dir moved away mid-run: a folder by its name now is another run's, whose
+        # work folder (the same key, for the same input) and lock are not this run's
+        moved = self.moved()
         try:
             if self.committed:
                 for path in self._scratch:
@@ -303,10 +308,16 @@ class OutputWriter:
                 # finished shards stay for a re-run after a failure the user did not cause
                 # (a dead node, retries used up); a user error or Ctrl-C tidies them away
                 keep = exc is not None and not (isinstance(exc, UserError) or is_interrupt(exc))
-                self.abort(keep_work=keep)
+                self.abort(keep_work=keep or moved)
         finally:
             self._release_lock()
-            self._remove_made_dirs()
+            if not moved:
+                self._remove_made_dirs()
+            self._made_dirs = []
+
+    def moved(self) -> bool:
+        """Whether out_dir is no longer the folder this run locked (moved or removed)."""
+        return self._folder is not None and _folder_identity(self.out_dir) != self._folder
 
     def temp(self, name: str, nbytes: int = 0) -> Path:
         """A new temporary file that becomes `name` on commit, with `nbytes` reserved on
@@ -416,6 +427,9 @@ class OutputWriter:
                         f"{self.out_dir / name} is a folder where this run puts a file; "
                         "remove it, or choose another out_dir"
                     )
+        if self.moved():  # its files would go into another folder, maybe another run's
+            raise UserError(f"out_dir={self.label}: the folder was moved or removed during "
+                            "the run; run again")  # fmt: skip
         # From the journal on, Ctrl-C waits until the writer is closed (the renames, then
         # its tidying): the folder must not end up half old, half new, nor the end of the
         # run be said wrongly (a SIGKILL still can cut it: the journal lets the next run
@@ -498,7 +512,10 @@ class OutputWriter:
     def _release_lock(self) -> None:
         if self._lock is not None:
             with contextlib.suppress(OSError):
-                os.unlink(self.out_dir / LOCK)  # before closing: no one can take a dead inode
+                # only our own: another run's, in a folder made again by out_dir's name
+                # after ours was moved away, still keeps a third run out
+                if os.lstat(self.out_dir / LOCK).st_ino == os.fstat(self._lock).st_ino:
+                    os.unlink(self.out_dir / LOCK)  # before closing: no one takes a dead inode
             os.close(self._lock)
             self._lock = None
 
@@ -641,6 +658,14 @@ def _acquire_lock(folder: Path, label: str, made: Optional[list[Path]] = None, n
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
     return fd
+
+
+def _folder_identity(path: Path) -> Optional[tuple[int, int]]:
+    try:
+        st = os.stat(path)
+    except OSError:  # gone
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _make_folder(folder: Path, made: list[Path]) -> None:

@@ -111,6 +111,21 @@ def test_an_out_dir_moved_away_mid_run_is_one_line(tmp_path, fault):
     assert "trying again" not in failed.stderr
 
 
+@pytest.mark.parametrize("stage", ["encode", "export"])
+def test_a_run_whose_out_dir_was_moved_leaves_the_next_runs_folder_alone(tmp_path, stage):
+    """out_dir moved away mid-run, and another run started in a new folder by that name:
+    the first run's end removed that run's lock file (by its name), its work folder (the
+    same key) and then the folder itself, and a third run could write there beside the
+    second (found by an attack)."""
+    documents(tmp_path / "docs.jsonl", copies=1)
+    failed = cli("source=file", "source.path=docs.jsonl", "shard_bytes=300000", "out_dir=out",
+                 "quiet=true", cwd=tmp_path, fault=f"{stage}:move_out_dir_relocked")  # fmt: skip
+    assert_one_line_error(failed, "out_dir=out: ", "run again")
+    assert (tmp_path / "out" / ".corpusprep.lock").is_file()
+    if stage == "export":  # the work folder is known by then
+        assert [p.name for p in (tmp_path / "out" / ".corpusprep-work").glob("*/*")] == ["theirs"]
+
+
 @pytest.mark.parametrize("stage", ["encode", "merge_parts", "export"])
 def test_an_input_removed_mid_run_is_one_line_or_not_needed(tmp_path, stage):
     """Before the encode has read it: the one line safety.md promises. After: the outputs
