@@ -261,6 +261,61 @@ def test_a_sigkilled_driver_takes_its_workers_with_it(tmp_path, corpus):
     assert _hidden(tmp_path / "out") == []
 
 
+def _descendants(pid: int) -> list[int]:
+    """pid's live descendants, children's children too (a forkserver's workers are its own)."""
+    children: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            state, ppid = (proc / "stat").read_text().split(") ", 1)[1].split()[:2]
+        except (OSError, ValueError):
+            continue
+        if state != "Z":
+            children.setdefault(int(ppid), []).append(int(proc.name))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def _alive(pids: list[int]) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            if (Path("/proc") / str(pid) / "stat").read_text().split(") ", 1)[1][0] != "Z":
+                alive.append(pid)
+        except OSError:
+            pass
+    return alive
+
+
+# found by an attack: a forkserver's workers (Python 3.14's default start method on Linux)
+# are its children, not the driver's, and keep it alive: a SIGKILLed driver left the
+# forkserver, its workers and the resource tracker running for ever
+def test_a_sigkilled_driver_takes_its_forkserver_workers_with_it(tmp_path, corpus):
+    run = _popen("source=file", "source.path=corpus.txt", f"out_dir={tmp_path / 'out'}",
+                 "shard_bytes=100000", "executor.workers=2", "executor.start_method=forkserver",
+                 *SLOW, "tokenizer.delay=5", cwd=tmp_path)  # fmt: skip
+    started: list[int] = []
+
+    def writing() -> bool:  # the resource tracker, the forkserver and its two workers
+        started[:] = _descendants(run.pid)
+        return len(started) >= 4 and any(p.suffix == ".tmp" for p in (tmp_path / "out").iterdir())
+
+    try:
+        _wait_until(writing, what="two pool workers writing")
+        run.kill()
+        run.wait(10)
+        _wait_until(lambda: not _alive(started), timeout=5, what="the forkserver's workers to die")
+    finally:
+        run.kill()
+        for pid in _alive(started):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_temporary_files_of_dead_runs_are_removed_and_others_kept(tmp_path, corpus):
     out = tmp_path / "out"
     out.mkdir()

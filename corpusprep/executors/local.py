@@ -159,8 +159,8 @@ class LocalExecutor(Executor):
             gc.freeze()
         pool = ProcessPoolExecutor(
             workers, mp_context=context, initializer=die_with_parent,
-            # a forkserver's workers are its children, not ours
-            initargs=(None if context.get_start_method() == "forkserver" else os.getpid(),),
+            # a forkserver's workers are its children, not ours: they watch this process
+            initargs=(os.getpid(), context.get_start_method() == "forkserver"),
         )  # fmt: skip
         _LIVE.add(pool)
         return pool
@@ -312,7 +312,7 @@ def _let_go_of(fd: int) -> None:
         os.close(null)
 
 
-def die_with_parent(parent: Optional[int]) -> None:
+def die_with_parent(parent: int, served: bool = False) -> None:
     """A worker ends with the driver, even a SIGKILLed one: it would otherwise go on writing
     into out_dir and hold the driver's pipes open (Linux: PR_SET_PDEATHSIG; elsewhere the
     pool notices the dead parent at its next task). And it ends at once on SIGTERM, which
@@ -330,5 +330,35 @@ def die_with_parent(parent: Optional[int]) -> None:
 
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if parent is not None and os.getppid() != parent:  # it died before the signal was set
+    if served:  # the forkserver's child, not the driver's (`parent`): it watches the driver
+        _end_with(parent)
+    elif os.getppid() != parent:  # it died before the signal was set
         os._exit(1)
+
+
+def _end_with(driver: int) -> None:
+    """A forkserver's worker ends when the driver does: the death signal comes only when
+    the forkserver ends, which waits for its workers (they hold its pipe), and so none of
+    them ever ended after a SIGKILLed driver (Python 3.14's default start method on Linux)."""
+    import select
+    import signal
+    import threading
+
+    try:
+        pidfd = os.pidfd_open(driver)  # Linux 5.3+: readable once the driver has ended
+    except ProcessLookupError:  # ended already
+        os._exit(1)
+    except (AttributeError, OSError):  # no pidfd here: look every second
+        pidfd = None
+
+    def watch() -> None:
+        if pidfd is not None:
+            select.select([pidfd], [], [])
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                while True:
+                    os.kill(driver, 0)
+                    time.sleep(1)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, daemon=True).start()
