@@ -190,6 +190,18 @@ class SweepCallback(Callback):
             redact_file(sweep / "multirun.yaml")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from corpusprep.writer import SWEEP_LOCK, release_lock
+
+        try:
+            self._end(config)
+        finally:  # the sweep is over: its lock goes, file and all (a kill leaves the file)
+            lock = getattr(self, "_lock", None)
+            if lock is not None:
+                self._lock = None
+                release_lock(Path(config.hydra.runtime.cwd, config.hydra.sweep.dir, SWEEP_LOCK),
+                             lock)  # fmt: skip
+
+    def _end(self, config: DictConfig) -> None:
         from corpusprep.errors import escape_controls
 
         sweep = Path(config.hydra.sweep.dir)

@@ -511,12 +511,7 @@ class OutputWriter:
 
     def _release_lock(self) -> None:
         if self._lock is not None:
-            with contextlib.suppress(OSError):
-                # only our own: another run's, in a folder made again by out_dir's name
-                # after ours was moved away, still keeps a third run out
-                if os.lstat(self.out_dir / LOCK).st_ino == os.fstat(self._lock).st_ino:
-                    os.unlink(self.out_dir / LOCK)  # before closing: no one takes a dead inode
-            os.close(self._lock)
+            release_lock(self.out_dir / LOCK, self._lock)
             self._lock = None
 
     def _remove_made_dirs(self) -> None:
@@ -608,6 +603,16 @@ def lock_sweep(folder: Path) -> Optional[int]:
                 "hydra.sweep.dir")  # fmt: skip
 
     return _acquire_lock(folder, str(folder), name=SWEEP_LOCK, busy=busy)
+
+
+def release_lock(path: Path, fd: int) -> None:
+    """Let go of a lock _acquire_lock took, its file removed first (before the close: no
+    one can take a dead inode), if it is still ours: another run's, in a folder made again
+    by that name after ours was moved away, still keeps a third run out."""
+    with contextlib.suppress(OSError):
+        if os.lstat(path).st_ino == os.fstat(fd).st_ino:
+            os.unlink(path)
+    os.close(fd)
 
 
 def _acquire_lock(folder: Path, label: str, made: Optional[list[Path]] = None, name: str = LOCK,

@@ -302,6 +302,8 @@ def test_a_sweep_folder_another_sweep_is_writing_to_is_one_line(work):
     r = run_cli(*args, cwd=work)  # once the other sweep is done
     assert r.returncode == 0, r.stderr
     assert len(table(work / "sw")) == 2
+    # and a finished sweep leaves no lock file behind (found by an attack: it stayed)
+    assert not [p.name for p in (work / "sw").iterdir() if p.name.startswith(".")]
 
 
 def test_a_sweep_folder_that_cannot_be_made_is_one_line_naming_it(work):
