@@ -735,8 +735,7 @@ def _sides(task: EncodeTask, part: Part, doc: int, key, position: list[int], key
     document or hash; "stream": all to one stream, split after the merge), or cut at the
     train/val character (split by position, nanoGPT's rule)."""
     if task.rules.split_by in ("head", "tail"):  # one stream, cut after the merge
-        for text in part.pieces:
-            yield "train", text
+        yield from _given("train", part)
         return
     if task.rules.split_by in KEYED:
         if part.key is not None:  # a small text file's sha256
@@ -746,8 +745,7 @@ def _sides(task: EncodeTask, part: Part, doc: int, key, position: list[int], key
         side = _document_side(task, doc, key)
         if part.starts:
             keys[side].append(int.from_bytes(key[:8], "little"))
-        for text in part.pieces:
-            yield side, text
+        yield from _given(side, part)
         return
     given = False
     for text in part.pieces:
@@ -761,3 +759,15 @@ def _sides(task: EncodeTask, part: Part, doc: int, key, position: list[int], key
     if part.starts and not given:  # an empty document is one all the same (its start, its
         # eot), on the side of its place: val from where val's text begins (as val_begins)
         yield ("train" if position[0] < task.rules.split_char else "val"), ""
+
+
+def _given(side: str, part: Part) -> Iterator[tuple[str, str]]:
+    """(side, text) for each of the part's pieces; a document that starts here with no
+    text at all (a compressed empty file) is one all the same: its start and eot on its
+    side, as the position split has it, and as a later empty piece that ends it does."""
+    given = False
+    for text in part.pieces:
+        given = given or bool(text)
+        yield side, text
+    if part.starts and not given:
+        yield side, ""

@@ -85,7 +85,7 @@ def test_a_compressed_text_is_cut_into_pieces_and_gives_nanogpts_files(
         assert manifest["chars"] == len(text.replace("\r\n", "\n"))
 
 
-def _runs_over_docs(tmp_path: Path, split_by: str, shard_bytes: str) -> list[Path]:
+def _runs_over_docs(tmp_path: Path, split_by: str, shard_bytes: str, *extra: str) -> list[Path]:
     """source=files over docs/*.txt.gz: one piece a file on one worker, then `shard_bytes`
     pieces on two workers and on one; the three output folders."""
     outs = []
@@ -93,7 +93,7 @@ def _runs_over_docs(tmp_path: Path, split_by: str, shard_bytes: str) -> list[Pat
         out = f"out-{workers}-{size}"
         r = run_cli("source=files", "source.glob=docs/*.txt.gz", "tokenizer=tiktoken",
                     f"split_by={split_by}", "split=0.5", f"shard_bytes={size}",
-                    f"executor.workers={workers}", f"out_dir={out}", "quiet=true",
+                    f"executor.workers={workers}", f"out_dir={out}", "quiet=true", *extra,
                     cwd=tmp_path)  # fmt: skip
         assert r.returncode == 0, r.stderr
         outs.append(tmp_path / out)
@@ -217,6 +217,26 @@ def test_a_document_whose_last_piece_is_empty_still_ends_with_its_eot(
     outs = _runs_over_docs(tmp_path, split_by, "3000")
     ids = [np.fromfile(outs[0] / name, dtype=np.uint16) for name in ("train.bin", "val.bin")]
     assert sum(int((a == 50256).sum()) for a in ids) == 6
+    for out in outs[1:]:
+        same_files(outs[0], out, names=("train.bin", "val.bin"))
+
+
+@pytest.mark.parametrize("split_by", ["document", "hash", "head", "position"])
+def test_a_compressed_empty_text_among_others_is_a_document_whatever_the_pieces(
+    tmp_path: Path, tiktoken_cache: Path, split_by: str
+) -> None:
+    """A .txt.gz of no text among other files: a document of no tokens but its eot, as
+    split_by=position already had it, whatever the pieces. Before: by document a traceback
+    (a document without a key), by hash or head none on one piece and an eot on several."""
+    (tmp_path / "docs").mkdir()
+    for i in range(6):
+        (tmp_path / "docs" / f"a{i}.txt.gz").write_bytes(gzip.compress(b"doc %d\n" % i, mtime=0))
+    (tmp_path / "docs" / "b.txt.gz").write_bytes(gzip.compress(b"", mtime=0))
+    outs = _runs_over_docs(tmp_path, split_by, "1", *(["val_size=3"] * (split_by == "head")))
+    manifest = json.loads((outs[0] / "manifest.json").read_text())
+    assert manifest["documents"]["total"] == 7
+    ids = [np.fromfile(outs[0] / name, dtype=np.uint16) for name in ("train.bin", "val.bin")]
+    assert sum(int((a == 50256).sum()) for a in ids) == 7
     for out in outs[1:]:
         same_files(outs[0], out, names=("train.bin", "val.bin"))
 
