@@ -316,6 +316,16 @@ def _replay(ds: PreparedDataset, files: list, keys: dict[str, bytes], writers: d
                              writers, seen, eot_ids)  # fmt: skip
 
 
+def _prefixed(prefix: str, pieces: Iterator[str]) -> Iterator[str]:
+    """The pieces, `prefix` before the first that holds text: an empty text is encoded as
+    no ids at all (sentencepiece gives no dummy prefix for it)."""
+    for text in pieces:
+        if text and prefix:
+            yield prefix
+            prefix = ""
+        yield text
+
+
 class _AsText:
     """A tokenizer that gives back the text itself, keeping the real one's specials."""
 
@@ -329,7 +339,7 @@ class _AsText:
         # what the ids of each encoded text decode to before it (SentencePiece's dummy
         # prefix space; not after a cut inside a text: encode_continued)
         prefix = getattr(self.tokenizer, "decoded_prefix", "")
-        return iter([prefix, *pieces]) if prefix else iter(pieces)
+        return _prefixed(prefix, pieces) if prefix else iter(pieces)
 
     def encode_continued(self, pieces: Iterator[str]) -> Iterator[str]:
         return iter(pieces)

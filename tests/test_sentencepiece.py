@@ -146,6 +146,20 @@ def test_documents_get_bos_and_sentencepieces_ids(made, tmp_path):
     assert corpusprep.load(tmp_path / "out2").tokenizer.vocab_size == 1024
 
 
+def test_a_folder_with_an_empty_document_verifies(made, tmp_path):
+    """An empty JSON text is a document of <s> alone: sentencepiece gives no dummy prefix
+    for no text. Before, --verify expected the prefix's space and failed at its byte 0."""
+    docs = ["", *(f"{i}: {MIXED[i % len(MIXED)]}" for i in range(20)), ""]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
+    done = run_cli("source=file", "source.path=d.jsonl", "tokenizer=sentencepiece",
+                   f"tokenizer.model={made['one'] / 'tokenizer.model'}", "out_dir=out",
+                   "quiet=true", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    verified = subprocess.run([sys.executable, "-m", "corpusprep.inspect", "out", "--verify"],
+                              capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    assert verified.returncode == 0, verified.stderr
+
+
 @pytest.mark.parametrize("collapse", [False, True], ids=["llama2-flags", "collapsing-spaces"])
 def test_a_given_model_cut_into_shards(tmp_path, shakespeare, collapse):
     """A given model (Llama 2's normalizer flags; or one that collapses runs of spaces) on
