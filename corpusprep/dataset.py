@@ -59,9 +59,10 @@ class ShardedTokens:
     def __init__(self, shards: Sequence[np.ndarray]) -> None:
         if not shards:
             raise ValueError("ShardedTokens needs at least one shard")
-        self.shards = list(shards)
+        self.shards = shards if isinstance(shards, _Mapped) else list(shards)
         self.dtype = self.shards[0].dtype
-        self.starts = np.cumsum([0] + [len(s) for s in self.shards])  # shard i: [s[i], s[i+1])
+        lengths = getattr(self.shards, "lengths", None) or [len(s) for s in self.shards]
+        self.starts = np.cumsum([0] + lengths)  # shard i: [s[i], s[i+1])
 
     def __len__(self) -> int:
         return int(self.starts[-1])
@@ -86,11 +87,13 @@ class ShardedTokens:
             return np.zeros(0, self.dtype)
         first = int(np.searchsorted(self.starts, start, side="right")) - 1
         last = int(np.searchsorted(self.starts, stop, side="left"))
-        parts = [
-            self.shards[i][max(start - self.starts[i], 0) : stop - self.starts[i]]
-            for i in range(first, last)
-        ]
-        return np.array(parts[0]) if len(parts) == 1 else np.concatenate(parts)
+        out = np.empty(stop - start, self.dtype)
+        for i in range(first, last):  # copied shard by shard: a view would keep it mapped
+            a = max(self.starts[i], start)
+            out[a - start : min(self.starts[i + 1], stop) - start] = self.shards[i][
+                a - self.starts[i] : stop - self.starts[i]
+            ]
+        return out
 
     def _take(self, idx: np.ndarray) -> np.ndarray:
         n = len(self)
@@ -132,8 +135,43 @@ class ShardedTokens:
         return self._take(idx.astype(np.int64))
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        joined = np.concatenate(self.shards)
+        joined = np.empty(len(self), self.dtype)
+        for i, start in enumerate(self.starts[:-1]):  # one shard mapped at a time
+            part = self.shards[i]
+            joined[start : start + len(part)] = part
         return joined if dtype is None else joined.astype(dtype)
+
+
+MAPPED = 64  # shard files mapped at once
+
+
+class _Mapped(Sequence):
+    """A split's shard files, each mapped when read, at most MAPPED at a time: a mapping
+    holds a file descriptor (mmap keeps a copy of it), and a folder of more shards than
+    the open-file limit (1,024 by default) could not be loaded when all were mapped."""
+
+    def __init__(self, files: list[tuple[Path, np.dtype, int, int]]) -> None:
+        self.files = files  # (path, dtype, offset, count), each checked at load
+        self.lengths = [count for *_, count in files]
+        self.dtype = files[0][1]
+        self._open: dict[int, np.ndarray] = {}  # oldest first
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = range(len(self))[i]
+        array = self._open.pop(i, None)
+        if array is None:
+            path, dtype, offset, count = self.files[i]
+            with open_regular(path) as f:
+                array = _map(f, dtype, offset, count)
+        self._open[i] = array
+        while len(self._open) > MAPPED:
+            del self._open[next(iter(self._open))]
+        return array
 
 
 def _one_index(key: Any) -> Any:
@@ -754,10 +792,12 @@ def _nanogpt(folder: Path, side: str, tokens: int, dtype: np.dtype, fmt: dict):
     return array, _doc_index(folder, side, tokens), [file]
 
 
-def _join(shards: list[np.ndarray], dtype: np.dtype) -> Tokens:
+def _join(shards: list[tuple[Path, np.dtype, int, int]], dtype: np.dtype) -> Tokens:
+    """A split's shards (path, dtype, offset, count): one file's memmap, or several's."""
     if not shards:
         return np.zeros(0, dtype)
-    return shards[0] if len(shards) == 1 else ShardedTokens(shards)
+    mapped = _Mapped(shards)
+    return mapped[0] if len(shards) == 1 else ShardedTokens(mapped)
 
 
 def _shard_files(folder: Path, side: str, fmt: dict) -> list[tuple[Path, int]]:
@@ -784,7 +824,7 @@ def _llmc(folder: Path, side: str, tokens: int, dtype: np.dtype, fmt: dict):
             size = os.fstat(f.fileno()).st_size
             if header[2] != count or size != 1024 + count * dtype.itemsize:
                 raise _damaged(file, f"its header says {int(header[2]):,} tokens, not {count:,}")
-            shards.append(_map(f, dtype.newbyteorder("<"), 1024, count))
+            shards.append((file, dtype.newbyteorder("<"), 1024, count))
         files.append(file)
     return _join(shards, dtype), _doc_index(folder, side, tokens), files
 
@@ -818,7 +858,7 @@ def _npy(folder: Path, side: str, tokens: int, dtype: np.dtype, fmt: dict):
             offset, size = f.tell(), os.fstat(f.fileno()).st_size
             if size != offset + count * dtype.itemsize:
                 raise _damaged(file, f"{size:,} bytes, not {offset + count * dtype.itemsize:,}")
-            shards.append(_map(f, found, offset, count))
+            shards.append((file, found, offset, count))
         files.append(file)
     return _join(shards, dtype), _doc_index(folder, side, tokens), files
 

@@ -207,3 +207,28 @@ def test_a_bad_option_is_one_line(tmp_path, args, fragment):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("corpusprep.inspect: error: "), r.stderr
     assert fragment in lines[0] and "--help lists the options" in lines[0]
+
+
+@pytest.mark.parametrize("fmt", ["npy", "llmc"])
+def test_a_folder_of_more_shards_than_open_files_loads_and_verifies(fmt, tmp_path):
+    """Found by an attack: every shard was mapped at load, each mapping holding a file
+    descriptor, so a folder of more shards than the open-file limit (1,024 by default;
+    1,000 shards of 10^8 tokens is fineweb's 100B) failed with 'Too many open files'."""
+    import resource
+
+    from helpers import run_cli
+
+    (tmp_path / "t.txt").write_text("abcdefgh \n" * 700)
+    done = run_cli("source=file", "source.path=t.txt", f"format={fmt}", "shard_tokens=20",
+                   "name=t", "out_dir=out", "quiet=true", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert len(list((tmp_path / "out").glob(f"t_*.{'bin' if fmt == 'llmc' else 'npy'}"))) > 300
+
+    def few_files() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (200, 200))
+
+    r = subprocess.run([sys.executable, "-m", "corpusprep.inspect", "out", "--verify"],
+                       cwd=tmp_path, capture_output=True, text=True, preexec_fn=few_files,
+                       env={"PYTHONPATH": str(REPO), **_env()})  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "verified" in r.stdout
