@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
     from corpusprep.dataset import PreparedDataset
 
-__version__ = "0.2.4"
+__version__ = "0.2.5"
 # no import of OmegaConf here (the ${cp.*} resolvers are registered by corpusprep.config,
 # which whatever composes corpusprep's configs imports): `import corpusprep` takes a few
 # ms, and a Ctrl-C while the command line imports the rest is one line (__main__.py)
