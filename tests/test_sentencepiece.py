@@ -259,6 +259,23 @@ def test_a_vocabulary_bigger_than_the_text_gives_names_the_size_that_works(tmp_p
     assert done.returncode == 0, done.stderr
 
 
+def test_a_vocabulary_smaller_than_the_texts_characters_names_the_size_that_works(tmp_path):
+    """Found by an attack: a text of more distinct characters than the vocabulary holds
+    quoted the trainer's internals, cut mid-word (INTERNAL: src/trainer_interface.cc(638)
+    [...] Vocabulary size is smaller than required_chars. 300 vs 380. I). The line names
+    the size the trainer needs, and that size works."""
+    chars = [chr(0x4E00 + i) for i in range(120)]  # 120 CJK characters: more than 300 - 260
+    lines = ["".join(chars[(i * 7 + j * 13) % 120] for j in range(60)) for i in range(300)]
+    (tmp_path / "t.txt").write_text("\n".join(lines))
+    args = ["source=file", "source.path=t.txt", "tokenizer=sentencepiece", "out_dir=out"]
+    done = run_cli(*args, "tokenizer.vocab_size=300", cwd=tmp_path)
+    assert_one_line_error(done, "tokenizer.vocab_size=300", "or more")
+    assert "INTERNAL" not in done.stderr and "trainer_interface" not in done.stderr
+    least = re.search(r"tokenizer.vocab_size=(\d+) or more", done.stderr).group(1)
+    done = run_cli(*args, f"tokenizer.vocab_size={least}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
 def _with_pieces(model: bytes, count: int) -> bytes:
     """`model` with `count` more pieces (ModelProto field 1), appended on the wire."""
     import struct

@@ -83,6 +83,7 @@ MAX_MODEL_BYTES = 64 << 20
 
 # the trainer's words when the sample gives fewer pieces than asked for
 TOO_HIGH = re.compile(r"Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+)")
+TOO_LOW = re.compile(r"Vocabulary size is smaller than required_chars\. \d+ vs (\d+)")
 
 
 class SentencePieceTokenizer(Tokenizer):
@@ -217,6 +218,13 @@ class SentencePieceTokenizer(Tokenizer):
                     f"tokenizer.vocab_size={self.requested_size}: the training sample gives "
                     f"sentencepiece at most {int(most.group(1)):,} pieces; set "
                     f"tokenizer.vocab_size={most.group(1)} or less, or train on more text"
+                ) from None
+            least = TOO_LOW.search(str(e))  # each character it keeps is a piece of its own
+            if least:
+                raise UserError(
+                    f"tokenizer.vocab_size={self.requested_size}: the training sample has "
+                    "more distinct characters than that, and sentencepiece keeps each as a "
+                    f"piece; set tokenizer.vocab_size={least.group(1)} or more"
                 ) from None
             raise UserError(f"tokenizer=sentencepiece: training failed: "
                             f"{str(e).splitlines()[0][:200]}; try another "
