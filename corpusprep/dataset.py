@@ -154,7 +154,19 @@ class _Mapped(Sequence):
         self.files = files  # (path, dtype, offset, count), each checked at load
         self.lengths = [count for *_, count in files]
         self.dtype = files[0][1]
+        self.__setstate__(self.__dict__)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # what a process it is sent to (a spawned DataLoader worker) maps again by itself:
+        # the maps pickled would be every mapped shard's data, the lock cannot be pickled
+        return {k: v for k, v in self.__dict__.items() if k not in ("_open", "_lock")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        import threading
+
+        self.__dict__.update(state)
         self._open: dict[int, np.ndarray] = {}  # oldest first
+        self._lock = threading.Lock()  # threads that read at once (a prefetching loader)
 
     def __len__(self) -> int:
         return len(self.files)
@@ -163,14 +175,15 @@ class _Mapped(Sequence):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         i = range(len(self))[i]
-        array = self._open.pop(i, None)
-        if array is None:
-            path, dtype, offset, count = self.files[i]
-            with open_regular(path) as f:
-                array = _map(f, dtype, offset, count)
-        self._open[i] = array
-        while len(self._open) > MAPPED:
-            del self._open[next(iter(self._open))]
+        with self._lock:
+            array = self._open.pop(i, None)
+            if array is None:
+                path, dtype, offset, count = self.files[i]
+                with open_regular(path) as f:
+                    array = _map(f, dtype, offset, count)
+            self._open[i] = array
+            while len(self._open) > MAPPED:
+                del self._open[next(iter(self._open))]
         return array
 
 

@@ -317,6 +317,29 @@ def test_load_reads_every_format(bpe_runs, fmt, corpus, tiktoken_cache):
     assert ds.tokenizer.decode(ds.val[:20]) == ref.tokenizer.decode(ref.val[:20])
 
 
+def test_a_sharded_split_pickles_light_and_reads_from_threads(bpe_runs, tiktoken_cache,
+                                                               monkeypatch):  # fmt: skip
+    """A spawned DataLoader worker gets the split pickled: its mapped shards' data would
+    go along (and the lock guarding them cannot be pickled); threads read it at once, with
+    fewer maps kept than shards, so each read maps and drops shards under the others."""
+    import pickle
+    from concurrent.futures import ThreadPoolExecutor
+
+    from corpusprep import dataset
+
+    monkeypatch.setattr(dataset, "MAPPED", 2)
+    train = corpusprep.load(bpe_runs["docs", "npy"]).train
+    whole = np.asarray(train)
+    sent = pickle.dumps(train)
+    assert len(sent) < 4096  # file names and counts, no ids
+    again = pickle.loads(sent)
+    assert np.array_equal(np.asarray(again), whole)
+    starts = [(i * 7919) % (len(whole) - 50) for i in range(400)]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda a: train[a : a + 50], starts))
+    assert all(np.array_equal(g, whole[a : a + 50]) for g, a in zip(got, starts))
+
+
 def test_sharded_tokens_index_like_an_array():
     data = np.arange(100, dtype=np.uint16)
     x = ShardedTokens([data[:30], data[30:31], data[31:70], data[70:]])
