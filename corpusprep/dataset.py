@@ -143,6 +143,14 @@ class ShardedTokens:
 
 
 MAPPED = 64  # shard files mapped at once
+LOAD_AGAIN = "load it again"
+
+
+def _identity(f: BinaryIO) -> tuple[int, ...]:
+    """What tells a shard file the load checked from one put by that name since: a commit
+    renames new files over the old ones (a new inode), or rewrites one (its size, mtime)."""
+    st = os.fstat(f.fileno())
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 class _Mapped(Sequence):
@@ -150,9 +158,9 @@ class _Mapped(Sequence):
     holds a file descriptor (mmap keeps a copy of it), and a folder of more shards than
     the open-file limit (1,024 by default) could not be loaded when all were mapped."""
 
-    def __init__(self, files: list[tuple[Path, np.dtype, int, int]]) -> None:
-        self.files = files  # (path, dtype, offset, count), each checked at load
-        self.lengths = [count for *_, count in files]
+    def __init__(self, files: list[tuple[Path, np.dtype, int, int, tuple[int, ...]]]) -> None:
+        self.files = files  # (path, dtype, offset, count, identity), each checked at load
+        self.lengths = [count for _, _, _, count, _ in files]
         self.dtype = files[0][1]
         self.__setstate__(self.__dict__)
 
@@ -178,8 +186,11 @@ class _Mapped(Sequence):
         with self._lock:
             array = self._open.pop(i, None)
             if array is None:
-                path, dtype, offset, count = self.files[i]
-                with open_regular(path) as f:
+                path, dtype, offset, count, identity = self.files[i]
+                with open_regular(path, LOAD_AGAIN) as f:
+                    if _identity(f) != identity:  # another run's, committed since the load
+                        raise _damaged(path, "replaced since the folder was loaded (another "
+                                       "run committed into it)", LOAD_AGAIN)  # fmt: skip
                     array = _map(f, dtype, offset, count)
             self._open[i] = array
             while len(self._open) > MAPPED:
@@ -805,8 +816,10 @@ def _nanogpt(folder: Path, side: str, tokens: int, dtype: np.dtype, fmt: dict):
     return array, _doc_index(folder, side, tokens), [file]
 
 
-def _join(shards: list[tuple[Path, np.dtype, int, int]], dtype: np.dtype) -> Tokens:
-    """A split's shards (path, dtype, offset, count): one file's memmap, or several's."""
+def _join(shards: list[tuple[Path, np.dtype, int, int, tuple[int, ...]]],
+          dtype: np.dtype) -> Tokens:  # fmt: skip
+    """A split's shards (path, dtype, offset, count, identity): one file's memmap, or
+    several's."""
     if not shards:
         return np.zeros(0, dtype)
     mapped = _Mapped(shards)
@@ -837,7 +850,7 @@ def _llmc(folder: Path, side: str, tokens: int, dtype: np.dtype, fmt: dict):
             size = os.fstat(f.fileno()).st_size
             if header[2] != count or size != 1024 + count * dtype.itemsize:
                 raise _damaged(file, f"its header says {int(header[2]):,} tokens, not {count:,}")
-            shards.append((file, dtype.newbyteorder("<"), 1024, count))
+            shards.append((file, dtype.newbyteorder("<"), 1024, count, _identity(f)))
         files.append(file)
     return _join(shards, dtype), _doc_index(folder, side, tokens), files
 
@@ -871,7 +884,7 @@ def _npy(folder: Path, side: str, tokens: int, dtype: np.dtype, fmt: dict):
             offset, size = f.tell(), os.fstat(f.fileno()).st_size
             if size != offset + count * dtype.itemsize:
                 raise _damaged(file, f"{size:,} bytes, not {offset + count * dtype.itemsize:,}")
-            shards.append((file, found, offset, count))
+            shards.append((file, found, offset, count, _identity(f)))
         files.append(file)
     return _join(shards, dtype), _doc_index(folder, side, tokens), files
 

@@ -187,6 +187,33 @@ def test_load_never_pairs_a_manifest_with_another_runs_files(tmp_path, monkeypat
     assert ds.manifest["source"]["files"][0]["path"].endswith("b.txt")
 
 
+def test_a_loaded_sharded_split_never_reads_a_later_runs_shards(tmp_path):
+    """A sharded split maps its files when read, after load: another run that commits in
+    between must not have its shards read under the loaded manifest (their ids, as the
+    first run's), nor a shorter file end in numpy's mmap error."""
+    import glob
+
+    import corpusprep
+    from corpusprep.errors import UserError
+
+    text = shakespeare().decode()[:200_000]
+    (tmp_path / "a.txt").write_text(text)
+    (tmp_path / "b.txt").write_text(text[::-1])  # the same size, other ids
+    args = ("source=file", "name=r", "out_dir=out", "quiet=true", "format=npy",
+            "shard_tokens=20000")  # fmt: skip
+    assert cli(*args, "source.path=a.txt", cwd=tmp_path).returncode == 0
+    ds = corpusprep.load(tmp_path / "out", tokenizer=False, check_ids=False)
+    old = np.concatenate([np.load(f) for f in sorted(glob.glob(f"{tmp_path}/out/*train*.npy"))])
+    again = cli(*args, "source.path=b.txt", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    try:
+        got = np.asarray(ds.train)
+    except UserError as e:
+        assert "load it again" in str(e) and "\n" not in str(e)
+    else:
+        assert np.array_equal(got, old)
+
+
 def test_a_file_a_worker_misses_is_final_only_if_the_driver_misses_it_too(tmp_path):
     """A worker on another node may not see a file the driver sees (a shared file system
     catching up): that is tried again, as any failure; gone for the driver too, it is not."""
