@@ -17,7 +17,7 @@ import os
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
@@ -169,6 +169,11 @@ class SweepCallback(Callback):
         from corpusprep.writer import lock_sweep
 
         check_clashes(config)
+        if str(config.hydra.launcher.get("_target_", "")).startswith(JOBLIB_CORE[:-6]):
+            import importlib  # (its launcher imports it only when it launches)
+
+            importlib.import_module(JOBLIB_CORE)
+        guard_job_folders()  # the launcher's own reference to run_job too
         # held until the process ends (a kill lets it go): one sweep in a folder at a time
         # (an exception here Hydra would only warn of, and go on)
         try:
@@ -371,6 +376,7 @@ def guard_job_folders() -> None:
 
     run_job = utils.run_job
     if getattr(run_job, "_corpusprep_guard", False):
+        _guard_launchers(run_job)
         return
 
     def run_job_or_say_why(*, config: DictConfig, **kw: Any) -> JobReturn:
@@ -399,9 +405,34 @@ def guard_job_folders() -> None:
     # the launcher's module holds its own reference, and Hydra's plugin scan runs that
     # module again (taking utils' one then): both are replaced
     utils.run_job = run_job_or_say_why
-    launcher = sys.modules.get("hydra._internal.core_plugins.basic_launcher")
-    if launcher is not None:
-        launcher.run_job = run_job_or_say_why  # type: ignore[attr-defined]
+    _guard_launchers(run_job_or_say_why)
+
+
+JOBLIB_CORE = "hydra_plugins.hydra_joblib_launcher._core"
+_JOBLIB_EXECUTE: list[Callable[..., Any]] = []  # the joblib launcher's own execute_job
+
+
+def _guard_launchers(guarded: Callable[..., Any]) -> None:
+    """The launchers' own references to run_job: the basic launcher's, and the joblib
+    launcher's, whose jobs run (and make their folders) in worker processes: the job it
+    sends them is one that guards the worker's run_job first."""
+    for name in ("hydra._internal.core_plugins.basic_launcher", JOBLIB_CORE):
+        module = sys.modules.get(name)
+        if module is not None:
+            module.run_job = guarded  # type: ignore[attr-defined]
+    core = sys.modules.get(JOBLIB_CORE)
+    if core is not None and core.execute_job is not _joblib_job:  # type: ignore[attr-defined]
+        _JOBLIB_EXECUTE[:] = [core.execute_job]  # type: ignore[attr-defined]
+        core.execute_job = _joblib_job  # type: ignore[attr-defined]
+
+
+def _joblib_job(*args: Any, **kw: Any) -> Any:
+    """The joblib launcher's execute_job, in its worker (sent by name): run_job guarded."""
+    import importlib
+
+    importlib.import_module(JOBLIB_CORE)
+    guard_job_folders()
+    return _JOBLIB_EXECUTE[0](*args, **kw)
 
 
 def check_clashes(config: DictConfig) -> None:

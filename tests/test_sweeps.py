@@ -591,3 +591,23 @@ def test_a_file_where_a_jobs_folder_goes_is_one_line_and_the_sweep_goes_on(work)
     assert "corpusprep sweep: 2 jobs (1 failed, 1 ok)" in r.stderr
     assert (work / "sw" / "j1").read_text() == "mine"
     assert "its folder could not be made (File exists)" in (work / "sw" / "summary.md").read_text()
+
+
+def test_a_file_where_a_jobs_folder_goes_under_joblib_is_one_line_too(work):
+    """hydra/launcher=joblib runs each job (and makes its folder) in a worker process,
+    where Hydra's run_job was not guarded: the file in the way ended the sweep with a
+    garbled remote traceback and no table, job 0's result unsaid."""
+    (work / "sw").mkdir()
+    (work / "sw" / "j1").write_text("mine")
+    r = run_cli("-m", "source=file", "source.path=a.txt", "split=0.8,0.9", "hydra.sweep.dir=sw",
+                "hydra.sweep.subdir=j${hydra.job.num}", "out_dir=o_${split}", "quiet=true",
+                "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", cwd=work)  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    assert (
+        "corpusprep: error: sw/j1: cannot make the job's folder (File exists); "
+        "a file is in its way: move it, or choose another hydra.sweep.dir\n"
+    ) in r.stderr
+    assert "corpusprep sweep: 2 jobs (1 failed, 1 ok)" in r.stderr
+    assert (work / "sw" / "j1").read_text() == "mine"
+    assert (work / "o_0.8" / "manifest.json").is_file()
