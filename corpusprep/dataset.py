@@ -142,7 +142,8 @@ class ShardedTokens:
         return joined if dtype is None else joined.astype(dtype)
 
 
-MAPPED = 64  # shard files mapped at once
+MAPPED = 64  # shard files kept mapped at least (each map holds a file descriptor)
+SPARE_FILES = 256  # of the open-file limit, left to the rest of the process
 LOAD_AGAIN = "load it again"
 
 
@@ -153,10 +154,39 @@ def _identity(f: BinaryIO) -> tuple[int, ...]:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
+def _maps_allowed(shards: int) -> int:
+    """How many of a split's shard files may stay mapped: all, where the open-file limit
+    allows it, raising the soft limit toward the hard one as needed (as systemd advises a
+    program that needs many files: the soft 1,024 is for select()'s sake); else what the
+    limit leaves, and MAPPED at least. A training loop reading at random then maps each
+    shard once (mapping again on each read was six times slower)."""
+    try:
+        import resource
+    except ImportError:  # Windows: no such limit
+        return shards
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        in_use = len(os.listdir("/proc/self/fd"))
+    except OSError:  # not Linux
+        in_use = 0
+    wanted = in_use + shards + SPARE_FILES
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        raised = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+        except (ValueError, OSError):  # (macOS caps it below an unlimited hard limit)
+            pass
+    if soft == resource.RLIM_INFINITY:
+        return shards
+    return min(shards, max(MAPPED, soft - in_use - SPARE_FILES))
+
+
 class _Mapped(Sequence):
-    """A split's shard files, each mapped when read, at most MAPPED at a time: a mapping
-    holds a file descriptor (mmap keeps a copy of it), and a folder of more shards than
-    the open-file limit (1,024 by default) could not be loaded when all were mapped."""
+    """A split's shard files, each mapped when first read and kept so, up to what the
+    open-file limit allows (_maps_allowed): a mapping holds a file descriptor (mmap keeps
+    a copy of it), and a folder of more shards than the limit (1,024 by default) could not
+    be loaded when all were mapped at once."""
 
     def __init__(self, files: list[tuple[Path, np.dtype, int, int, tuple[int, ...]]]) -> None:
         self.files = files  # (path, dtype, offset, count, identity), each checked at load
@@ -165,9 +195,10 @@ class _Mapped(Sequence):
         self.__setstate__(self.__dict__)
 
     def __getstate__(self) -> dict[str, Any]:
-        # what a process it is sent to (a spawned DataLoader worker) maps again by itself:
-        # the maps pickled would be every mapped shard's data, the lock cannot be pickled
-        return {k: v for k, v in self.__dict__.items() if k not in ("_open", "_lock")}
+        # what a process it is sent to (a spawned DataLoader worker) maps again by itself,
+        # under its own limit: the maps pickled would be every mapped shard's data, and the
+        # lock cannot be pickled
+        return {k: v for k, v in self.__dict__.items() if k not in ("_open", "_lock", "keep")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         import threading
@@ -175,6 +206,7 @@ class _Mapped(Sequence):
         self.__dict__.update(state)
         self._open: dict[int, np.ndarray] = {}  # oldest first
         self._lock = threading.Lock()  # threads that read at once (a prefetching loader)
+        self.keep: Optional[int] = None  # maps kept: found at the first read
 
     def __len__(self) -> int:
         return len(self.files)
@@ -186,16 +218,31 @@ class _Mapped(Sequence):
         with self._lock:
             array = self._open.pop(i, None)
             if array is None:
-                path, dtype, offset, count, identity = self.files[i]
+                array = self._map(i)
+            self._open[i] = array
+            if self.keep is None:
+                self.keep = _maps_allowed(len(self.files))
+            while len(self._open) > self.keep:
+                del self._open[next(iter(self._open))]
+        return array
+
+    def _map(self, i: int) -> np.ndarray:
+        path, dtype, offset, count, identity = self.files[i]
+        for _ in range(2):
+            try:
                 with open_regular(path, LOAD_AGAIN) as f:
                     if _identity(f) != identity:  # another run's, committed since the load
                         raise _damaged(path, "replaced since the folder was loaded (another "
                                        "run committed into it)", LOAD_AGAIN)  # fmt: skip
-                    array = _map(f, dtype, offset, count)
-            self._open[i] = array
-            while len(self._open) > MAPPED:
-                del self._open[next(iter(self._open))]
-        return array
+                    return _map(f, dtype, offset, count)
+            except OSError as e:
+                # the rest of the process took the files left: keep fewer maps, once
+                if e.errno not in (errno.EMFILE, errno.ENFILE) or len(self._open) < 2:
+                    raise
+                self.keep = max(1, len(self._open) // 2)
+                while len(self._open) > self.keep:
+                    del self._open[next(iter(self._open))]
+        raise AssertionError("unreachable")  # (the second try returns or raises)
 
 
 def _one_index(key: Any) -> Any:

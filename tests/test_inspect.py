@@ -232,3 +232,38 @@ def test_a_folder_of_more_shards_than_open_files_loads_and_verifies(fmt, tmp_pat
                        env={"PYTHONPATH": str(REPO), **_env()})  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]
     assert "verified" in r.stdout
+
+
+def test_a_training_loop_over_many_shards_maps_each_once(tmp_path):
+    """Mapping shards when read, at most 64 kept, made random reads over a folder of more
+    shards map a file again on nearly every read (six times slower): the soft open-file
+    limit is raised toward the hard one, as systemd advises, and every shard stays mapped.
+    Where the hard limit is too low, 64 stay mapped and reads still work."""
+    import resource
+
+    from helpers import run_cli
+
+    (tmp_path / "t.txt").write_text("abcdefgh \n" * 700)
+    done = run_cli("source=file", "source.path=t.txt", "format=npy", "shard_tokens=20",
+                   "name=t", "out_dir=out", "quiet=true", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    read = ("import corpusprep, random, resource, numpy as np\n"
+            "x = corpusprep.load('out', tokenizer=False, check_ids=False).train\n"
+            "whole = np.asarray(x)\n"
+            "for i in random.Random(0).choices(range(len(x) - 30), k=3000):\n"
+            "    assert np.array_equal(x[i:i + 30], whole[i:i + 30])\n"
+            "soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]\n"
+            "print(len(x.shards), len(x.shards._open), soft)\n")  # fmt: skip
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    for limits in [(200, hard), (200, 200)]:
+        r = subprocess.run([sys.executable, "-c", read], cwd=tmp_path, capture_output=True,
+                           text=True, env={"PYTHONPATH": str(REPO), **_env()},
+                           preexec_fn=lambda lim=limits: resource.setrlimit(
+                               resource.RLIMIT_NOFILE, lim))  # fmt: skip
+        assert r.returncode == 0, r.stderr[-2000:]
+        shards, kept, soft = map(int, r.stdout.split())
+        assert shards > 300
+        if limits[1] == 200:
+            assert (kept, soft) == (64, 200)  # the limit cannot be raised: 64 kept
+        elif hard == resource.RLIM_INFINITY or hard >= shards + 300:
+            assert kept == shards and soft > shards  # raised: every shard kept
