@@ -423,7 +423,11 @@ class _HydraStderr(RedactedLines):
                 lines.append(line.strip())
                 warned = False
         lines = [line for line in lines if "HYDRA_FULL_ERROR" not in line]
-        if not lines or any(line.startswith("corpusprep: ") for line in lines):
+        # corpusprep's own lines: an error, or a quiet sweep's count of its failed jobs (held
+        # to the end where the jobs ran in other processes, joblib's, and none released it)
+        if not lines or any(
+            line.startswith(("corpusprep: ", "corpusprep sweep: ")) for line in lines
+        ):
             return None
         if lines[0].startswith("Traceback"):  # a report of what Hydra or OmegaConf raised
             raised = _raised(held)

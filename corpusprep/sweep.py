@@ -383,7 +383,11 @@ def guard_job_folders() -> None:
         try:
             return run_job(config=config, **kw)
         except OSError as e:
-            where = e.filename or config.hydra.sweep.dir
+            sweep = os.path.abspath(str(config.hydra.sweep.dir))
+            where = os.path.abspath(os.fsdecode(e.filename)) if e.filename else ""
+            if not (where + os.sep).startswith(sweep + os.sep):  # not the job's folder made
+                raise
+            where = e.filename
             _UNMADE[config.hydra.job.num] = f"its folder could not be made ({e.strerror})"
             if e.errno in (errno.EEXIST, errno.ENOTDIR):
                 fix = "a file is in its way: move it, or choose another hydra.sweep.dir"

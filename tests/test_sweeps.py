@@ -611,3 +611,16 @@ def test_a_file_where_a_jobs_folder_goes_under_joblib_is_one_line_too(work):
     assert "corpusprep sweep: 2 jobs (1 failed, 1 ok)" in r.stderr
     assert (work / "sw" / "j1").read_text() == "mine"
     assert (work / "o_0.8" / "manifest.json").is_file()
+
+
+def test_a_quiet_joblib_sweeps_count_line_is_not_called_an_error(work):
+    """Under joblib the jobs start in worker processes, so Hydra's stderr stayed held to
+    the end, and the quiet sweep's count line (why it exits 1) was taken for Hydra's own
+    error: `corpusprep: error: corpusprep sweep: 2 jobs (2 failed)`."""
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    r = run_cli("-m", "hydra/launcher=joblib", "source=file", "source.path=nope.txt",
+                "split=0.8,0.9", "hydra.sweep.dir=sw", "quiet=true", cwd=work)  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[-1] == "corpusprep sweep: 2 jobs (2 failed) -> sw", r.stderr
+    assert lines.count("corpusprep: error: nope.txt: no such file; check source.path") == 2
