@@ -198,7 +198,8 @@ class _Mapped(Sequence):
         # what a process it is sent to (a spawned DataLoader worker) maps again by itself,
         # under its own limit: the maps pickled would be every mapped shard's data, and the
         # lock cannot be pickled
-        return {k: v for k, v in self.__dict__.items() if k not in ("_open", "_lock", "keep")}
+        return {k: v for k, v in self.__dict__.items()
+                if k not in ("_open", "_lock", "keep", "_pid")}  # fmt: skip
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         import threading
@@ -207,6 +208,7 @@ class _Mapped(Sequence):
         self._open: dict[int, np.ndarray] = {}  # oldest first
         self._lock = threading.Lock()  # threads that read at once (a prefetching loader)
         self.keep: Optional[int] = None  # maps kept: found at the first read
+        self._pid = os.getpid()
 
     def __len__(self) -> int:
         return len(self.files)
@@ -215,6 +217,8 @@ class _Mapped(Sequence):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         i = range(len(self))[i]
+        if self._pid != os.getpid():  # a forked child (a DataLoader worker): a lock another
+            self.__setstate__(self.__getstate__())  # thread held at the fork stays held here
         with self._lock:
             array = self._open.pop(i, None)
             if array is None:

@@ -337,6 +337,28 @@ def test_a_sharded_split_pickles_light_and_reads_from_threads(bpe_runs, tiktoken
     assert all(np.array_equal(g, whole[a : a + 50]) for g, a in zip(got, starts))
 
 
+def test_a_sharded_split_reads_in_a_child_forked_mid_read(bpe_runs, tiktoken_cache):
+    """A forked DataLoader worker inherits the split's lock as it was: held, if another
+    thread was reading at the fork, and then never let go in the child."""
+    import multiprocessing
+    import os
+
+    train = corpusprep.load(bpe_runs["docs", "npy"]).train
+    expected = np.array(train[:10])
+    train.shards._lock.acquire()  # another thread, mid-read
+    try:
+        child = multiprocessing.get_context("fork").Process(
+            target=lambda: os._exit(0 if np.array_equal(train[:10], expected) else 1)
+        )
+        child.start()
+        child.join(20)
+        if child.is_alive():
+            child.kill()
+        assert child.exitcode == 0
+    finally:
+        train.shards._lock.release()
+
+
 def test_sharded_tokens_index_like_an_array():
     data = np.arange(100, dtype=np.uint16)
     x = ShardedTokens([data[:30], data[30:31], data[31:70], data[70:]])
