@@ -78,7 +78,7 @@ def _child(request: dict) -> None:
     )  # fmt: skip
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
     sys.argv = [request["module"], *request["args"]]
-    if not sys.flags.safe_path:
+    if not getattr(sys.flags, "safe_path", False):  # -P and PYTHONSAFEPATH: Python 3.11+
         sys.path[0] = os.getcwd()  # -m puts the working directory first
     sys.modules.pop(request["module"], None)  # -m runs it fresh, as __main__
     runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
