@@ -327,8 +327,8 @@ def _complete_the_command() -> None:
     if sys.argv[0].endswith(".py"):
         sys.argv[0] = "corpusprep"
     if shutil.which("corpusprep") is None:
-        schemes = [sysconfig.get_default_scheme(), f"{os.name}_user"]
-        folders = [sysconfig.get_path("scripts", scheme) for scheme in schemes]
+        # the default scheme's (sysconfig.get_default_scheme() is Python 3.10+), the user's
+        folders = [sysconfig.get_path("scripts"), sysconfig.get_path("scripts", f"{os.name}_user")]
         found = next((f for f in folders if os.path.exists(os.path.join(f, "corpusprep"))), None)
         fix = f"add {found} to PATH" if found else "pip install corpusprep installs it"
         print(f"corpusprep: warning: shell completion completes the corpusprep command, which "
