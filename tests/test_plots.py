@@ -72,7 +72,9 @@ def test_one_text_figure_and_its_numbers(tmp_path, shakespeare, tiktoken_cache):
     out = run(tmp_path / "llmc", *src, "format=llmc", "shard_tokens=100000")
     data = plot.plot_run(corpusprep.load(out), tmp_path / "fig.png")
     size, width, height = png(tmp_path / "fig.png")
-    assert size > 10_000 and (width, height) == (1500, 460)
+    # 15 x 4.6 in at 100 dpi: 4.6 * 100 is 459.99999999999994, which matplotlib 3.9.4 (the
+    # newest on Python 3.9) truncates to 459 pixels and 3.11 rounds to 460
+    assert size > 10_000 and width == 1500 and height in (459, 460)
 
     ids = np.concatenate([ids_of(ref, "train"), ids_of(ref, "val")])
     counts = np.bincount(ids, minlength=50257)
@@ -137,7 +139,7 @@ def test_inspect_plot_from_the_command_line(tmp_path, shakespeare):
     assert r.returncode == 0, r.stderr
     assert "wrote" in r.stdout and "format       npy" in r.stdout
     size, width, height = png(tmp_path / "c.png")
-    assert size > 10_000 and (width, height) == (1500, 460)
+    assert size > 10_000 and width == 1500 and height in (459, 460)  # as above
     assert not list(tmp_path.glob(".c.png*"))  # the temporary name is gone
     r = inspect_cli(out, "--plot", tmp_path / "no" / "such" / "c.png", cwd=tmp_path)
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
