@@ -503,13 +503,11 @@ def _with_row_count(path, group: int, rows: int) -> None:
 
 @pytest.mark.parametrize("tokenizer", ["byte", "tiktoken"])
 def test_a_footer_that_gives_a_row_group_negative_rows_is_one_line(tokenizer, tmp_path):
-    """pyarrow refuses such a file ('Negative size'); its rows counted from the footer put
-    that row group's rows before the file's start, and the run left them out, 1,000 of
-    3,000 documents gone without a word."""
+    """pyarrow 26 refuses such a file ('Negative size'; pyarrow 21, the newest on Python 3.9,
+    reads it whole); its rows counted from the footer put that row group's rows before the
+    file's start, and the run left them out, 1,000 of 3,000 documents gone without a word."""
     path = tmp_path / "lie.parquet"
     _with_row_count(path, 0, -5)
-    with pytest.raises(OSError):
-        pq.read_table(path)
     result = run_cli("source=file", f"source.path={path}", f"tokenizer={tokenizer}",
                      "shard_bytes=3000", f"out_dir={tmp_path}/out", "quiet=true",
                      cwd=tmp_path)  # fmt: skip
