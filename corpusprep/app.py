@@ -538,13 +538,23 @@ def quiet_blas() -> None:
         os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 
+def _watched() -> bool:
+    """Whether a profiler, debugger or coverage tool watches this process: one set with
+    sys.setprofile or sys.settrace, or one of sys.monitoring (Python 3.12+), which is how
+    cProfile watches from 3.12 on (sys.getprofile() is then None)."""
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        return True
+    monitoring = getattr(sys, "monitoring", None)
+    return monitoring is not None and any(monitoring.get_tool(i) is not None for i in range(6))
+
+
 def exit_now(code: int) -> NoReturn:
     """What the interpreter does at exit, in its order, and then nothing more: wait for
     threads that are not daemons, run the atexit handlers, flush the streams."""
     shutdown = getattr(threading, "_shutdown", None)  # Python's own first step at exit
     # another Python, or a profiler or debugger that writes its report after main returns
     # (python -m cProfile -m corpusprep ...): the usual exit
-    if shutdown is None or sys.getprofile() is not None or sys.gettrace() is not None:
+    if shutdown is None or _watched():
         sys.exit(code)
     local = sys.modules.get("corpusprep.executors.local")
     if code and local is not None:  # a pool no abort reached: its thread must not hold us
