@@ -1203,3 +1203,23 @@ def test_a_retry_line_shows_a_failures_control_characters_escaped(kind, capsys):
     said = capsys.readouterr().err
     assert said.count("\n") == 1 and "shard 3" in said, said
     assert not set("\x1b\x07\u2028") & set(said), repr(said)
+
+
+def test_a_submitit_that_cannot_load_its_plugins_is_not_a_missing_cluster(tmp_path, monkeypatch):
+    """submitit 1.5.4 on Python 3.9 raises KeyError('submitit') while it loads its plugins:
+    that was `no Slurm cluster here ('submitit'); run on a login node`, on a login node."""
+    submitit = pytest.importorskip("submitit")
+    from corpusprep.errors import UserError
+    from corpusprep.executors.slurm import SlurmExecutor
+
+    def broken(**kw):
+        raise KeyError("submitit")
+
+    monkeypatch.setattr(submitit, "AutoExecutor", broken)
+    executor = SlurmExecutor()
+    executor.attach(tmp_path / "work")
+    with pytest.raises(UserError) as e:
+        executor._executor()
+    said = str(e.value)
+    assert "no Slurm cluster" not in said and "cannot load its plugins" in said, said
+    assert "pip install 'submitit!=1.5.4'" in said, said

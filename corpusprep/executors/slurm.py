@@ -199,6 +199,12 @@ class SlurmExecutor(Executor):
         folder = self.folder / secrets.token_hex(12)
         try:
             executor = submitit.AutoExecutor(folder=folder / "%j", cluster="slurm")
+        except KeyError as e:  # submitit 1.5.4 on Python 3.9 (facebookincubator/submitit#1807)
+            version = getattr(submitit, "__version__", "?")
+            raise UserError(
+                f"executor=slurm: submitit {version} cannot load its plugins here (KeyError "
+                f"{e}); pip install 'submitit!=1.5.4'"
+            ) from None
         except Exception as e:
             raise UserError(
                 f"executor=slurm: no Slurm cluster here ({e}); run on a login node"
