@@ -222,31 +222,30 @@ class _Mapped(Sequence):
         with self._lock:
             array = self._open.pop(i, None)
             if array is None:
-                array = self._map(i)
+                try:
+                    array = self._map(i)
+                except OSError as e:  # the rest of the process took the files left: keep
+                    if e.errno not in (errno.EMFILE, errno.ENFILE) or len(self._open) < 2:
+                        raise
+                    self._trim(max(1, len(self._open) // 2))  # half the maps, and try again
+                    array = self._map(i)
             self._open[i] = array
-            if self.keep is None:
-                self.keep = _maps_allowed(len(self.files))
-            while len(self._open) > self.keep:
-                del self._open[next(iter(self._open))]
+            self._trim(self.keep if self.keep is not None else _maps_allowed(len(self.files)))
         return array
+
+    def _trim(self, keep: int) -> None:
+        """Keep at most `keep` maps from now on, the oldest dropped first."""
+        self.keep = keep
+        while len(self._open) > keep:
+            del self._open[next(iter(self._open))]
 
     def _map(self, i: int) -> np.ndarray:
         path, dtype, offset, count, identity = self.files[i]
-        for _ in range(2):
-            try:
-                with open_regular(path, LOAD_AGAIN) as f:
-                    if _identity(f) != identity:  # another run's, committed since the load
-                        raise _damaged(path, "replaced since the folder was loaded (another "
-                                       "run committed into it)", LOAD_AGAIN)  # fmt: skip
-                    return _map(f, dtype, offset, count)
-            except OSError as e:
-                # the rest of the process took the files left: keep fewer maps, once
-                if e.errno not in (errno.EMFILE, errno.ENFILE) or len(self._open) < 2:
-                    raise
-                self.keep = max(1, len(self._open) // 2)
-                while len(self._open) > self.keep:
-                    del self._open[next(iter(self._open))]
-        raise AssertionError("unreachable")  # (the second try returns or raises)
+        with open_regular(path, LOAD_AGAIN) as f:
+            if _identity(f) != identity:  # another run's, committed since the load
+                raise _damaged(path, "replaced since the folder was loaded (another run "
+                               "committed into it)", LOAD_AGAIN)  # fmt: skip
+            return _map(f, dtype, offset, count)
 
 
 def _one_index(key: Any) -> Any:
