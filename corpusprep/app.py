@@ -306,9 +306,6 @@ def main() -> None:
         _complete_the_command()
     _guard_hydra_targets()
     _leave_no_empty_run_dir()
-    from corpusprep.sweep import guard_job_folders  # (imported for its callback anyway)
-
-    guard_job_folders()
     _skip_mode_probe(argv)
     use_fast_yaml()
     global _KEPT_ARGV

@@ -33,6 +33,7 @@ COLUMNS = ["job", "corpus", "tokenizer", "split", "dtype", "vocab", "train_token
            "seconds", "status", "reason"]  # fmt: skip
 # job number -> why its folder could not be made (the basic launcher runs jobs in this process)
 _UNMADE: dict[int, str] = {}
+AGAIN = "run the sweep again (its jobs that finished are skipped)"
 
 
 def job_dir() -> Optional[Path]:
@@ -169,11 +170,11 @@ class SweepCallback(Callback):
         from corpusprep.writer import lock_sweep
 
         check_clashes(config)
-        if str(config.hydra.launcher.get("_target_", "")).startswith(JOBLIB_CORE[:-6]):
+        if str(config.hydra.launcher.get("_target_", "")).startswith(JOBLIB):
             import importlib  # (its launcher imports it only when it launches)
 
             importlib.import_module(JOBLIB_CORE)
-        guard_job_folders()  # the launcher's own reference to run_job too
+        guard_job_folders()  # Hydra's run_job, and the launcher's own reference to it
         # held until the process ends (a kill lets it go): one sweep in a folder at a time
         # (an exception here Hydra would only warn of, and go on)
         try:
@@ -255,8 +256,7 @@ def _save_table(sweep: Path, rows: list[dict[str, Any]]) -> Optional[str]:
             write_atomic(sweep / name, data, str(os.getpid()))
         except OSError as e:
             return (f"{sweep / name}: cannot write the sweep's table ({e.strerror}); "
-                    f"{room_for(e.errno)} "
-                    "and run the sweep again (its jobs that finished are skipped)")  # fmt: skip
+                    f"{room_for(e.errno)} and {AGAIN}")  # fmt: skip
     return None
 
 
@@ -384,22 +384,19 @@ def guard_job_folders() -> None:
             return run_job(config=config, **kw)
         except OSError as e:
             sweep = os.path.abspath(str(config.hydra.sweep.dir))
-            where = os.path.abspath(os.fsdecode(e.filename)) if e.filename else ""
-            if not (where + os.sep).startswith(sweep + os.sep):  # not the job's folder made
+            failed = os.path.abspath(os.fsdecode(e.filename)) if e.filename else ""
+            if not (failed + os.sep).startswith(sweep + os.sep):  # not the job's folder made
                 raise
-            where = e.filename
             _UNMADE[config.hydra.job.num] = f"its folder could not be made ({e.strerror})"
             if e.errno in (errno.EEXIST, errno.ENOTDIR):
                 fix = "a file is in its way: move it, or choose another hydra.sweep.dir"
             elif e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
-                fix = (
-                    f"{room_for(e.errno)} and run the sweep again (its jobs that "
-                    "finished are skipped)"
-                )
+                fix = f"{room_for(e.errno)} and {AGAIN}"
             else:
                 fix = "make the sweep folder writable, or choose another hydra.sweep.dir"
-            print(f"corpusprep: error: {escape_controls(str(where))}: cannot make the job's "
-                  f"folder ({e.strerror}); {fix}", file=sys.stderr)  # fmt: skip
+            where = escape_controls(os.fsdecode(e.filename))
+            print(f"corpusprep: error: {where}: cannot make the job's folder ({e.strerror}); "
+                  f"{fix}", file=sys.stderr)  # fmt: skip
             # COMPLETED: the sweeper reads each job's return value, which would raise the
             # error again; the sweep's table counts the job failed (it left no record)
             return JobReturn(overrides=list(config.hydra.overrides.task),
@@ -412,7 +409,8 @@ def guard_job_folders() -> None:
     _guard_launchers(run_job_or_say_why)
 
 
-JOBLIB_CORE = "hydra_plugins.hydra_joblib_launcher._core"
+JOBLIB = "hydra_plugins.hydra_joblib_launcher"
+JOBLIB_CORE = f"{JOBLIB}._core"
 _JOBLIB_EXECUTE: list[Callable[..., Any]] = []  # the joblib launcher's own execute_job
 
 
