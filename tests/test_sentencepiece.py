@@ -250,13 +250,7 @@ def test_a_vocabulary_bigger_than_the_text_gives_names_the_size_that_works(tmp_p
     words = ["the", "king", "and", "queen", "were", "there", "he", "is", "not", "one"]
     (tmp_path / "t.txt").write_text("\n".join(words[i * 7 % 10] * (i % 5 + 1)
                                                for i in range(3000)))  # fmt: skip
-    args = ["source=file", "source.path=t.txt", "tokenizer=sentencepiece", "out_dir=out"]
-    done = run_cli(*args, "tokenizer.vocab_size=4096", cwd=tmp_path)
-    assert_one_line_error(done, "tokenizer.vocab_size=4096", "or less")
-    assert "INTERNAL" not in done.stderr and "trainer_interface" not in done.stderr
-    most = re.search(r"tokenizer.vocab_size=(\d+) or less", done.stderr).group(1)
-    done = run_cli(*args, f"tokenizer.vocab_size={most}", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    _the_size_it_names_trains(tmp_path, 4096, "or less")
 
 
 def test_a_vocabulary_smaller_than_the_texts_characters_names_the_size_that_works(tmp_path):
@@ -267,12 +261,18 @@ def test_a_vocabulary_smaller_than_the_texts_characters_names_the_size_that_work
     chars = [chr(0x4E00 + i) for i in range(120)]  # 120 CJK characters: more than 300 - 260
     lines = ["".join(chars[(i * 7 + j * 13) % 120] for j in range(60)) for i in range(300)]
     (tmp_path / "t.txt").write_text("\n".join(lines))
+    _the_size_it_names_trains(tmp_path, 300, "or more")
+
+
+def _the_size_it_names_trains(tmp_path, asked: int, bound: str) -> None:
+    """tokenizer.vocab_size=`asked` on tmp_path/t.txt is one line in corpusprep's words
+    naming a size (`bound`: "or less", "or more"), and a run with that size works."""
     args = ["source=file", "source.path=t.txt", "tokenizer=sentencepiece", "out_dir=out"]
-    done = run_cli(*args, "tokenizer.vocab_size=300", cwd=tmp_path)
-    assert_one_line_error(done, "tokenizer.vocab_size=300", "or more")
+    done = run_cli(*args, f"tokenizer.vocab_size={asked}", cwd=tmp_path)
+    assert_one_line_error(done, f"tokenizer.vocab_size={asked}", bound)
     assert "INTERNAL" not in done.stderr and "trainer_interface" not in done.stderr
-    least = re.search(r"tokenizer.vocab_size=(\d+) or more", done.stderr).group(1)
-    done = run_cli(*args, f"tokenizer.vocab_size={least}", cwd=tmp_path)
+    size = re.search(rf"tokenizer.vocab_size=(\d+) {bound}", done.stderr).group(1)
+    done = run_cli(*args, f"tokenizer.vocab_size={size}", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
 
 
