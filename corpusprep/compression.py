@@ -41,7 +41,7 @@ SUFFIXES = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz", ".zst": "zstd", ".zip": "
 NAMES = ("none", *dict.fromkeys(SUFFIXES.values()))
 
 
-def detect(path: Path, head: Optional[bytes] = None) -> str:
+def detect(path: str | Path, head: Optional[bytes] = None) -> str:
     """The compression of `path`: by its first bytes (`head`, if read already: 8 of them),
     else by its extension (a zip may start with other bytes), else none. A name that says
     gzip, bz2, xz or zstd, whose streams start with their magic, on bytes without it (a
@@ -82,7 +82,7 @@ _CORRUPT = (OSError, EOFError, zipfile.BadZipFile, lzma.LZMAError, zlib.error)
 
 @contextmanager
 def open_stream(
-    path: Path, compression: str, member: str | None = None, max_bytes: Optional[int] = None
+    path: str | Path, compression: str, member: str | None = None, max_bytes: Optional[int] = None
 ) -> Iterator[IO[bytes]]:
     """The decompressed bytes of `path` (of one `member` of a zip archive); more than
     `max_bytes` of them (source.max_bytes) is an error."""
@@ -92,7 +92,7 @@ def open_stream(
 
 
 def open_raw(
-    path: Path, compression: str, member: str | None = None, max_bytes: Optional[int] = None
+    path: str | Path, compression: str, member: str | None = None, max_bytes: Optional[int] = None
 ) -> IO[bytes]:
     """open_stream's stream, for a caller that keeps it open between reads (and reads it
     inside reading_errors); closing it closes the file."""
@@ -124,7 +124,7 @@ def reading_errors(name: str, compression: str) -> Iterator[None]:
         raise
 
 
-def _open(path: Path, compression: str, member: str | None) -> IO[bytes]:
+def _open(path: str | Path, compression: str, member: str | None) -> IO[bytes]:
     if compression == "zip":
         archive = zipfile.ZipFile(path)
         info = archive.getinfo(member or archive.namelist()[0])
@@ -241,7 +241,7 @@ GUESSED_RATIO = 4  # text compresses about this much: for formats that do not re
 
 
 @functools.lru_cache(maxsize=1 << 14)  # asked by the shard sizing and again by the plan
-def text_size(path: Path, compression: str, member: Optional[str], size: int) -> int:
+def text_size(path: str | Path, compression: str, member: Optional[str], size: int) -> int:
     """About how many bytes a compressed file holds once decompressed, from its own header
     or trailer where it records them (recorded_text_size), else guessed: shards are packed
     by the work in them, and a compressed file's work is its text, several times its size
@@ -262,7 +262,7 @@ BOUND_SLACK = 1.5  # a bound above this many times the guess is taken for what i
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def text_bound(path: Path, compression: str, member: Optional[str], size: int) -> int:
+def text_bound(path: str | Path, compression: str, member: Optional[str], size: int) -> int:
     """The most text a zstd file's frames can hold, from their headers (_walk_frames); 0
     for other formats, or where the walk gives up."""
     if compression != "zstd":
@@ -276,14 +276,14 @@ def text_bound(path: Path, compression: str, member: Optional[str], size: int) -
 
 
 @functools.lru_cache(maxsize=1 << 14)
-def recorded_text_size(path: Path, compression: str, member: Optional[str], size: int) -> int:
+def recorded_text_size(path: str | Path, compression: str, member: Optional[str], size: int) -> int:
     """The text size a compressed file records (zstd's frame content size, gzip's ISIZE, a
     zip member's size); 0 where it records none (or one smaller than the file itself: not
     a real one). Reads at most a few bytes."""
     known = 0
     try:
         if compression == "zip" and member is not None:  # `size` is the whole archive's
-            stat = path.stat()
+            stat = os.stat(path)
             return max(_member_sizes(str(path), stat.st_size, stat.st_mtime_ns)[member], 1)
         elif compression == "gzip" and size >= 18:
             with open(path, "rb") as f:
@@ -305,7 +305,7 @@ SAMPLE_OUT = 1 << 16  # the most text one step may give: memory stays bounded fo
 SAMPLE_INPUT = 1 << 24  # the most compressed bytes read for a sample (stored blocks, comments)
 
 
-def _size_from_its_start(path: Path, compression: str, size: int) -> int:
+def _size_from_its_start(path: str | Path, compression: str, size: int) -> int:
     """A compressed file's text size, guessed from the compressed size of its first
     SAMPLE_TEXT bytes of text (a guess sets only where its pieces start: the balance);
     its exact size when its text is shorter. Under 1% of decompressing a big file; not
@@ -384,7 +384,7 @@ def _member_sizes(path: str, size: int, mtime_ns: int) -> dict[str, int]:
         return {info.filename: info.file_size for info in archive.infolist()}
 
 
-def members(path: Path) -> list[str]:
+def members(path: str | Path) -> list[str]:
     """The file members of a zip archive, in archive order; none, or two with one name
     (only the last could be read), is an error."""
     try:
@@ -408,7 +408,7 @@ def members(path: Path) -> list[str]:
     return names
 
 
-def _zstd_open(path: Path) -> IO[bytes]:
+def _zstd_open(path: str | Path) -> IO[bytes]:
     try:
         import zstandard
     except ImportError:

@@ -368,7 +368,7 @@ def read_bounded(path: Path, limit: int, fix: str = "prepare it again") -> bytes
         raise _damaged(path, "missing", fix) from None
     except OSError as e:
         too_big = f"more than the {limit >> 20:,} MB such a file may have"
-        detail = {errno.EINVAL: NOT_REGULAR, errno.EFBIG: too_big}
+        detail: dict[Optional[int], str] = {errno.EINVAL: NOT_REGULAR, errno.EFBIG: too_big}
         raise _damaged(path, detail.get(e.errno, f"cannot be read ({e.strerror})"), fix) from None
 
 
@@ -708,6 +708,7 @@ _COST = [32] * 256
 _CONTAINERS = {"EMPTY_SET": 232, "FROZENSET": 232, "EMPTY_DICT": 80, "DICT": 80,
                "EMPTY_LIST": 72, "LIST": 72}  # fmt: skip
 _OPCODES = [_REFUSED] * 256
+_NAMES = {op.code: op.name for op in pickletools.opcodes}
 for _op in pickletools.opcodes:
     _COST[ord(_op.code)] = _CONTAINERS.get(_op.name, 32)
     if _op.name in _OWN:
@@ -750,9 +751,9 @@ def _check_plain(data: bytes, path: Path) -> None:
         elif n == _STOP:
             return
         elif n == _REFUSED:
-            if chr(op) not in pickletools.code2op:  # not a pickle at all: damaged
+            name = _NAMES.get(chr(op))
+            if name is None:  # not a pickle at all: damaged
                 raise ValueError(f"byte {i - 1:,} is no pickle opcode")
-            name = pickletools.code2op[chr(op)].name
             if name in ("GLOBAL", "STACK_GLOBAL", "INST"):
                 raise _refusing(path, f"it asks to import {_imported(data, i - 1)}")
             raise _refusing(path, f"it holds pickle opcode {name}")

@@ -90,9 +90,8 @@ def is_interrupt(e: BaseException) -> bool:
     """A Ctrl-C (or SIGTERM), also one whose handler ran while C code called back into
     Python (numpy's fromfile did, once in about 50 interrupted runs): Python then reports
     the C function's result as a SystemError caused by the KeyboardInterrupt."""
-    if isinstance(e, SystemError):
-        e = e.__cause__
-    return isinstance(e, KeyboardInterrupt)
+    cause = e.__cause__ if isinstance(e, SystemError) else e
+    return isinstance(cause, KeyboardInterrupt)
 
 
 # ... once it finished the commit an earlier run began (writer.FINISHED)

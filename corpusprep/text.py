@@ -17,7 +17,7 @@ import re
 from collections import deque
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO, Optional
+from typing import IO, Optional, Protocol
 
 import numpy as np
 
@@ -137,8 +137,14 @@ def read_small(path: str, size: int) -> tuple[bytes, os.stat_result]:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks), read
 
 
+class Readable(Protocol):
+    """What raw_pieces reads: an open binary file, or anything with its read()."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
 def raw_pieces(
-    f: IO[bytes], offset: int, remaining: Optional[int], name: str, block: int = BLOCK
+    f: Readable, offset: int, remaining: Optional[int], name: str, block: int = BLOCK
 ) -> Iterator[tuple[int, bytes]]:
     """Like read_raw, from an open stream: `remaining` bytes of it, or all (None)."""
     carry = b""

@@ -1,4 +1,4 @@
-"""ruff check and ruff format --check are part of the test command (and so of CI)."""
+"""ruff check, ruff format --check and mypy are part of the test command (and so of CI)."""
 
 import importlib.util
 import subprocess
@@ -16,6 +16,18 @@ def test_ruff(args):
         [sys.executable, "-m", "ruff", *args], cwd=REPO, capture_output=True, text=True
     )
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_mypy_on_the_public_api(tmp_path):
+    """The modules users and plugins import (pyproject's [tool.mypy] files) type-check."""
+    if importlib.util.find_spec("mypy") is None:
+        pytest.skip("mypy is not installed: pip install '.[test]'")
+    r = subprocess.run(
+        [sys.executable, "-m", "mypy", "--cache-dir", str(tmp_path / "cache")],
+        cwd=REPO, capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "no issues found in" in r.stdout  # it read the files pyproject names
 
 
 def test_ci_runs_exactly_the_readmes_test_command():

@@ -40,7 +40,7 @@ class _NoSpace:
     """A full or read-only disk: never tried again, and the driver says how much is needed."""
 
     errno: int
-    strerror: str
+    strerror: Optional[str]
     filename: str
 
 
@@ -50,7 +50,7 @@ class _Vanished:
     away): never tried again, and the driver says which (prepare.kept_in_place). There for
     the driver (a worker on another node that does not see it yet): tried again."""
 
-    strerror: str
+    strerror: Optional[str]
     filename: Optional[str]
 
 
@@ -75,7 +75,7 @@ class _Guarded:
         except FileNotFoundError as e:
             return _Vanished(e.strerror, None if e.filename is None else os.fsdecode(e.filename))
         except OSError as e:
-            if e.errno in NO_SPACE:
+            if e.errno is not None and e.errno in NO_SPACE:
                 return _NoSpace(e.errno, e.strerror, str(e.filename))
             raise
         finally:

@@ -293,7 +293,8 @@ def _kill(pool: ProcessPoolExecutor) -> None:
     if not getattr(pool, "_broken", False):
         for end in (getattr(results, "_writer", None), getattr(tasks, "_reader", None)):
             with contextlib.suppress(AttributeError, OSError):
-                _let_go_of(end.fileno())
+                if end is not None:
+                    _let_go_of(end.fileno())
     for process in processes:
         process.kill()
     pool.shutdown(wait=False, cancel_futures=True)

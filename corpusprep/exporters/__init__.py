@@ -52,9 +52,10 @@ def keep_doc_index(streams: Streams, out: OutputWriter) -> dict[str, int]:
         docs = getattr(streams, f"{side}_docs")
         if docs is not None:
             name = doc_index_name(side)
-            os.replace(docs, out.temp(name))
+            kept = out.temp(name)
+            os.replace(docs, kept)
             out.drop(f"{side}.docs.bin")
-            produced[name] = out.path_of(name).stat().st_size
+            produced[name] = kept.stat().st_size
     return produced
 
 

@@ -53,9 +53,10 @@ class JsonlFormat(Format):
             return [file.whole()]  # one JSON value: no line of it stands alone
         return planned
 
-    def _lines(self, segment: Segment) -> Iterator[bytes]:
+    def _lines(self, segment: Segment) -> Iterator[Any]:
         """The segment's lines, each read with a bound (source.max_uncut_bytes): a line is
-        held whole to be parsed, so a longer one is an error, never a read without end."""
+        held whole to be parsed, so a longer one is an error, never a read without end.
+        Bytes; in a piece of a file (bytes, its line number in the file)."""
         file = segment.file
         limit = file.max_uncut_bytes
         if file.seekable:
@@ -71,14 +72,14 @@ class JsonlFormat(Format):
                     yield line
         else:
             stream = STREAMS.take(file, segment.start)
-            f, offset, number = stream.f, stream.offset, stream.lines
+            reader, offset, number = stream.f, stream.offset, stream.lines
             kept = False
             try:
                 with reading_errors(file.name, file.compression):
                     if offset < segment.start:  # the lines before the piece's: read past
-                        offset, number = _skip_lines(f, segment.start, limit, offset, number)
+                        offset, number = _skip_lines(reader, segment.start, limit, offset, number)
                     # a piece's lines are those that start in it
-                    while offset < segment.end and (line := f.readline(limit + 1)):
+                    while offset < segment.end and (line := reader.readline(limit + 1)):
                         number += 1
                         _check_length(line, limit, segment, offset, number)
                         offset += len(line)
@@ -88,7 +89,7 @@ class JsonlFormat(Format):
                     kept = True
             finally:
                 if not kept:
-                    f.close()
+                    reader.close()
 
     def parts(self, segment: Segment) -> Iterator[Part]:
         file = segment.file
@@ -128,12 +129,12 @@ def _several(line: bytes, where: Any, error: ValueError) -> list[Any]:
     datasets' json builder reads them); else the line's own error, in one line."""
     if getattr(error, "msg", None) == "Extra data":
         text = line.decode(json.detect_encoding(line), "surrogatepass")  # as json.loads
-        values, at = [], _WHITESPACE.match(text).end()
+        values, at = [], _past_space(text, 0)
         try:
             while at < len(text):
                 value, at = _DECODER.raw_decode(text, at)
                 values.append(value)
-                at = _WHITESPACE.match(text, at).end()
+                at = _past_space(text, at)
             return values
         except RecursionError:
             raise _too_deep(where) from None
@@ -182,6 +183,12 @@ def _too_deep(where: Any) -> UserError:
 
 _DECODER = json.JSONDecoder()
 _WHITESPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace
+
+
+def _past_space(text: str, at: int) -> int:
+    """Where the JSON whitespace from `at` on ends (`at`, if there is none there)."""
+    found = _WHITESPACE.match(text, at)  # (always found: the pattern matches nothing too)
+    return found.end() if found else at
 
 
 # --- a file that is one JSON array ----------------------------------------------------------
@@ -293,7 +300,7 @@ class _Elements:
     def _next(self) -> str:
         """The next character that is not whitespace ("" at the end), not taken."""
         while True:
-            self.at = _WHITESPACE.match(self.text, self.at).end()
+            self.at = _past_space(self.text, self.at)
             if self.at < len(self.text) or self.eof:
                 return self.text[self.at : self.at + 1]
             self._more()

@@ -440,7 +440,8 @@ def _dictionary_batches(pf: Any, file: InputFile, group: int) -> Iterator[Any]:
     import numpy as np
     import pyarrow.compute as pc
 
-    lengths, seen, limit = None, None, min(file.max_uncut_bytes, BATCH_BYTES)
+    lengths: Any = None
+    seen, limit = None, min(file.max_uncut_bytes, BATCH_BYTES)
     for values in pf.iter_batches(BATCH_ROWS, row_groups=[group], columns=[file.text_field]):
         column = values.column(0)
         if not hasattr(column, "dictionary"):  # read_dictionary holds for text alone: a

@@ -85,7 +85,8 @@ def read_pages(path: str, group: Any, column: Optional[int]) -> Optional[Pages]:
     if not offsets:
         return None
     position = min(offsets)
-    end, found = position + chunk.total_compressed_size, []
+    end = position + chunk.total_compressed_size
+    found: list[tuple[Any, int, int]] = []  # the pages: kind, rows, size
     dictionary, entry, least = 0, 0, 1 << 62  # its size, longest and shortest entries
     entries = 0  # its entries, as its header says
     try:
@@ -238,7 +239,8 @@ class _Compact:
         return (n >> 1) ^ -(n & 1)
 
     def fields(self) -> dict[int, Any]:
-        found, field = {}, 0
+        found: dict[int, Any] = {}
+        field = 0
         while (head := self.byte()) != 0:
             kind = head & 0x0F
             field = field + (head >> 4) if head >> 4 else self.zigzag()

@@ -99,8 +99,11 @@ class TextFormat(Format):
             read = marking_invalid if file.skip_invalid else decode
             ends = ((o + len(raw), read(raw, file.name, o)) for o, raw in self.raw(segment))
             limit = file.max_uncut_bytes
-            docs = (_split_after(ends, file.doc_end, limit, file.name) if file.doc_end
-                    else _split(ends, file.doc_separator, limit, file.name))  # fmt: skip
+            if file.doc_end:
+                docs = _split_after(ends, file.doc_end, limit, file.name)
+            else:
+                assert file.doc_separator  # one of the two, as the test above says
+                docs = _split(ends, file.doc_separator, limit, file.name)
             for doc in docs:
                 if file.skip_invalid and MARKED.search(doc):  # a byte not UTF-8: left out
                     yield SKIPPED
@@ -126,14 +129,14 @@ class TextFormat(Format):
             return
         if read_whole(segment):  # in one piece: encoded with others a batch at a time (a
             # corpus of 200,000 small files spent as long in per-document steps as encoding)
-            data, read = read_small(file.path, file.size)
+            data, stat = read_small(file.path, file.size)
             if file.size > file.max_uncut_bytes:  # else no stretch of it can be too long
                 for _ in guard_cuts([(0, data)], segment.cut_at, file.max_uncut_bytes, file.name):
                     pass
             text = decode(data, file.name, 0)
             # keyed as every text file is, by its sha256: of the very bytes read
             digest = hashlib.sha256(data).digest()
-            yield Part([text], whole=text, key=digest[:16], sha256=digest, read_as=read)
+            yield Part([text], whole=text, key=digest[:16], sha256=digest, read_as=stat)
             return
         last = segment.end == (file.size if file.seekable else STREAM_END)
         yield Part(self.text(segment), starts=segment.start == 0, ends=last)

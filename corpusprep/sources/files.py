@@ -85,11 +85,12 @@ class FilesSource(Source):
                 path = os.path.abspath(m)
                 real[path] = real.get(path) or r
         unknown = [p for p, r in real.items() if r is None]
-        real.update(zip(unknown, real_paths(unknown)))
+        resolved = dict(zip(unknown, real_paths(unknown)))
+        real_of = {p: r if r is not None else resolved[p] for p, r in real.items()}
         # one path per file: its own path if listed, else the first in sorted order
         first: dict[str, str] = {}
-        for path in sorted(real, key=lambda p: (real[p] != p, p)):
-            first.setdefault(real[path], path)
+        for path in sorted(real_of, key=lambda p: (real_of[p] != p, p)):
+            first.setdefault(real_of[path], path)
         dropped = skipped + len(real) - len(first)
         if dropped:
             print(f"corpusprep: note: source.glob: {dropped} path{'s' if dropped > 1 else ''} "

@@ -125,11 +125,11 @@ class HfSource(Source):
                   f"names ({wrong}); downloading it again", file=sys.stderr)  # fmt: skip
             _forget(path)
             again = self._download(name, sha, progress)
-            if (wrong := _not_as_named(again)) is not None:
+            if (still := _not_as_named(again)) is not None:
                 _forget(again)
                 raise UserError(
                     f"source=hf: {name} of {self.what} at {sha[:12]}: the bytes downloaded "
-                    f"are not those the Hub names ({wrong}); nothing was kept; run again "
+                    f"are not those the Hub names ({still}); nothing was kept; run again "
                     "later, or tell the dataset's owner"
                 )
             paths = [again if p == path else p for p in paths]
@@ -239,7 +239,8 @@ class HfSource(Source):
         """The dataset card's YAML (README.md), updated by .huggingface.yaml, as datasets reads."""
         import yaml
 
-        hub, data = _hub(), {}
+        hub = _hub()
+        data: dict[str, Any] = {}
         if "README.md" in names:
             path = self._download("README.md", sha, progress=False)
             try:  # the YAML between the --- lines, as DatasetCard.load reads it
@@ -674,7 +675,8 @@ class _Rules:
         if sharded:
             # datasets' string_to_dict: the pattern's name part read as a regex, {split} a group
             tail = posixpath.basename(SHARDED).replace("{split}", "(.+)")
-            splits = {re.search(tail, posixpath.basename(f)).group(1) for f in sharded}
+            names = (re.search(tail, posixpath.basename(f)) for f in sharded)
+            splits = {found.group(1) for found in names if found}  # (all: the glob found them)
             bad = [s for s in splits if not re.match(r"^\w+(\.\w+)*$", s)]
             if bad:
                 raise UserError(
@@ -694,7 +696,7 @@ class _Rules:
         )
 
     def _resolve_all(self, patterns: dict[str, list[str]], base: str) -> dict[str, list[str]]:
-        out = {}
+        out: dict[str, list[str]] = {}
         for split, split_patterns in patterns.items():
             out[split] = []
             for pattern in split_patterns:

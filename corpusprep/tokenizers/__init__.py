@@ -94,6 +94,9 @@ class Tokenizer(ABC):
     tables out of the pickled state and rebuild them lazily (see CharTokenizer).
     """
 
+    # A subclass may set these attributes, or compute them in properties (which type
+    # checkers call an override of a writable attribute: hence those `type: ignore`s)
+
     #: Where a text may be cut so that encoding the pieces gives the ids of encoding it
     #: whole: a regex over UTF-8 bytes (ASCII only, so it works on str too) whose matches
     #: end at the cuts. ANYWHERE (None) for char and byte; NOWHERE (b"") when no rule is

@@ -26,7 +26,7 @@ import tempfile
 import threading
 from array import array
 from collections.abc import Iterator, Sequence
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 BATCH_CHARS = 1 << 22  # characters per batch sent: a few MB held on each side at a time
 _U64 = struct.Struct("<Q")
@@ -64,20 +64,22 @@ def train(units: Sequence[str], vocab_size: int, pattern: str) -> list[bytes]:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=said,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
         )  # fmt: skip
+        stdin, stdout = child.stdin, child.stdout
+        assert stdin is not None and stdout is not None  # (both are pipes)
         try:
             try:
-                _send(child.stdin, units, vocab_size, pattern)
-                child.stdin.close()
+                _send(stdin, units, vocab_size, pattern)
+                stdin.close()
             except BrokenPipeError:  # it stopped reading: its answer says why
                 pass
-            answer = child.stdout.read()
+            answer = stdout.read()
             child.wait()
         except BaseException:  # a Ctrl-C or SIGTERM: the training stops now
             child.kill()
             child.wait()
             raise
         finally:
-            for pipe in (child.stdin, child.stdout):
+            for pipe in (stdin, stdout):
                 with contextlib.suppress(OSError):  # a write it never read: nothing to flush to
                     pipe.close()
         if not answer:
@@ -88,7 +90,7 @@ def train(units: Sequence[str], vocab_size: int, pattern: str) -> list[bytes]:
     return _answer(answer)
 
 
-def _send(stream: BinaryIO, units: Sequence[str], vocab_size: int, pattern: str) -> None:
+def _send(stream: IO[bytes], units: Sequence[str], vocab_size: int, pattern: str) -> None:
     stream.write(_U64.pack(vocab_size) + _framed(pattern.encode()))
     batch: list[str] = []
     chars = 0
@@ -103,7 +105,7 @@ def _send(stream: BinaryIO, units: Sequence[str], vocab_size: int, pattern: str)
     stream.write(_BATCH.pack(0, 0))
 
 
-def _send_batch(stream: BinaryIO, batch: list[str]) -> None:
+def _send_batch(stream: IO[bytes], batch: list[str]) -> None:
     data = "".join(batch).encode()
     stream.write(_BATCH.pack(len(batch), len(data)))
     stream.write(array("Q", map(len, batch)).tobytes())

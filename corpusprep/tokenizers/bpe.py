@@ -246,11 +246,13 @@ class BpeTokenizer(TiktokenTokenizer):
         return ("bpe", self.pat_str, self.ranks_sha256, self.eot)
 
     def _load_vocab(self) -> Vocabulary:
+        ranks = self._fitted()
+        assert self.ranks_sha256 is not None  # set with the ranks (_set)
         return Vocabulary(
             f"corpusprep-bpe-{self.ranks_sha256[:12]}",
             self.pat_str,
-            {token: rank for rank, token in enumerate(self.ranks)},
-            {EOT: len(self.ranks)} if self.eot else {},
+            {token: rank for rank, token in enumerate(ranks)},
+            {EOT: len(ranks)} if self.eot else {},
         )
 
     def _vocab(self) -> Vocabulary:
@@ -259,7 +261,7 @@ class BpeTokenizer(TiktokenTokenizer):
         return super()._vocab()
 
     @property
-    def cut_at(self) -> Optional[bytes]:
+    def cut_at(self) -> Optional[bytes]:  # type: ignore[override]
         return CUT_AT if self.pat_str in PROVEN_PATTERNS.values() else NOWHERE
 
     @property
@@ -271,7 +273,7 @@ class BpeTokenizer(TiktokenTokenizer):
         return self.vocab_size - 1
 
     @property
-    def eot_id(self) -> Optional[int]:
+    def eot_id(self) -> Optional[int]:  # type: ignore[override]
         if self.ranks is None:  # before fit: documents will get one (eot=auto asks this)
             return self.requested_size - 1
         return len(self.ranks) if self.eot else None
@@ -316,13 +318,15 @@ class BpeTokenizer(TiktokenTokenizer):
         self.origin = f"{folder}: its tokenizer.pattern={self.pattern!r}"
         self.eot = description.get("eot_id") is not None
         self.trained = {k: description[k] for k in TRAINED if k in description}
+        assert folder is not None  # (read_kept refuses None)
         self._set(read_tokens(data, Path(folder) / FILE))
 
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> Optional[dict[str, Any]]:
         # the same bytes from every run of the same training: no timings in it
         meta = super().meta()
-        for key in ("train_seconds", "trainer_version", "backend"):
-            meta.pop(key, None)
+        if meta is not None:
+            for key in ("train_seconds", "trainer_version", "backend"):
+                meta.pop(key, None)
         return meta
 
 

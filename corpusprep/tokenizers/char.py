@@ -52,7 +52,7 @@ class CharTokenizer(Tokenizer):
             )
 
     @property
-    def eot_id(self) -> Optional[int]:
+    def eot_id(self) -> Optional[int]:  # type: ignore[override]
         return len(self._fitted()) if self.eot else None
 
     def _fitted(self) -> list[str]:
@@ -78,7 +78,7 @@ class CharTokenizer(Tokenizer):
             if codes.size and int(codes.max()) >= lut.size:
                 raise KeyError(self._unknown(text))
         ids = np.take(lut, codes)
-        if ids.size and int(ids.max()) >= len(self.chars):
+        if ids.size and int(ids.max()) >= len(self._fitted()):
             raise KeyError(self._unknown(text))
         return ids
 
@@ -86,8 +86,8 @@ class CharTokenizer(Tokenizer):
         """Like encode() on each piece, faster: ASCII text is looked up two characters at a
         time, and the ids land in one reused buffer (each array is valid until the next
         one is asked for: the pipeline writes it out at once)."""
-        pairs = self._pair_table()
-        buf = np.empty(0, dtype=self._table().dtype)
+        pairs, lut, known = self._pair_table(), self._table(), len(self._fitted())
+        buf = np.empty(0, dtype=lut.dtype)
         for text in pieces:
             if pairs is None or not text.isascii():
                 yield self.encode(text)
@@ -98,8 +98,8 @@ class CharTokenizer(Tokenizer):
             ids, even = buf[: len(raw)], len(raw) & ~1
             np.take(pairs, np.frombuffer(raw, np.uint16, even // 2), out=ids[:even].view(np.uint32))
             if even < len(raw):
-                ids[-1] = self._lut[raw[-1]]
-            if ids.size and int(ids.max()) >= len(self.chars):
+                ids[-1] = lut[raw[-1]]
+            if ids.size and int(ids.max()) >= known:
                 raise KeyError(self._unknown(text))
             yield ids
 

@@ -287,7 +287,8 @@ class HfTokenizer(Tokenizer):
                 "tokenizer.add_special_tokens=false"
             )
         self.template = template or ([], [])
-        self._specials = tuple(np.array(ids, dtype=np.uint32) for ids in self.template)
+        before, after = (np.array(ids, dtype=np.uint32) for ids in self.template)
+        self._specials = (before, after)
         decoder = spec.get("decoder") or {}
         self.decoder = decoder.get("type")
         steps = (decoder.get("decoders") or []) if self.decoder == "Sequence" else [decoder]
@@ -461,8 +462,10 @@ class HfTokenizer(Tokenizer):
                 itos[i] = added[i]
             elif tok.id_to_token(i) is not None:
                 text = tok.decode([anchor, i]) if anchor is not None else None
-                ok = text is not None and text.startswith(prefix)
-                itos[i] = text[len(prefix) :] if ok else tok.decode([i])
+                if text is not None and text.startswith(prefix):
+                    itos[i] = text[len(prefix) :]
+                else:
+                    itos[i] = tok.decode([i])
         return itos
 
     def files(self) -> dict[str, bytes]:

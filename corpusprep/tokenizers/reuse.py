@@ -57,15 +57,15 @@ class ReusedTokenizer(Tokenizer):
     # --- what the pipeline asks: the reused tokenizer's answers ---------------------------
 
     @property
-    def cut_at(self) -> Optional[bytes]:
+    def cut_at(self) -> Optional[bytes]:  # type: ignore[override]
         return self.inner.cut_at
 
     @property
-    def fast(self) -> bool:
+    def fast(self) -> bool:  # type: ignore[override]
         return self.inner.fast
 
     @property
-    def eot_id(self) -> Optional[int]:
+    def eot_id(self) -> Optional[int]:  # type: ignore[override]
         return self.inner.eot_id
 
     @property

@@ -69,7 +69,7 @@ SEGMENT = 1 << 14
 FILE = "tokenizer.model"
 MISSING = "tokenizer=sentencepiece needs sentencepiece: pip install 'corpusprep[sentencepiece]'"
 # llama2.c's train_vocab, but lossless (remove_extra_whitespaces=False, as Llama 2's own)
-TRAINING = dict(model_type="bpe", self_test_sample_size=0, character_coverage=1.0,
+TRAINING: dict[str, Any] = dict(model_type="bpe", self_test_sample_size=0, character_coverage=1.0,
                 split_digits=True, allow_whitespace_only_pieces=True, byte_fallback=True,
                 unk_surface=r" \342\201\207 ", normalization_rule_name="identity",
                 remove_extra_whitespaces=False, max_sentence_length=1 << 16,
@@ -244,7 +244,7 @@ class SentencePieceTokenizer(Tokenizer):
         return self.requested_size if self.model is None else self._sp().get_piece_size()
 
     @property
-    def eot_id(self) -> Optional[int]:
+    def eot_id(self) -> Optional[int]:  # type: ignore[override]
         return None  # documents are marked by <s> (document_specials), not separated
 
     def encode(self, text: str) -> np.ndarray:
@@ -437,6 +437,7 @@ def _fields(data: bytes) -> Iterator[tuple[int, int, Any]]:
     """(field number, wire type, value) of a protobuf message: an int (varint, fixed) or
     bytes (length-delimited)."""
     pos = 0
+    value: Any
     while pos < len(data):
         key, pos = _varint(data, pos)
         field, wire = key >> 3, key & 7

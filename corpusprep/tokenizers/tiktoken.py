@@ -101,16 +101,14 @@ def base_spec(name: str) -> dict[str, Any]:
 
     tiktoken's constructors load the ranks (a download the first time); here the loaders
     they call are swapped for stubs while the constructor runs, so no file is read."""
-    import tiktoken
-    import tiktoken.registry as registry
     import tiktoken_ext.openai_public as public
 
-    if name not in tiktoken.list_encoding_names():
+    constructors = _constructors()
+    if name not in constructors:
         raise UserError(
-            f"tokenizer.encoding={name}: unknown encoding; tiktoken knows "
-            f"{', '.join(tiktoken.list_encoding_names())}"
+            f"tokenizer.encoding={name}: unknown encoding; tiktoken knows {', '.join(constructors)}"
         )
-    constructor = registry.ENCODING_CONSTRUCTORS[name]
+    constructor = constructors[name]
     with _lock:
         saved = public.load_tiktoken_bpe, public.data_gym_to_mergeable_bpe_ranks
         public.load_tiktoken_bpe = lambda *a, **k: {}
@@ -120,6 +118,16 @@ def base_spec(name: str) -> dict[str, Any]:
         finally:
             public.load_tiktoken_bpe, public.data_gym_to_mergeable_bpe_ranks = saved
     return {"pat_str": spec["pat_str"], "special_tokens": spec["special_tokens"]}
+
+
+def _constructors() -> dict[str, Callable[[], dict[str, Any]]]:
+    """tiktoken's registry: each encoding's constructor, by name (list_encoding_names
+    fills it the first time)."""
+    import tiktoken
+    import tiktoken.registry as registry
+
+    tiktoken.list_encoding_names()
+    return registry.ENCODING_CONSTRUCTORS or {}
 
 
 # A .tiktoken file bigger than this is not a vocabulary: cl100k_base's is 1.7 MB, o200k_base's
@@ -189,7 +197,7 @@ def read_ranks(path: Path, sha256: Optional[str] = None) -> dict[bytes, int]:
                 token, rank = line.split()
                 pairs.append((base64.b64decode(token, validate=True), int(rank)))
                 numbers.append(number)
-        except (ValueError, base64.binascii.Error):
+        except (ValueError, binascii.Error):
             raise UserError(
                 f"tokenizer.ranks_file={path}: line {number} is not 'base64-token rank'; "
                 "give a .tiktoken ranks file"
@@ -404,10 +412,8 @@ class TiktokenTokenizer(Tokenizer):
             spec = base_spec(self.encoding)
             return Vocabulary(self.encoding, spec["pat_str"], parse_checked_ranks(data),
                               spec["special_tokens"], file=data)  # fmt: skip
-        import tiktoken.registry as registry
-
         try:  # what tiktoken.get_encoding builds its Encoding from (a download, cached)
-            spec = registry.ENCODING_CONSTRUCTORS[self.encoding]()
+            spec = _constructors()[self.encoding]()
         except Exception as e:
             raise UserError(
                 f"tokenizer.encoding={self.encoding}: cannot load its ranks ({_reason(e)}); "
@@ -418,7 +424,7 @@ class TiktokenTokenizer(Tokenizer):
                           spec["special_tokens"])  # fmt: skip
 
     @property
-    def cut_at(self) -> Optional[bytes]:
+    def cut_at(self) -> Optional[bytes]:  # type: ignore[override]
         return WORD_CUT_AT if self._vocab()._pat_str in PROVEN_PATTERNS.values() else b""
 
     @property
@@ -430,7 +436,7 @@ class TiktokenTokenizer(Tokenizer):
         return self._vocab().max_token_value
 
     @property
-    def eot_id(self) -> Optional[int]:
+    def eot_id(self) -> Optional[int]:  # type: ignore[override]
         return self._vocab()._special_tokens.get("<|endoftext|>")
 
     def _fast(self):
@@ -735,7 +741,8 @@ class _Splintr:
         vocab = tokenizer._vocab()
         data = vocab.file  # GPT-2's shipped file as it is; else written out (ranks 0..n-1)
         if data is None:
-            data = ranks_file_bytes(sorted(vocab._mergeable_ranks, key=vocab._mergeable_ranks.get))
+            ranks = vocab._mergeable_ranks
+            data = ranks_file_bytes(sorted(ranks, key=ranks.__getitem__))
         core = splintr.Tokenizer.from_bytes(data, splintr_pattern(vocab._pat_str), {})
         try:
             self.core = core.pcre2(True)
