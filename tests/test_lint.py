@@ -3,9 +3,11 @@
 import importlib.util
 import subprocess
 import sys
+import venv
+import zipfile
 
 import pytest
-from helpers import REPO
+from helpers import REPO, fresh_copy
 
 
 @pytest.mark.parametrize("args", [["check", "."], ["format", "--check", "."]])
@@ -28,6 +30,39 @@ def test_mypy_on_the_public_api(tmp_path):
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     assert "no issues found in" in r.stdout  # it read the files pyproject names
+
+
+def test_a_plugin_is_type_checked_against_the_installed_package(tmp_path):
+    """The wheel marks its types (PEP 561's py.typed): a plugin's own mypy reads them from
+    the installed package, as it would from site-packages, and catches a misuse."""
+    if importlib.util.find_spec("mypy") is None:
+        pytest.skip("mypy is not installed: pip install '.[test]'")
+    source, wheels, env = tmp_path / "source", tmp_path / "wheels", tmp_path / "env"
+    fresh_copy(source)  # pip builds in the tree it is given: not in this checkout
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(source)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if r.returncode != 0:
+        pytest.skip(f"cannot build a wheel here: {r.stderr.strip()[-200:]}")
+    venv.create(env)  # an environment of its own, without pip: the wheel unpacked into it
+    (site,) = env.glob("lib/python*/site-packages")
+    (wheel,) = wheels.glob("corpusprep-*.whl")
+    zipfile.ZipFile(wheel).extractall(site)
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text(
+        "import corpusprep\n\n"
+        "folder: str = corpusprep.load('data/my')\n"  # a PreparedDataset, not a str
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental", "--follow-imports=silent",
+         "--python-executable", str(env / "bin" / "python"), str(plugin)],
+        cwd=tmp_path, capture_output=True, text=True,
+    )  # fmt: skip
+    said = r.stdout + r.stderr
+    assert "py.typed" not in said, said  # found, and read as typed
+    assert 'expression has type "PreparedDataset", variable has type "str"' in said, said
+    assert r.returncode == 1
 
 
 def test_ci_runs_exactly_the_readmes_test_command():
