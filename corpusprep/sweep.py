@@ -16,6 +16,7 @@ import json
 import os
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -31,7 +32,8 @@ RECORD = "corpusprep_job.json"
 COLUMNS = ["job", "corpus", "tokenizer", "split", "dtype", "vocab", "train_tokens", "val_tokens",
            "val_bytes", "bytes_per_token", "vocab_use", "bytes_on_disk", "chars_per_token",
            "seconds", "status", "reason"]  # fmt: skip
-# job number -> why its folder could not be made (the basic launcher runs jobs in this process)
+# job number -> why its folder could not be made (the basic launcher runs jobs in this
+# process; the joblib launcher's workers send it back as the job's return value, _Unmade)
 _UNMADE: dict[int, str] = {}
 AGAIN = "run the sweep again (its jobs that finished are skipped)"
 
@@ -387,7 +389,8 @@ def guard_job_folders() -> None:
             failed = os.path.abspath(os.fsdecode(e.filename)) if e.filename else ""
             if not (failed + os.sep).startswith(sweep + os.sep):  # not the job's folder made
                 raise
-            _UNMADE[config.hydra.job.num] = f"its folder could not be made ({e.strerror})"
+            unmade = _Unmade(config.hydra.job.num, f"its folder could not be made ({e.strerror})")
+            _UNMADE[unmade.job] = unmade.reason
             if e.errno in (errno.EEXIST, errno.ENOTDIR):
                 fix = "a file is in its way: move it, or choose another hydra.sweep.dir"
             elif e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
@@ -400,7 +403,7 @@ def guard_job_folders() -> None:
             # COMPLETED: the sweeper reads each job's return value, which would raise the
             # error again; the sweep's table counts the job failed (it left no record)
             return JobReturn(overrides=list(config.hydra.overrides.task),
-                             status=JobStatus.COMPLETED)  # fmt: skip
+                             status=JobStatus.COMPLETED, _return_value=unmade)  # fmt: skip
 
     run_job_or_say_why._corpusprep_guard = True  # type: ignore[attr-defined]
     # the launcher's module holds its own reference, and Hydra's plugin scan runs that
@@ -409,9 +412,19 @@ def guard_job_folders() -> None:
     _guard_launchers(run_job_or_say_why)
 
 
+@dataclass(frozen=True)
+class _Unmade:
+    """The return value of a job whose folder could not be made: why, for the table."""
+
+    job: int
+    reason: str
+
+
 JOBLIB = "hydra_plugins.hydra_joblib_launcher"
 JOBLIB_CORE = f"{JOBLIB}._core"
-_JOBLIB_EXECUTE: list[Callable[..., Any]] = []  # the joblib launcher's own execute_job
+# the joblib launcher's own execute_job (run in its workers) and launch (in the driver)
+_JOBLIB_EXECUTE: list[Callable[..., Any]] = []
+_JOBLIB_LAUNCH: list[Callable[..., Any]] = []
 
 
 def _guard_launchers(guarded: Callable[..., Any]) -> None:
@@ -426,6 +439,9 @@ def _guard_launchers(guarded: Callable[..., Any]) -> None:
     if core is not None and core.execute_job is not _joblib_job:  # type: ignore[attr-defined]
         _JOBLIB_EXECUTE[:] = [core.execute_job]  # type: ignore[attr-defined]
         core.execute_job = _joblib_job  # type: ignore[attr-defined]
+    if core is not None and core.launch is not _joblib_launch:  # type: ignore[attr-defined]
+        _JOBLIB_LAUNCH[:] = [core.launch]  # type: ignore[attr-defined]
+        core.launch = _joblib_launch  # type: ignore[attr-defined]
 
 
 def _joblib_job(*args: Any, **kw: Any) -> Any:
@@ -435,6 +451,17 @@ def _joblib_job(*args: Any, **kw: Any) -> Any:
     importlib.import_module(JOBLIB_CORE)
     guard_job_folders()
     return _JOBLIB_EXECUTE[0](*args, **kw)
+
+
+def _joblib_launch(*args: Any, **kw: Any) -> Any:
+    """The joblib launcher's launch, in the driver: the reason a worker gives for a job
+    whose folder it could not make is kept for the table (_UNMADE)."""
+    returns = _JOBLIB_LAUNCH[0](*args, **kw)
+    for done in returns:
+        unmade = getattr(done, "_return_value", None)
+        if isinstance(unmade, _Unmade):
+            _UNMADE[unmade.job] = unmade.reason
+    return returns
 
 
 def check_clashes(config: DictConfig) -> None:

@@ -596,7 +596,8 @@ def test_a_file_where_a_jobs_folder_goes_is_one_line_and_the_sweep_goes_on(work)
 def test_a_file_where_a_jobs_folder_goes_under_joblib_is_one_line_too(work):
     """hydra/launcher=joblib runs each job (and makes its folder) in a worker process,
     where Hydra's run_job was not guarded: the file in the way ended the sweep with a
-    garbled remote traceback and no table, job 0's result unsaid."""
+    garbled remote traceback and no table, job 0's result unsaid; then the table said the
+    job left no record."""
     (work / "sw").mkdir()
     (work / "sw" / "j1").write_text("mine")
     r = run_cli("-m", "source=file", "source.path=a.txt", "split=0.8,0.9", "hydra.sweep.dir=sw",
@@ -611,6 +612,9 @@ def test_a_file_where_a_jobs_folder_goes_under_joblib_is_one_line_too(work):
     assert "corpusprep sweep: 2 jobs (1 failed, 1 ok)" in r.stderr
     assert (work / "sw" / "j1").read_text() == "mine"
     assert (work / "o_0.8" / "manifest.json").is_file()
+    # the table says why, as under the basic launcher (the worker's reason reaches the
+    # driver), not that the job left no record
+    assert "its folder could not be made (File exists)" in (work / "sw" / "summary.md").read_text()
 
 
 def test_a_quiet_joblib_sweeps_count_line_is_not_called_an_error(work):
