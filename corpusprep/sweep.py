@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import functools
 import io
 import json
 import os
@@ -422,16 +423,19 @@ class _Unmade:
 
 JOBLIB = "hydra_plugins.hydra_joblib_launcher"
 JOBLIB_CORE = f"{JOBLIB}._core"
-# the joblib launcher's own execute_job (run in its workers) and launch (in the driver)
+SUBMITIT = "hydra_plugins.hydra_submitit_launcher.submitit_launcher"
+# the joblib launcher's own execute_job (run in its workers) and launch (in the driver);
+# the submitit launchers' launch (in the driver)
 _JOBLIB_EXECUTE: list[Callable[..., Any]] = []
 _JOBLIB_LAUNCH: list[Callable[..., Any]] = []
+_SUBMITIT_LAUNCH: list[Callable[..., Any]] = []
 
 
 def _guard_launchers(guarded: Callable[..., Any]) -> None:
-    """The launchers' own references to run_job: the basic launcher's, and the joblib
-    launcher's, whose jobs run (and make their folders) in worker processes: the job it
-    sends them is one that guards the worker's run_job first."""
-    for name in ("hydra._internal.core_plugins.basic_launcher", JOBLIB_CORE):
+    """The launchers' own references to run_job: the basic launcher's, and those of the
+    joblib and submitit launchers, whose jobs run (and make their folders) in worker
+    processes: the job each sends them is one that guards the worker's run_job first."""
+    for name in ("hydra._internal.core_plugins.basic_launcher", JOBLIB_CORE, SUBMITIT):
         module = sys.modules.get(name)
         if module is not None:
             module.run_job = guarded  # type: ignore[attr-defined]
@@ -442,6 +446,11 @@ def _guard_launchers(guarded: Callable[..., Any]) -> None:
     if core is not None and core.launch is not _joblib_launch:  # type: ignore[attr-defined]
         _JOBLIB_LAUNCH[:] = [core.launch]  # type: ignore[attr-defined]
         core.launch = _joblib_launch  # type: ignore[attr-defined]
+    submitit = sys.modules.get(SUBMITIT)
+    launcher = getattr(submitit, "BaseSubmititLauncher", None)
+    if launcher is not None and launcher.launch is not _submitit_launch:
+        _SUBMITIT_LAUNCH[:] = [launcher.launch]
+        launcher.launch = _submitit_launch
 
 
 def _joblib_job(*args: Any, **kw: Any) -> Any:
@@ -454,9 +463,37 @@ def _joblib_job(*args: Any, **kw: Any) -> Any:
 
 
 def _joblib_launch(*args: Any, **kw: Any) -> Any:
-    """The joblib launcher's launch, in the driver: the reason a worker gives for a job
-    whose folder it could not make is kept for the table (_UNMADE)."""
-    returns = _JOBLIB_LAUNCH[0](*args, **kw)
+    """The joblib launcher's launch, in the driver."""
+    return _kept_unmade(_JOBLIB_LAUNCH[0](*args, **kw))
+
+
+def _submitit_launch(self: Any, *args: Any, **kw: Any) -> Any:
+    """The submitit launchers' launch, in the driver. submitit pickles the launcher itself
+    as each job: it goes as a subclass whose call guards the worker's run_job first."""
+    plain = type(self)
+    self.__class__ = _guarded_submitit(plain)
+    try:
+        returns = _SUBMITIT_LAUNCH[0](self, *args, **kw)
+    finally:
+        self.__class__ = plain
+    return _kept_unmade(returns)
+
+
+@functools.cache
+def _guarded_submitit(plain: type) -> type:
+    # made here, not importable: cloudpickle sends it by value (its __call__ by name)
+    return type(f"Guarded{plain.__name__}", (plain,), {"__call__": _submitit_job})
+
+
+def _submitit_job(self: Any, *args: Any, **kw: Any) -> Any:
+    """A submitit launcher's job, in its worker: run_job guarded, then the job."""
+    guard_job_folders()
+    return super(type(self), self).__call__(*args, **kw)
+
+
+def _kept_unmade(returns: Any) -> Any:
+    """The reason a worker gives for a job whose folder it could not make, kept for the
+    table (_UNMADE): the jobs' returns, as they are."""
     for done in returns:
         unmade = getattr(done, "_return_value", None)
         if isinstance(unmade, _Unmade):

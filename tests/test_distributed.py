@@ -668,6 +668,21 @@ def test_slurm_single_node_same_bytes_and_resubmits(corpus, pieces):
         assert r.returncode == 0, r.stderr
         assert "submitting it again" in r.stderr
         assert all(line.startswith("corpusprep: ") for line in r.stderr.splitlines()), r.stderr
+        # a sweep on hydra/launcher=submitit_slurm, a file where its job 1's folder goes:
+        # submitit's FailedJobError traceback and no table, before the job was guarded
+        (corpus / "sw").mkdir()
+        (corpus / "sw" / "j1").write_text("mine")
+        r = run_cli(*ARGS, "-m", "split=0.8,0.9", "hydra/launcher=submitit_slurm",
+                    "hydra.launcher.partition=debug", "hydra.launcher.mem_gb=1",
+                    "hydra.sweep.dir=sw", "hydra.sweep.subdir=j${hydra.job.num}",
+                    "out_dir=sweep_${split}", cwd=corpus, env={**ENV, **env}, timeout=600,
+                    wrap=wrap)  # fmt: skip
+        assert r.returncode == 1, r.stderr
+        assert "Traceback" not in r.stderr, r.stderr
+        assert "corpusprep sweep: 2 jobs (1 failed, 1 ok)" in r.stderr
+        summary = (corpus / "sw" / "summary.md").read_text()
+        assert "its folder could not be made (File exists)" in summary, summary
+        assert (corpus / "sweep_0.8" / "manifest.json").is_file()
     same_as_reference(corpus, "slurm2")
 
 

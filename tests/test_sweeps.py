@@ -593,28 +593,33 @@ def test_a_file_where_a_jobs_folder_goes_is_one_line_and_the_sweep_goes_on(work)
     assert "its folder could not be made (File exists)" in (work / "sw" / "summary.md").read_text()
 
 
-def test_a_file_where_a_jobs_folder_goes_under_joblib_is_one_line_too(work):
-    """hydra/launcher=joblib runs each job (and makes its folder) in a worker process,
-    where Hydra's run_job was not guarded: the file in the way ended the sweep with a
-    garbled remote traceback and no table, job 0's result unsaid; then the table said the
-    job left no record."""
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
+def test_a_file_where_a_jobs_folder_goes_under_another_launcher_is_one_line_too(work, launcher):
+    """hydra/launcher=joblib (and submitit_local) runs each job (and makes its folder) in a
+    worker process, where Hydra's run_job was not guarded: the file in the way ended the
+    sweep with a garbled remote traceback (submitit's FailedJobError) and no table, job 0's
+    result unsaid; then, under joblib, the table said the job left no record."""
+    plugin = {"joblib": "joblib", "submitit_local": "submitit"}[launcher]
+    pytest.importorskip(f"hydra_plugins.hydra_{plugin}_launcher")
+    extra = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else []
     (work / "sw").mkdir()
     (work / "sw" / "j1").write_text("mine")
     r = run_cli("-m", "source=file", "source.path=a.txt", "split=0.8,0.9", "hydra.sweep.dir=sw",
                 "hydra.sweep.subdir=j${hydra.job.num}", "out_dir=o_${split}", "quiet=true",
-                "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", cwd=work)  # fmt: skip
+                f"hydra/launcher={launcher}", *extra, cwd=work)  # fmt: skip
     assert r.returncode == 1, r.stderr
     assert "Traceback" not in r.stderr, r.stderr
-    assert (
-        "corpusprep: error: sw/j1: cannot make the job's folder (File exists); "
-        "a file is in its way: move it, or choose another hydra.sweep.dir\n"
-    ) in r.stderr
     assert "corpusprep sweep: 2 jobs (1 failed, 1 ok)" in r.stderr
     assert (work / "sw" / "j1").read_text() == "mine"
     assert (work / "o_0.8" / "manifest.json").is_file()
     # the table says why, as under the basic launcher (the worker's reason reaches the
     # driver), not that the job left no record
     assert "its folder could not be made (File exists)" in (work / "sw" / "summary.md").read_text()
+    said = "".join(p.read_text() for p in work.glob("sw/.submitit/*/*.err")) + r.stderr
+    assert (  # said by the job's worker: submitit keeps a worker's stderr in its log
+        "corpusprep: error: sw/j1: cannot make the job's folder (File exists); "
+        "a file is in its way: move it, or choose another hydra.sweep.dir\n"
+    ) in said, said
 
 
 def test_a_quiet_joblib_sweeps_count_line_is_not_called_an_error(work):
