@@ -463,20 +463,78 @@ def _joblib_job(*args: Any, **kw: Any) -> Any:
 
 
 def _joblib_launch(*args: Any, **kw: Any) -> Any:
-    """The joblib launcher's launch, in the driver."""
-    return _kept_unmade(_JOBLIB_LAUNCH[0](*args, **kw))
+    """The joblib launcher's launch, in the driver. A worker process that dies (the OOM
+    killer) breaks loky's pool, which raised TerminatedWorkerError out of the sweep: it is
+    one line, and the jobs of this batch that left no record are failed rows."""
+    import re
+
+    from joblib.externals.loky.process_executor import TerminatedWorkerError
+
+    try:
+        return _kept_unmade(_JOBLIB_LAUNCH[0](*args, **kw))
+    except TerminatedWorkerError as e:
+        codes = re.search(r"exit codes of the workers are \{([^}]*)\}", str(e))
+        how = f"{codes.group(1)}; " if codes else ""
+        print(f"corpusprep: error: a worker process of the sweep died ({how}out of memory?); "
+              f"the jobs it ran are failed rows; {AGAIN}", file=sys.stderr)  # fmt: skip
+        return _no_results(len(kw["job_overrides"]))
 
 
 def _submitit_launch(self: Any, *args: Any, **kw: Any) -> Any:
     """The submitit launchers' launch, in the driver. submitit pickles the launcher itself
-    as each job: it goes as a subclass whose call guards the worker's run_job first."""
-    plain = type(self)
+    as each job: it goes as a subclass whose call guards the worker's run_job first. A job
+    that ends without a result (killed, crashed) raised out of the sweep when the launch
+    waited for it: it is one line and a failed row, and the launch waits for the others."""
+    from submitit.core import core
+
+    plain, results = type(self), core.Job.results
     self.__class__ = _guarded_submitit(plain)
+    core.Job.results = _results_or_say_why(results)  # type: ignore[method-assign]
     try:
         returns = _SUBMITIT_LAUNCH[0](self, *args, **kw)
     finally:
         self.__class__ = plain
+        core.Job.results = results  # type: ignore[method-assign]
     return _kept_unmade(returns)
+
+
+def _results_or_say_why(results: Callable[..., Any]) -> Callable[..., Any]:
+    """submitit's Job.results, saying in one line why a job has none (its table row: that
+    it left no record)."""
+    import re
+
+    from submitit.core.utils import FailedJobError, UncompletedJobError
+
+    from corpusprep.errors import escape_controls
+
+    def results_or_say_why(job: Any) -> Any:
+        try:
+            return results(job)
+        except FailedJobError as e:  # an error outside the run (which keeps its own): the
+            # last line of the worker's traceback, which submitit puts between ---- lines
+            trace = str(e).split("-" * 22)
+            said = [line.strip() for line in trace[1 if len(trace) > 1 else 0].splitlines()]
+            why = f"failed: {[line for line in said if line][-1][:200]}" if any(said) else "failed"
+        except UncompletedJobError as e:  # (FailedJobError's base) no result at all
+            state = re.search(r"\(state: ([^)]*)\)", str(e))
+            why = (
+                f"killed or crashed, submitit's state {state.group(1) if state else 'unknown'}"
+                "; out of memory?"
+            )
+        log = escape_controls(str(job.paths.stderr))
+        print(f"corpusprep: error: a job of the sweep ended without a result ({why}); its log "
+              f"is {log}; {AGAIN}", file=sys.stderr)  # fmt: skip
+        return _no_results(1)
+
+    return results_or_say_why
+
+
+def _no_results(n: int) -> list[Any]:
+    """Returns for jobs that gave none: the sweeper reads each one; the table, built from
+    the jobs' records, says which failed."""
+    from hydra.core.utils import JobReturn, JobStatus
+
+    return [JobReturn(status=JobStatus.COMPLETED) for _ in range(n)]
 
 
 @functools.cache

@@ -74,6 +74,23 @@ class CrashOnceCharTokenizer(CharTokenizer):
         yield from super().encode_pieces(pieces)
 
 
+class KilledInFitCharTokenizer(CharTokenizer):
+    """The run's own process killed (SIGKILL, as the kernel's OOM killer does) while it
+    learns the vocabulary, where `split` is `kill_at`: one job of a sweep dying."""
+
+    def __init__(self, split: float = 0.0, kill_at: float = -1.0, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.split, self.kill_at = float(split), float(kill_at)
+
+    def fit(self, charset, eot=False, **kwargs):
+        import os
+        import signal
+
+        if self.split == self.kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().fit(charset, eot, **kwargs)
+
+
 class CrashOnTextCharTokenizer(CharTokenizer):
     """Kills its worker process whenever it is to encode a text holding `poison`: a shard
     that takes its worker down every time (memory, a crash in native code)."""

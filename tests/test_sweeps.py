@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from helpers import REPO, assert_one_line_error, run_cli
+from helpers import FAULTS, REPO, assert_one_line_error, run_cli
 
 
 @pytest.fixture
@@ -620,6 +620,61 @@ def test_a_file_where_a_jobs_folder_goes_under_another_launcher_is_one_line_too(
         "corpusprep: error: sw/j1: cannot make the job's folder (File exists); "
         "a file is in its way: move it, or choose another hydra.sweep.dir\n"
     ) in said, said
+
+
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
+def test_a_job_killed_under_another_launcher_is_one_line_and_a_failed_row(work, launcher):
+    """A job's process killed (the OOM killer, on a big corpus) under joblib was loky's
+    TerminatedWorkerError traceback, under submitit_local its UncompletedJobError: the
+    sweep ended there, with no table, the other job's result unsaid."""
+    from corpusprep.sweep import AGAIN
+
+    plugin = {"joblib": "joblib", "submitit_local": "submitit"}[launcher]
+    pytest.importorskip(f"hydra_plugins.hydra_{plugin}_launcher")
+    extra = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else []
+    r = run_cli("-m", "source=file", "source.path=a.txt", "split=0.8,0.9", "hydra.sweep.dir=sw",
+                "out_dir=o_${split}", "quiet=true", f"hydra/launcher={launcher}", *extra,
+                "tokenizer._target_=fault_tokenizers.KilledInFitCharTokenizer",
+                "+tokenizer.split=${split}", "+tokenizer.kill_at=0.9", cwd=work,
+                env=FAULTS)  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    errors = [line for line in r.stderr.splitlines() if line.startswith("corpusprep: error")]
+    assert len(errors) == 1 and AGAIN in errors[0], r.stderr
+    # joblib knows the signal; submitit, only that the job ended with no result: its log
+    assert ("SIGKILL" if launcher == "joblib" else "_0_log.err; ") in errors[0], errors[0]
+    assert "corpusprep sweep: 2 jobs (1 failed, 1 ok)" in r.stderr
+    assert (work / "o_0.8" / "manifest.json").is_file()
+    rows = table(work / "sw")
+    assert [row["status"] for row in rows] == ["ok", "failed"]
+    assert "killed" in rows[1]["reason"], rows[1]["reason"]
+
+
+def test_a_submitit_job_that_failed_outside_its_run_is_one_line(capsys, tmp_path):
+    """An error in a submitit worker outside the run (Hydra's own, before the job's run
+    keeps its errors) is its FailedJobError: one line, with the worker's last words."""
+    pytest.importorskip("submitit")
+    from types import SimpleNamespace
+
+    from submitit.core.utils import FailedJobError
+
+    from corpusprep.sweep import AGAIN, _results_or_say_why
+
+    log = tmp_path / "sw" / ".submitit" / "7" / "7_0_log.err"
+    trace = ("Job (task=0) failed during processing with trace:\n" + "-" * 22 + "\n"
+             "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\n"
+             "RuntimeError: boom\n\n" + "-" * 22 + "\nYou can check full logs with "
+             f"'job.stderr(0)' and 'job.stdout(0)'or at paths:\n  - {log}\n")  # fmt: skip
+
+    def results(job):
+        raise FailedJobError(trace)
+
+    returns = _results_or_say_why(results)(SimpleNamespace(paths=SimpleNamespace(stderr=log)))
+    assert len(returns) == 1 and returns[0].return_value is None
+    assert capsys.readouterr().err == (
+        "corpusprep: error: a job of the sweep ended without a result (failed: RuntimeError: "
+        f"boom); its log is {log}; {AGAIN}\n"
+    )
 
 
 def test_a_quiet_joblib_sweeps_count_line_is_not_called_an_error(work):
