@@ -34,7 +34,8 @@ COLUMNS = ["job", "corpus", "tokenizer", "split", "dtype", "vocab", "train_token
            "val_bytes", "bytes_per_token", "vocab_use", "bytes_on_disk", "chars_per_token",
            "seconds", "status", "reason"]  # fmt: skip
 # job number -> why its folder could not be made (the basic launcher runs jobs in this
-# process; the joblib launcher's workers send it back as the job's return value, _Unmade)
+# process; the joblib and submitit launchers' workers send it back as the job's return
+# value, an _Unmade)
 _UNMADE: dict[int, str] = {}
 AGAIN = "run the sweep again (its jobs that finished are skipped)"
 
@@ -477,7 +478,8 @@ def _joblib_launch(*args: Any, **kw: Any) -> Any:
         how = f"{codes.group(1)}; " if codes else ""
         print(f"corpusprep: error: a worker process of the sweep died ({how}out of memory?); "
               f"the jobs it ran are failed rows; {AGAIN}", file=sys.stderr)  # fmt: skip
-        return _no_results(len(kw["job_overrides"]))
+        jobs = kw["job_overrides"] if "job_overrides" in kw else args[1]
+        return _no_results(len(jobs))
 
 
 def _submitit_launch(self: Any, *args: Any, **kw: Any) -> Any:
