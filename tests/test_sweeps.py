@@ -658,7 +658,8 @@ def test_a_submitit_job_that_failed_outside_its_run_is_one_line(capsys, tmp_path
 
     from submitit.core.utils import FailedJobError
 
-    from corpusprep.sweep import AGAIN, _results_or_say_why
+    from corpusprep.launchers import _results_or_say_why
+    from corpusprep.sweep import AGAIN
 
     log = tmp_path / "sw" / ".submitit" / "7" / "7_0_log.err"
     trace = ("Job (task=0) failed during processing with trace:\n" + "-" * 22 + "\n"
