@@ -614,3 +614,26 @@ def test_download_max_bytes(tmp_path: Path, http: _Server):
     result, cached = _download(tmp_path, f"{http.root}/whole.txt", "source.max_bytes=3000000")
     assert result.returncode == 0, result.stderr
     assert len(cached) == 1
+
+
+def test_a_long_line_read_as_lines_takes_linear_time(tmp_path: Path):
+    """source.format=lines holds a line until it ends: each 64 KiB block was added to the
+    line read so far and the whole of it split again, so a 100 MB line took 110 s to be
+    refused at source.max_uncut_bytes (and one under the bound as long). Four times the
+    line takes about four times as long, not sixteen."""
+    from corpusprep.formats import InputFile, Segment
+    from corpusprep.formats.lines import FORMAT
+
+    def seconds(size: int) -> float:
+        path = tmp_path / f"{size}.txt"
+        path.write_bytes(b"ab " * (size // 3) + b"\nlast\n")
+        file = InputFile(str(path), "lines", size=path.stat().st_size)
+        start = time.perf_counter()
+        docs = [part.whole for part in FORMAT.parts(Segment(file, 0, file.size, file.size))]
+        took = time.perf_counter() - start
+        assert [len(d) for d in docs] == [size // 3 * 3, 4]
+        return took
+
+    seconds(1 << 20)  # (warm up)
+    small, big = min(seconds(4 << 20) for _ in range(3)), seconds(16 << 20)
+    assert big < 8 * small + 0.05, (small, big)

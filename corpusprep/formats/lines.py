@@ -34,7 +34,8 @@ class LinesFormat(Format):
     def parts(self, segment: Segment) -> Iterator[Part]:
         file = segment.file
         read = marking_invalid if file.skip_invalid else decode
-        line = ""  # the line not yet ended
+        line: list[str] = []  # the line not yet ended, as read: joined once it ends (adding
+        held = 0  # each block to it and splitting it again took time that grew as its square)
         # pieces that end where a character does; a compressed file's piece after line ends
         chunks = piece_of(segment, _LINE_END) if segment.piece else TEXT.raw(segment)
         for offset, raw in chunks:
@@ -42,17 +43,22 @@ class LinesFormat(Format):
                 # not lines to skip: past its first line, each line of UTF-16 text (a NUL
                 # before each ASCII letter) is valid UTF-8, of other characters
                 decode(raw[:2], file.name, 0)  # (raises: "it is UTF-16: convert it")
-            *ended, line = (line + read(raw, file.name, offset)).split("\n")
+            *ended, rest = read(raw, file.name, offset).split("\n")
+            if ended:
+                ended[0] = "".join([*line, ended[0]])
+                line, held = [], 0
+            line.append(rest)
+            held += len(rest)
             for text in ended:
                 yield _document(text, file.skip_invalid)
-            if len(line) > file.max_uncut_bytes:  # a line is held whole
+            if held > file.max_uncut_bytes:  # a line is held whole
                 raise UserError(
                     f"{file.name}: a line longer than source.max_uncut_bytes="
                     f"{file.max_uncut_bytes} bytes, up to byte {offset + len(raw):,}: each "
                     "line is a document; raise source.max_uncut_bytes, or use source.format=text"
                 )
-        if line:
-            yield _document(line, file.skip_invalid)
+        if last := "".join(line):
+            yield _document(last, file.skip_invalid)
 
 
 def _document(text: str, skip_invalid: bool) -> Part:
