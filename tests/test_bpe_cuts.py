@@ -563,3 +563,27 @@ def test_riptoken_hands_tiktoken_only_the_block_that_may_hold_a_long_pre_token(
     monkeypatch.setattr(fast, "_tiktoken", lambda t: handed.append(len(t)) or slow(t))
     assert fast.encode(text).tolist() == fast._enc().encode_ordinary(text)
     assert handed and sum(handed) < 200_000, handed  # before: the whole 880 KB
+
+
+def test_one_long_piece_is_encoded_a_segment_at_a_time(tokenizer, monkeypatch):
+    """A document that comes as one piece (a JSON line, a Parquet row, a line of
+    source.format=lines: up to source.max_uncut_bytes) is cut into segments of about the
+    minimum as a text read in blocks is, not encoded whole at its last cut: a 50 MB line
+    of words went to splintr in one call and took 574 MB. The ids are the whole text's."""
+    import corpusprep.tokenizers.tiktoken as tt
+
+    monkeypatch.setattr(tt, "MIN_SEGMENT", 4096)
+    rng = random.Random(3)
+    words = ["the", "of", "Romeo", "and", "12", "3.5", "über", "日本", "\n", ",", "  "]
+    text = " ".join(rng.choice(words) for _ in range(120_000))  # ~500K characters
+    encoded: list[int] = []
+    encode = tokenizer.encode
+
+    def recorded(segment: str) -> np.ndarray:
+        encoded.append(len(segment))
+        return encode(segment)
+
+    monkeypatch.setattr(tokenizer, "encode", recorded)
+    got = np.concatenate(list(tokenizer.encode_pieces([text])))
+    assert got.tolist() == tokenizer._enc().encode_ordinary(text)
+    assert len(encoded) > 1 and max(encoded) < 4 * (1 << 16), encoded
