@@ -277,3 +277,24 @@ def test_encode_pieces_holds_a_long_text_a_block_at_a_time():
         assert np.concatenate(got).tolist() == want.tolist()
         # the ids kept above (2 bytes a character) and a block's worth more
         assert peak < 2 * len(text) + 8 * (1 << 20), (len(text), peak)
+
+
+def test_the_byte_tokenizer_holds_a_long_text_a_block_at_a_time():
+    """As the char tokenizer: one long piece's UTF-8 bytes are made a block at a time, not
+    for the whole piece (then widened whole to uint16 by the writer)."""
+    import hashlib
+    import tracemalloc
+
+    from corpusprep.tokenizers.byte import ByteTokenizer
+
+    text = "日本 abc é😀\n" * 400_000  # 8.4 MB of UTF-8
+    digest = hashlib.sha256()
+    tracemalloc.start()
+    try:
+        for ids in ByteTokenizer().encode_pieces([text]):
+            digest.update(ids.astype(np.uint8).tobytes())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert digest.digest() == hashlib.sha256(text.encode("utf-8")).digest()
+    assert peak < 8 * (1 << 20), peak

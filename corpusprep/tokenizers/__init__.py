@@ -34,6 +34,22 @@ TRAINED = (
 )  # what a trained tokenizer's description says of its training
 
 
+# A long piece (a JSON line, a Parquet row, a document between separators: up to
+# source.max_uncut_bytes) is encoded this many characters at a time by the tokenizers that
+# may cut anywhere (char, byte): the same ids, without arrays as long as the whole text.
+BLOCK_CHARS = 1 << 18
+
+
+def in_blocks(pieces: Iterable[str]) -> Iterator[str]:
+    """The pieces, each longer than BLOCK_CHARS in slices of that many characters."""
+    for text in pieces:
+        if len(text) <= BLOCK_CHARS:
+            yield text
+            continue
+        for start in range(0, len(text), BLOCK_CHARS):
+            yield text[start : start + BLOCK_CHARS]
+
+
 def read_kept(folder: Optional[Path], name: str, sha256: Optional[str],
               limit: int = MAX_KEPT_BYTES) -> bytes:  # fmt: skip
     """A file a tokenizer keeps in an output folder (which may come from a stranger): a

@@ -3,12 +3,12 @@ lossless for any text, and a cut anywhere is harmless."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
 
-from corpusprep.tokenizers import Tokenizer
+from corpusprep.tokenizers import Tokenizer, in_blocks
 
 
 class ByteTokenizer(Tokenizer):
@@ -20,6 +20,11 @@ class ByteTokenizer(Tokenizer):
 
     def encode(self, text: str) -> np.ndarray:
         return np.frombuffer(text.encode("utf-8"), dtype=np.uint8)
+
+    def encode_pieces(self, pieces: Iterable[str]) -> Iterator[np.ndarray]:
+        # a long piece's UTF-8 (and the uint16 ids the writer widens it to) a block at a
+        # time, not as long as the whole piece
+        return map(self.encode, in_blocks(pieces))
 
     def tokens_about(self, nbytes: int) -> int:
         return nbytes  # one per byte of UTF-8

@@ -16,7 +16,7 @@ from typing import Any, Optional
 import numpy as np
 
 from corpusprep.errors import UserError
-from corpusprep.tokenizers import Tokenizer
+from corpusprep.tokenizers import Tokenizer, in_blocks
 
 
 class CharTokenizer(Tokenizer):
@@ -88,7 +88,9 @@ class CharTokenizer(Tokenizer):
         one is asked for: the pipeline writes it out at once)."""
         pairs, lut, known = self._pair_table(), self._table(), len(self._fitted())
         buf = np.empty(0, dtype=lut.dtype)
-        for text in _blocks(pieces):
+        # encode() makes a text's code points (4 bytes each) and numpy's indices for the
+        # lookup (8 each) all at once: a 64 MB JSON line of non-ASCII text took 830 MB
+        for text in in_blocks(pieces):
             if pairs is None or not text.isascii():
                 yield self.encode(text)
                 continue
@@ -161,23 +163,6 @@ class CharTokenizer(Tokenizer):
         self.__dict__.update(state)
         if self.chars is not None:
             self.chars = list(self.chars)
-
-
-# A long piece (a JSON line, a Parquet row, a document between separators: up to
-# source.max_uncut_bytes) is encoded this many characters at a time: encode() makes its
-# code points (4 bytes each) and numpy's indices for the lookup (8 each) for all of it at
-# once (a 64 MB JSON line of non-ASCII text took 830 MB). The ids are the same: a
-# character's id depends on nothing around it.
-BLOCK_CHARS = 1 << 18
-
-
-def _blocks(pieces: Iterable[str]) -> Iterator[str]:
-    for text in pieces:
-        if len(text) <= BLOCK_CHARS:
-            yield text
-            continue
-        for start in range(0, len(text), BLOCK_CHARS):
-            yield text[start : start + BLOCK_CHARS]
 
 
 @functools.lru_cache(maxsize=2)
