@@ -40,14 +40,15 @@ TRAINED = (
 BLOCK_CHARS = 1 << 18
 
 
-def in_blocks(pieces: Iterable[str]) -> Iterator[str]:
-    """The pieces, each longer than BLOCK_CHARS in slices of that many characters."""
+def in_blocks(pieces: Iterable[str], size: int = BLOCK_CHARS,
+              longer: Optional[int] = None) -> Iterator[str]:  # fmt: skip
+    """The pieces, each longer than `longer` (else `size`) characters in slices of `size`."""
     for text in pieces:
-        if len(text) <= BLOCK_CHARS:
+        if len(text) <= (size if longer is None else longer):
             yield text
             continue
-        for start in range(0, len(text), BLOCK_CHARS):
-            yield text[start : start + BLOCK_CHARS]
+        for start in range(0, len(text), size):
+            yield text[start : start + size]
 
 
 def read_kept(folder: Optional[Path], name: str, sha256: Optional[str],

@@ -39,6 +39,7 @@ from corpusprep.tokenizers import (
     MAX_ID,
     MAX_TOKENS,
     Tokenizer,
+    in_blocks,
     read_tokenizer_file,
     sample_stoi,
 )
@@ -576,7 +577,11 @@ def encode_at_cuts(
     held: list[str] = []
     size = 0
     searched = 0  # the held text's first characters: no cut there (but in the last few)
-    for piece in _sliced(pieces, max(min_segment, SLICE)):
+    # a document that comes whole (a JSON line, a Parquet row: up to source.max_uncut_bytes)
+    # is encoded in segments of about the minimum, as a text read in blocks is, not whole up
+    # to its last cut (a 50 MB line of words went to splintr in one call: 574 MB)
+    block = max(min_segment, SLICE)
+    for piece in in_blocks(pieces, block, longer=2 * block):
         held.append(piece)
         size += len(piece)
         if size < min_segment:
@@ -593,19 +598,6 @@ def encode_at_cuts(
         held, size, searched = [rest], len(rest), 0
     if size:
         yield encode("".join(held))
-
-
-def _sliced(pieces: Iterable[str], size: int) -> Iterator[str]:
-    """The pieces, one longer than twice `size` in slices of `size` characters: a document
-    that comes whole (a JSON line, a Parquet row: up to source.max_uncut_bytes) is then
-    encoded in segments of about the minimum, as a text read in blocks is, not whole up to
-    its last cut (a 50 MB line of words went to splintr in one call: 574 MB)."""
-    for piece in pieces:
-        if len(piece) <= 2 * size:
-            yield piece
-            continue
-        for start in range(0, len(piece), size):
-            yield piece[start : start + size]
 
 
 SLICE = 1 << 16  # characters: the least a long piece is sliced into
