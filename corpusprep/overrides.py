@@ -179,9 +179,10 @@ def _parse(args: list[str]) -> Optional[tuple[list[Any], bool]]:
         return None  # other config folders, or no run: Hydra knows best
     parser = OverridesParser.create()
     overrides = []
-    for arg in ns.overrides:  # one at a time: the message names the one at fault
+    for i, arg in enumerate(ns.overrides):  # one at a time: the message names the one at fault
         if "=" not in arg and not arg.startswith("~"):
-            raise UserError(_bare_word(arg))
+            before = ns.overrides[i - 1] if i else ""
+            raise UserError(_bare_word(arg, before, ns.overrides[i + 1 :]))
         try:
             overrides.append(parser.parse_override(arg))
         except HydraException as e:  # Hydra's reason, unless it could quote a secret
@@ -201,8 +202,13 @@ def _parse(args: list[str]) -> Optional[tuple[list[Any], bool]]:
     return overrides, bool(ns.multirun)
 
 
-def _bare_word(word: str) -> str:
-    """What a word without "=" was probably meant as (Hydra: "missing EQUAL")."""
+def _bare_word(word: str, before: str = "", after: Optional[list[str]] = None) -> str:
+    """What a word without "=" was probably meant as (Hydra: "missing EQUAL"); `before`,
+    `after`: the words around it, for an override the shell cut at its spaces."""
+    spaced = _spaced(word, before, after or [])
+    if spaced:  # `split = 0.8`: a preset's name would be no answer
+        spaces = "" if spaced.endswith("=VALUE") else " (one word, no spaces around =)"
+        return f"{word}: not an override (key=value); did you mean {spaced}?{spaces}"
     if word in ("inspect", "load", "verify"):
         return (f"{word}: not a command of python -m corpusprep; read a folder back with "
                 "python -m corpusprep.inspect DIR (--verify to check it)")  # fmt: skip
@@ -216,6 +222,22 @@ def _bare_word(word: str) -> str:
         meant = [f"source=file source.path={word}"]
     example = meant[0] if meant else "dataset=shakespeare_char"
     return f"{word}: not an override (key=value); did you mean {example}?"
+
+
+def _spaced(word: str, before: str, after: list[str]) -> Optional[str]:
+    """The override `split = 0.8`, `split =0.8`, `split= 0.8` or `split 0.8` meant, else None."""
+    if before.endswith("=") and before.count("=") == 1:  # split= 0.8
+        return before + word
+    if after and after[0] == "=":  # split = 0.8
+        return f"{word}={after[1] if len(after) > 1 else 'VALUE'}"
+    if after and after[0].startswith("="):  # split =0.8
+        return word + after[0]
+    value = after[0] if after and "=" not in after[0] else None
+    if word in GROUPS:  # dataset shakespeare_char; alone, the group's options are the answer
+        return f"{word}={value}" if value in available_options()[word] else None
+    if word in _defaults() or word.split(".")[0] in GROUPS:  # a key, alone: split 0.8
+        return f"{word}={value or 'VALUE'}"
+    return None
 
 
 def _check_sweeps(overrides: list[Any], multirun: bool) -> None:

@@ -617,6 +617,25 @@ def test_command_lines_hydra_answered_with_usage_or_a_traceback(work, args, frag
         assert absent not in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("args, meant", [
+    (["split", "=", "0.8"], "split=0.8"),
+    (["split", "=0.8"], "split=0.8"),
+    (["split=", "0.8"], "split=0.8"),
+    (["split", "0.8"], "split=0.8"),
+    (["source.path", "good.txt"], "source.path=good.txt"),
+])  # fmt: skip
+def test_an_override_written_with_spaces_is_named_joined(work, args, meant):
+    """Found by a newcomer's attack: `split = 0.8` (spaces around =, as other tools take it)
+    was advised `did you mean dataset=shakespeare_char?`, which has nothing to do with it."""
+    r = run_cli("source=file", "source.path=good.txt", *args, "out_dir=out", cwd=work)
+    assert_one_line_error(r, f"did you mean {meant}?", "no spaces around =")
+    assert "dataset=shakespeare_char" not in r.stderr, r.stderr
+    fixed = [
+        a for a in ("source=file", "source.path=good.txt") if a.split("=")[0] != meant.split("=")[0]
+    ]
+    assert run_cli(*fixed, meant, "out_dir=out", "quiet=true", cwd=work).returncode == 0
+
+
 @pytest.mark.parametrize("args", [
     ["--help", "--resolve", "dataset=shakespeare_char"],  # Hydra prints its help first
     ["--help", "--cfg", "job", "-m"],
