@@ -494,6 +494,13 @@ def read_manifest(folder: Path) -> dict[str, Any]:
             shown = ", ".join(jobs[:4]) + (", ..." if len(jobs) > 4 else "")
             raise UserError(f"{folder}: a sweep's folder; give one of its jobs' folders"
                             + (f" ({shown})" if jobs else ""))  # fmt: skip
+        if not os.path.lexists(folder):  # run from another folder than the run's, often
+            here = "" if folder.is_absolute() else f" (from {Path.cwd()})"
+            raise UserError(f"{folder}: no such folder{here}; give the out_dir of a finished "
+                            "run, from the folder it was made in or as a full path")  # fmt: skip
+        if folder.is_file() and os.path.lexists(folder.parent / "manifest.json"):  # train.bin
+            raise UserError(f"{folder}: a file, not an output folder; give its folder, "
+                            f"{folder.parent}")  # fmt: skip
         raise UserError(
             f"{folder}: not a corpusprep output folder (no manifest.json); "
             "give the out_dir of a finished run"

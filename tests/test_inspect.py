@@ -148,6 +148,29 @@ def test_inspect_of_a_non_output_folder_is_one_line(tmp_path):
     assert r.stderr.strip().startswith("corpusprep.inspect: error:") and "no manifest" in r.stderr
 
 
+@pytest.mark.parametrize("given, fragments", [
+    ("data/shakespeare", ["data/shakespeare: no such folder", "from {cwd}", "full path"]),
+    ("out/train.bin", ["out/train.bin: a file, not an output folder", "give its folder, out"]),
+    ("my.txt", ["my.txt: not a corpusprep output folder", "!give its folder"]),
+])  # fmt: skip
+def test_inspect_of_a_folder_not_there_says_so(tmp_path, given, fragments):
+    """Found by a newcomer's attack: inspect run from another folder than the run's (or
+    given train.bin) said 'not a corpusprep output folder (no manifest.json)', as for a
+    folder of other files, where the folder is not there at all (or is a file's)."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "train.bin").write_bytes(b"\0\0")
+    (tmp_path / "out" / "manifest.json").write_text("{}")
+    (tmp_path / "my.txt").write_text("text")
+    r = inspect_cli(given, cwd=tmp_path)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    for fragment in fragments:
+        if fragment.startswith("!"):
+            assert fragment[1:] not in lines[0], lines[0]
+        else:
+            assert fragment.format(cwd=tmp_path) in lines[0], lines[0]
+
+
 def test_inspect_of_compressed_documents_in_many_files(tmp_path):
     """Bytes per token is the text's, not the compressed files' (it said 0.409 for char
     tokens of .jsonl.gz files, where each token is one byte of text), and a glob is named
