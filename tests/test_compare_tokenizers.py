@@ -223,7 +223,11 @@ def test_reuse_of_a_char_vocabulary_and_its_limits(tmp_path):
     assert_one_line_error(bad, "its vocabulary cannot encode this corpus", "'xyz'")
     missing = run_cli("source=file", "source.path=b.txt", "tokenizer=reuse",
                       "tokenizer.dir=nowhere", "out_dir=d", cwd=tmp_path)  # fmt: skip
-    assert_one_line_error(missing, "tokenizer.dir=nowhere: not a finished corpusprep output")
+    assert_one_line_error(missing, "tokenizer.dir=nowhere: no such folder")
+    (tmp_path / "other").mkdir()  # a folder, of no run
+    other = run_cli("source=file", "source.path=b.txt", "tokenizer=reuse",
+                    "tokenizer.dir=other", "out_dir=d", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(other, "tokenizer.dir=other: not a finished corpusprep output")
 
 
 def test_reuse_refuses_a_changed_vocabulary_file(trained, tmp_path):

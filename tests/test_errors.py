@@ -28,6 +28,9 @@ def work(tmp_path):
     (tmp_path / "program").write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4)
     os.mkfifo(tmp_path / "fifo")
     (tmp_path / "docs.jsonl").write_text("".join(f'{{"text": "doc {i}"}}\n' for i in range(50)))
+    (tmp_path / "made").mkdir()  # an output folder's files, as a user may name them
+    (tmp_path / "made" / "manifest.json").write_text("{}")
+    (tmp_path / "made" / "val.bin").write_bytes(b"\0\0")
     return tmp_path
 
 
@@ -282,6 +285,16 @@ CASES = {
     "reuse without dir": (
         ["source=file", "source.path=good.txt", "tokenizer=reuse"],
         ["tokenizer.dir is required: set tokenizer.dir=", "!???"],
+    ),
+    # found by a newcomer's attack: both said 'no readable manifest.json', as for a folder of
+    # other files, where the folder is not there (a run from another folder) or is a file's
+    "reuse of a folder not there": (
+        ["source=file", "source.path=good.txt", "tokenizer=reuse", "tokenizer.dir=data/bpe"],
+        ["tokenizer.dir=data/bpe: no such folder (from ", "in full"],
+    ),
+    "reuse of a file in an output folder": (
+        ["source=file", "source.path=good.txt", "tokenizer=reuse", "tokenizer.dir=made/val.bin"],
+        ["tokenizer.dir=made/val.bin: a file, not an output folder", "tokenizer.dir=made"],
     ),
     # nothing listens there: ray.init retried for ever, holding out_dir's lock
     "ray address nothing answers": (

@@ -34,6 +34,15 @@ class ReusedTokenizer(Tokenizer):
             f"tokenizer.dir={dir}: not a finished corpusprep output folder (no readable "
             "manifest.json with its tokenizer); give the out_dir of an earlier run"
         )
+        if not os.path.lexists(folder):  # run from another folder than the earlier run's
+            here = "" if folder.is_absolute() else f" (from {Path.cwd()})"
+            raise UserError(
+                f"tokenizer.dir={dir}: no such folder{here}; give the out_dir of an earlier run, "
+                "from the folder it was made in or in full"
+            )
+        if folder.is_file() and os.path.lexists(folder.parent / "manifest.json"):  # its train.bin
+            raise UserError(f"tokenizer.dir={dir}: a file, not an output folder; give its folder, "
+                            f"tokenizer.dir={folder.parent}")  # fmt: skip
         if not os.path.lexists(path):
             raise missing
         # a stranger's folder may hold a FIFO or a huge file there: read_json refuses them
