@@ -46,6 +46,17 @@ def changed_while_read(name: str, how: str = "") -> UserError:
     return UserError(f"{name}: the file changed while it was being read{how}; run again")
 
 
+def check_path(key: str, value: object) -> None:
+    """A path (or pattern) setting must be text: Hydra reads source.path=2024 as a number
+    and =true as a boolean, which Path() refused with Python's TypeError, naming no key."""
+    for item in value if isinstance(value, (list, tuple)) else [value]:
+        if isinstance(item, (bool, int, float)):  # as typed: true, 2024
+            typed = str(item).lower() if isinstance(item, bool) else str(item)
+            kind = "boolean" if isinstance(item, bool) else "number"
+            raise UserError(f"{key}={typed}: a path, and Hydra reads this as a {kind}; quote "
+                            f"it: \"{key}='{typed}'\"")  # fmt: skip
+
+
 def checked_number(value: object, key: str, whole: bool = True, least: float = 0,
                    above: bool = False, hint: str = "") -> float:  # fmt: skip
     """A number setting's value, or one line naming the key: `whole` numbers only, at

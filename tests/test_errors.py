@@ -548,6 +548,29 @@ def test_a_number_is_a_folder_name(work, key):
     assert (work / ("2024" if key.startswith("out_dir") else "data/1.5") / "train.bin").is_file()
 
 
+@pytest.mark.parametrize("args, key", [
+    (["source=file", "source.path=2024"], "source.path"),
+    (["source=files", "source.glob=2024"], "source.glob"),
+    (["source=files", "source.glob=[good.txt,2024]"], "source.glob"),
+    (["source=files", "source.glob=good.txt", "source.exclude=2024"], "source.exclude"),
+    (["source=file", "source.path=good.txt", "tokenizer=tiktoken", "tokenizer.ranks_file=2024"],
+     "tokenizer.ranks_file"),
+    (["source=file", "source.path=good.txt", "tokenizer=sentencepiece", "tokenizer.model=2024"],
+     "tokenizer.model"),
+    (["dataset=shakespeare_char", "source.cache_dir=2024"], "source.cache_dir"),
+])  # fmt: skip
+def test_a_path_hydra_reads_as_a_number_says_how_to_quote_it(work, args, key):
+    """Found by a newcomer's attack: a file named 2024 (source.path=2024) was Python's
+    'expected str, bytes or os.PathLike object, not int', naming neither the key nor a fix,
+    and a list holding one (source.glob=[good.txt,2024]) a traceback."""
+    (work / "2024").write_text("some text of a file named by a year\n" * 100)
+    r = run_cli(*args, "out_dir=out", "quiet=true", cwd=work)
+    assert_one_line_error(r, f"{key}=2024: ", "reads this as a number", f"\"{key}='2024'\"")
+    fixed = [a.replace("2024", "'2024'") if a.startswith(key) else a for a in args]
+    r = run_cli(*fixed, "out_dir=out", "quiet=true", cwd=work)
+    assert "reads this as a number" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("given", ['out_dir="~/{}"', "out_dir='~/{}'"])
 def test_out_dir_under_the_home_folder(work, given):
     """out_dir="~/x" is x in the home folder, as the shell and source.path read it: it

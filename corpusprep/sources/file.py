@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from corpusprep.errors import UserError
+from corpusprep.errors import UserError, check_path
 from corpusprep.formats import InputFile
 from corpusprep.sources import Source, check_text_file, input_files
 
@@ -13,6 +13,7 @@ from corpusprep.sources import Source, check_text_file, input_files
 class FileSource(Source):
     def __init__(self, path: str, **options: Any) -> None:
         super().__init__(**options)
+        check_path("source.path", path)
         if not path:
             raise UserError("source.path is empty: give the text file, e.g. source.path=my.txt")
         self.path = Path(path).expanduser()

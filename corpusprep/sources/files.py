@@ -22,7 +22,7 @@ from functools import lru_cache
 from typing import Any, Optional, Union
 
 from corpusprep._paths import real_paths
-from corpusprep.errors import UserError
+from corpusprep.errors import UserError, check_path
 from corpusprep.formats import InputFile
 from corpusprep.sources import Source, input_files
 
@@ -35,6 +35,8 @@ class FilesSource(Source):
         **options: Any,
     ) -> None:
         super().__init__(**options)
+        check_path("source.glob", glob)
+        check_path("source.exclude", exclude)
         self.real: dict[str, str] = {}  # a path the last listing gave: its real path if other
         self.patterns = [glob] if isinstance(glob, str) else list(glob or [])
         self.exclude = [exclude] if isinstance(exclude, str) else list(exclude or [])

@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 from corpusprep.errors import (
     StillRunning,
     UserError,
+    check_path,
     checked_number,
     escape_controls,
     interruptible,
@@ -98,6 +99,7 @@ class HfSource(Source):
         self.split = str(split)
         self.revision = str(revision)
         self.endpoint = str(endpoint).rstrip("/")
+        check_path("source.cache_dir", cache_dir)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
         self.timeout = checked_number(timeout, "source.timeout", whole=False, above=True,
                                       hint=" (seconds)")  # fmt: skip

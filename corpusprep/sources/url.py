@@ -25,7 +25,7 @@ from typing import Any, Optional
 from urllib.parse import unquote, urlsplit
 
 from corpusprep._paths import default_cache_dir
-from corpusprep.errors import StillRunning, UserError, checked_number, interruptible
+from corpusprep.errors import StillRunning, UserError, check_path, checked_number, interruptible
 from corpusprep.formats import InputFile
 from corpusprep.redact import redact
 from corpusprep.sources import (
@@ -112,6 +112,7 @@ class UrlSource(Source):
         self.deadline = None if deadline is None else float(deadline)
         self.url = str(url)
         self.sha256 = str(sha256).lower() if sha256 else None
+        check_path("source.cache_dir", cache_dir)
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
 
     def cache_path(self) -> Path:

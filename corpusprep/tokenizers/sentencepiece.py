@@ -48,7 +48,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from corpusprep.errors import UserError
+from corpusprep.errors import UserError, check_path
 from corpusprep.sample import Sample, SampleRule, sample_rule
 from corpusprep.tokenizers import (
     MAX_TOKENS,
@@ -119,6 +119,7 @@ class SentencePieceTokenizer(Tokenizer):
         self.add_bos = add_bos
         self.requested_size = vocab_size
         self.model: Optional[bytes] = None  # the serialized model
+        check_path("tokenizer.model", model)
         self.given = str(Path(model).expanduser().resolve()) if model else None
         self.trained: dict[str, Any] = {}
         if self.given:

@@ -33,7 +33,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from corpusprep.errors import UserError
+from corpusprep.errors import UserError, check_path
 from corpusprep.tokenizers import (
     MAX_GAP,
     MAX_ID,
@@ -341,6 +341,7 @@ class TiktokenTokenizer(Tokenizer):
             backend = next((name for name in proven if _installed(name)), "tiktoken")
         self.backend = backend
         self.encoding = str(encoding)
+        check_path("tokenizer.ranks_file", ranks_file)
         self.ranks_file = str(Path(ranks_file).expanduser().resolve()) if ranks_file else None
         self.ranks_sha256: Optional[str] = None
         if self.ranks_file:
