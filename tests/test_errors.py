@@ -296,6 +296,12 @@ CASES = {
         ["source=file", "source.path=good.txt", "tokenizer=reuse", "tokenizer.dir=made/val.bin"],
         ["tokenizer.dir=made/val.bin: a file, not an output folder", "tokenizer.dir=made"],
     ),
+    # found by a newcomer's attack: source.headers=5 was advised +source.headers=5, which
+    # then said "'int' object has no attribute 'items'"
+    "headers that are not headers": (
+        ["source=url", "source.url=http://127.0.0.1:9/x.txt", "+source.headers=5"],
+        ["source.headers: must be HTTP headers", "+source.headers.Accept=text/plain'", "!'items'"],
+    ),
     # nothing listens there: ray.init retried for ever, holding out_dir's lock
     "ray address nothing answers": (
         ["source=file", "source.path=good.txt", "executor=ray", "executor.address=127.0.0.9:1"],

@@ -92,6 +92,11 @@ class UrlSource(Source):
         super().__init__(**options)
         # e.g. authorization for gated files (source=hf); a value as written (Hydra reads
         # X-Api-Key=12345678 as a number, which requests refuses to send)
+        if headers is not None and not isinstance(headers, dict):  # +source.headers=5
+            raise UserError(  # not shown: it may be a token (+source.headers='Bearer x')
+                "source.headers: must be HTTP headers, one key each: +source.headers.NAME=VALUE "
+                "(e.g. '+source.headers.Accept=text/plain')"
+            )
         self.headers = {str(k): str(v) for k, v in (headers or {}).items()}
         if not re.match(r"^https?://[^/]+", str(url or "")):
             raise UserError(
