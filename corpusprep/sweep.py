@@ -292,12 +292,40 @@ def _job_folders(cfg: DictConfig, number: int, sweep: str) -> tuple[str, Optiona
     return folder, _real_path(str(cfg.out_dir))
 
 
-def _clash(first: int, number: int, cfg: DictConfig, config: DictConfig, out_dir: bool) -> None:
+# what the run's name already tells apart: a preset, an input
+NAMED_BY = (
+    "dataset",
+    "name",
+    "source",
+    "source.path",
+    "source.glob",
+    "source.url",
+    "source.dataset",
+)
+
+
+def _differing(one: list[str], other: list[str]) -> list[str]:
+    """The keys two jobs' overrides set to different values (group choices included)."""
+    a, b = (dict(o.lstrip("+~").partition("=")[::2] for o in job) for job in (one, other))
+    return [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
+
+
+def _clash(first: int, number: int, cfg: DictConfig, config: DictConfig, out_dir: bool,
+           swept: Optional[list[str]] = None) -> None:  # fmt: skip
     if out_dir:
+        from corpusprep.config import PLUGIN_GROUPS
+
+        # the values that tell the two jobs apart: a group's option by its name, a preset or
+        # an input by the name it gives (a path holds "/"); never Hydra's own settings
+        parts = ["${name}"]
+        for key in swept or ["split"]:
+            if key not in NAMED_BY and "/" not in key and not key.startswith("hydra"):
+                parts.append(f"${{{key}.name}}" if key in PLUGIN_GROUPS else f"${{{key}}}")
+        example = "data/" + "-".join(dict.fromkeys(parts))
         print(
             f"corpusprep: error: jobs {first} and {number} of this sweep would both "
             f"write to out_dir={redact_text(cfg.out_dir)}; put a swept value in it, e.g. "
-            "'out_dir=data/${name}-${split}', or leave out_dir to get a folder per job",
+            f"'out_dir={example}', or leave out_dir to get a folder per job",
             file=sys.stderr,
         )
         sys.exit(1)
@@ -392,7 +420,8 @@ def check_clashes(config: DictConfig) -> None:
                 lacking.append(str(e))
             folder, out_dir = _job_folders(cfg, number, sweep)
             if out_dir is not None and out_dir in written:
-                _clash(written[out_dir], number, cfg, config, out_dir=True)
+                _clash(written[out_dir], number, cfg, config, out_dir=True,
+                       swept=_differing(jobs[written[out_dir]], overrides))  # fmt: skip
             if folder in recorded:  # its record (corpusprep_job.json) too, whatever its out_dir
                 _clash(recorded[folder], number, cfg, config, out_dir=False)
             written[out_dir or folder] = recorded[folder] = number

@@ -182,6 +182,25 @@ def test_a_sweep_of_hydra_sweeper_params_reports_its_jobs(work):
     assert_one_line_error(r, "jobs 0 and 1 of this sweep would both write to out_dir=o")
 
 
+@pytest.mark.parametrize("swept, meant", [
+    (["tokenizer=char,byte"], "${tokenizer.name}"),
+    (["seed=1,2"], "${seed}"),
+    (["split=0.8,0.9"], "${split}"),
+])  # fmt: skip
+def test_the_out_dir_a_clash_advises_keeps_the_jobs_apart(work, swept, meant):
+    """Found by a newcomer's attack: two jobs writing one out_dir were advised
+    'out_dir=data/${name}-${split}' whatever the sweep was over; over a tokenizer, that out_dir
+    clashed again, with the same advice."""
+    import re
+
+    args = ["-m", "source=file", "source.path=a.txt", *swept]
+    r = run_cli(*args, "out_dir=data/same", cwd=work)
+    assert_one_line_error(r, "would both write to out_dir=data/same", meant)
+    advised = re.search(r"'(out_dir=[^']+)'", r.stderr).group(1)
+    r = run_cli(*args, advised, "quiet=true", cwd=work)
+    assert r.returncode == 0, r.stderr
+
+
 TRIAL_SWEEPER = """
 from dataclasses import dataclass, field
 from typing import Any
