@@ -25,6 +25,9 @@ from corpusprep.errors import UserError
 from corpusprep.redact import is_secret_name, redact_override
 
 GROUPS = ("dataset", "source", "tokenizer", "executor", "format")
+# the functions of Hydra's override grammar (a value such as o(1) names none: quote it)
+GRAMMAR_FUNCTIONS = ("choice", "range", "interval", "glob", "sort", "shuffle", "tag", "int",
+                     "float", "str", "bool", "json_str", "extend_list")  # fmt: skip
 NEEDED_GROUPS = GROUPS[1:]  # every run has one of each (a dataset preset is optional)
 LAUNCHER_EXTRAS = {  # hydra/launcher=NAME: the module Hydra needs, and corpusprep's extra
     "joblib": ("hydra_plugins.hydra_joblib_launcher", "joblib"),
@@ -189,13 +192,17 @@ def _parse(args: list[str]) -> Optional[tuple[list[Any], bool]]:
             reason = str(e).strip().splitlines()[0] if str(e).strip() else ""
             reason = f" ({reason})" if reason and redact_override(arg) == arg else ""
             called = re.search(r"while evaluating '(\w+)\(", reason)
-            fix = (  # tag(a,0.8,0.9): its arguments are wrong; quoting is no help
-                f"give {called.group(1)}() the arguments Hydra's override grammar asks for "
-                "(https://hydra.cc/docs/advanced/override_grammar/extended/)"
-                if called
-                else "quote a value holding special characters, e.g. "
-                """'key="<|endoftext|>"' or 'source.url="https://h/x?a=1"'"""
-            )
+            key, _, value = arg.partition("=")
+            if called and called.group(1) in GRAMMAR_FUNCTIONS:  # tag(a,0.8,0.9): quoting is
+                fix = (  # no help, its arguments are wrong
+                    f"give {called.group(1)}() the arguments Hydra's override grammar asks for "
+                    "(https://hydra.cc/docs/advanced/override_grammar/extended/)"
+                )
+            elif reason and '"' not in value and "'" not in value:  # no secret: its own fix
+                fix = f"""quote the value: '{key}="{value}"'"""
+            else:
+                fix = ("quote a value holding special characters, e.g. "
+                       """'key="<|endoftext|>"' or 'source.url="https://h/x?a=1"'""")  # fmt: skip
             raise UserError(f"{arg}: cannot parse this override{reason}; {fix}") from None
     if any(o.key_or_group.startswith("hydra.searchpath") for o in overrides):
         return None

@@ -659,6 +659,18 @@ def test_command_lines_hydra_answered_with_usage_or_a_traceback(work, args, frag
         assert absent not in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("given", ["tokenizer.separator=<|sep|>", "out_dir=o~x", "out_dir=o(1)"])
+def test_an_override_hydra_cannot_parse_is_shown_quoted(work, given):
+    """Found by a newcomer's attack: the advice was a template ('key="<|endoftext|>"'), and
+    a folder named o(1) was advised to 'give o() the arguments Hydra's grammar asks for'."""
+    key, value = given.split("=", 1)
+    r = run_cli("source=file", "source.path=good.txt", given, cwd=work)
+    assert_one_line_error(r, f"{given}: cannot parse this override", f"""'{key}="{value}"'""")
+    assert "the arguments" not in r.stderr, r.stderr
+    r = run_cli("source=file", "source.path=good.txt", f'{key}="{value}"', "quiet=true", cwd=work)
+    assert r.returncode == 0, r.stderr
+
+
 @pytest.mark.parametrize("args, meant", [
     (["split", "=", "0.8"], "split=0.8"),
     (["split", "=0.8"], "split=0.8"),
