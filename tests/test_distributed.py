@@ -1238,3 +1238,31 @@ def test_a_submitit_that_cannot_load_its_plugins_is_not_a_missing_cluster(tmp_pa
     said = str(e.value)
     assert "no Slurm cluster" not in said and "cannot load its plugins" in said, said
     assert "pip install 'submitit!=1.5.4'" in said, said
+
+
+def test_sbatch_with_no_cluster_to_reach_is_one_line_saying_so(tmp_path):
+    """Found by a newcomer's attack: executor=slurm where sbatch is installed but no cluster
+    answers (no slurm.conf, no controller) printed sbatch's own four lines, then advised
+    checking executor.partition, mem_gb, ... which cannot help."""
+    pytest.importorskip("submitit")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sbatch = bin_dir / "sbatch"  # what slurm-wlm's sbatch says with no cluster configured
+    sbatch.write_text(
+        "#!/bin/sh\n"
+        "echo 'sbatch: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host' >&2\n"
+        "echo 'sbatch: error: fetch_config: DNS SRV lookup failed' >&2\n"
+        "echo 'sbatch: error: _establish_config_source: failed to fetch config' >&2\n"
+        "echo 'sbatch: fatal: Could not establish a configuration source' >&2\n"
+        "exit 1\n"
+    )
+    sbatch.chmod(0o755)
+    (tmp_path / "a.txt").write_text("some text to prepare\n" * 200)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    r = run_cli("source=file", "source.path=a.txt", "executor=slurm", "out_dir=out", cwd=tmp_path,
+                env=env)  # fmt: skip
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert lines[0].startswith("corpusprep: error: executor=slurm: no Slurm cluster"), lines[0]
+    assert "Could not establish a configuration source" in lines[0], lines[0]
+    assert "executor.partition" not in lines[0], lines[0]

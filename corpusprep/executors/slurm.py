@@ -15,6 +15,7 @@ cancels it before submitting its own (SlurmExecutor._take_over).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -23,7 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import suppress
+from contextlib import redirect_stderr, suppress
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
@@ -31,6 +32,8 @@ from corpusprep._paths import read_regular
 from corpusprep.errors import UserError, checked_number, escape_controls
 from corpusprep.executors import Executor, R, T, checked_retries
 
+# what sbatch says where no controller answers (beside a `fatal:` line, as for no slurm.conf)
+NO_CLUSTER = "Unable to contact slurm controller"
 # a task Slurm no longer holds may still have its result file on its way (a shared file
 # system's cache): submitit waits this long for one
 RESULT_GRACE_SECONDS = 15
@@ -269,10 +272,20 @@ class SlurmExecutor(Executor):
     ) -> Iterator[tuple[int, Union[R, BaseException]]]:
         from submitit.core.utils import FailedJobError
 
+        printed = io.StringIO()  # submitit prints sbatch's stderr when it fails: said below
         try:
-            jobs = executor.map_array(fn, list(tasks))
+            with redirect_stderr(printed):
+                jobs = executor.map_array(fn, list(tasks))
+            sys.stderr.write(printed.getvalue())  # it went well: whatever else was printed
         except (subprocess.CalledProcessError, FailedJobError) as e:  # submitit wraps the first
             said = [line for line in str(e).splitlines() if line.strip()]
+            fatal = next((line for line in said if "sbatch: fatal:" in line), None)
+            if fatal or any(NO_CLUSTER in line for line in said):  # no slurm.conf, no slurmctld
+                why = (fatal or next(line for line in said if NO_CLUSTER in line)).split(": ", 2)
+                raise UserError(
+                    f"executor=slurm: no Slurm cluster answers here (sbatch: {why[-1][:200]}); "
+                    "run on a login node of the cluster"
+                ) from None
             why = next((line for line in said if "sbatch: error:" in line), said[0] if said else "")
             why = why.replace("sbatch: error:", "").strip()[:200]
             raise UserError(
