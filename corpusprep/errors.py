@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 import threading
 from typing import Any, Callable, Optional
 
@@ -50,8 +51,12 @@ def check_path(key: str, value: object) -> None:
     """A path (or pattern) setting must be text: Hydra reads source.path=2024 as a number
     and =true as a boolean, which Path() refused with Python's TypeError, naming no key."""
     for item in value if isinstance(value, (list, tuple)) else [value]:
-        if isinstance(item, (bool, int, float)):  # as typed: true, 2024
+        if isinstance(item, (bool, int, float)):
             typed = str(item).lower() if isinstance(item, bool) else str(item)
+            for arg in sys.argv[1:]:  # as typed (1e3, 1_0 and 5. read as 1000.0, 10, 5.0)
+                name, equals, given = arg.lstrip("+").partition("=")
+                if equals and name == key and given and not set(given) & set("[,\"'"):
+                    typed = given
             kind = "boolean" if isinstance(item, bool) else "number"
             raise UserError(f"{key}={typed}: a path, and Hydra reads this as a {kind}; quote "
                             f"it: \"{key}='{typed}'\"")  # fmt: skip

@@ -577,6 +577,16 @@ def test_a_path_hydra_reads_as_a_number_says_how_to_quote_it(work, args, key):
     assert "reads this as a number" not in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("typed", ["1e3", "1_0", "5."])
+def test_a_path_hydra_reads_as_a_number_is_quoted_as_typed(work, typed):
+    """The quotes advised for source.path=1e3 hold 1e3, the file's name, not 1000.0."""
+    (work / typed).write_text("some text of a file named by a number\n" * 100)
+    r = run_cli("source=file", f"source.path={typed}", "out_dir=out", cwd=work)
+    assert_one_line_error(r, f"source.path={typed}: ", f"\"source.path='{typed}'\"")
+    r = run_cli("source=file", f"source.path='{typed}'", "out_dir=out", "quiet=true", cwd=work)
+    assert r.returncode == 0, r.stderr
+
+
 @pytest.mark.parametrize("given", ['out_dir="~/{}"', "out_dir='~/{}'"])
 def test_out_dir_under_the_home_folder(work, given):
     """out_dir="~/x" is x in the home folder, as the shell and source.path read it: it
