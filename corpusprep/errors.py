@@ -47,16 +47,23 @@ def changed_while_read(name: str, how: str = "") -> UserError:
     return UserError(f"{name}: the file changed while it was being read{how}; run again")
 
 
+def as_typed(key: str, value: object) -> str:
+    """A value Hydra read as a number or boolean, as the command line gave it (1e3, 1_0 and
+    5. are read as 1000.0, 10 and 5.0: quoting those would name something else)."""
+    typed = str(value).lower() if isinstance(value, bool) else str(value)
+    for arg in sys.argv[1:]:
+        name, equals, given = arg.lstrip("+").partition("=")
+        if equals and name == key and given and not set(given) & set("[,\"'"):
+            typed = given
+    return typed
+
+
 def check_path(key: str, value: object) -> None:
     """A path (or pattern) setting must be text: Hydra reads source.path=2024 as a number
     and =true as a boolean, which Path() refused with Python's TypeError, naming no key."""
     for item in value if isinstance(value, (list, tuple)) else [value]:
         if isinstance(item, (bool, int, float)):
-            typed = str(item).lower() if isinstance(item, bool) else str(item)
-            for arg in sys.argv[1:]:  # as typed (1e3, 1_0 and 5. read as 1000.0, 10, 5.0)
-                name, equals, given = arg.lstrip("+").partition("=")
-                if equals and name == key and given and not set(given) & set("[,\"'"):
-                    typed = given
+            typed = as_typed(key, item)
             kind = "boolean" if isinstance(item, bool) else "number"
             raise UserError(f"{key}={typed}: a path, and Hydra reads this as a {kind}; quote "
                             f"it: \"{key}='{typed}'\"")  # fmt: skip

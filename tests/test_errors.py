@@ -577,6 +577,11 @@ def test_a_path_hydra_reads_as_a_number_says_how_to_quote_it(work, args, key):
     assert "reads this as a number" not in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
+def test_a_document_separator_hydra_reads_as_a_number_is_quoted_as_typed(work):
+    r = run_cli("source=file", "source.path=good.txt", "source.doc_separator=1e3", cwd=work)
+    assert_one_line_error(r, "source.doc_separator=1e3: ", "\"source.doc_separator='1e3'\"")
+
+
 @pytest.mark.parametrize("typed", ["1e3", "1_0", "5."])
 def test_a_path_hydra_reads_as_a_number_is_quoted_as_typed(work, typed):
     """The quotes advised for source.path=1e3 hold 1e3, the file's name, not 1000.0."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Optional, Union
 
-from corpusprep.errors import UserError
+from corpusprep.errors import UserError, as_typed
 from corpusprep.formats import InputFile
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ def check_mark(key: str, value: Any, *, one_line: bool) -> None:
     if value is None:
         return
     if isinstance(value, (bool, int, float)):  # as typed: true, 123
-        typed = str(value).lower() if isinstance(value, bool) else str(value)
+        typed = as_typed(f"source.{key}", value)
         raise UserError(
             f"source.{key}={typed}: must be a string, and Hydra reads this as a "
             f"{'boolean' if isinstance(value, bool) else 'number'}; quote it: "
