@@ -434,6 +434,10 @@ class _HydraStderr(RedactedLines):
         self.held = None
         if lines[0].startswith("Cannot find primary config"):
             return _no_primary_config(lines)
+        missing = re.match(r"Additional config directory '(.*)' not found$", lines[0])
+        if missing:  # --config-dir from another folder than the configs': Hydra names no fix
+            return (f"--config-dir {missing.group(1)}: no such folder; give the folder that "
+                    "holds your configs (tokenizer/NAME.yaml, ...)")  # fmt: skip
         if "Available options in" in "\n".join(lines):  # a group's options: name them
             at = next(i for i, line in enumerate(lines) if line.startswith("Available options"))
             options = [line for line in lines[at + 1 :] if ":" not in line and "=" not in line]

@@ -715,6 +715,14 @@ def test_valid_command_lines_a_review_found_refused(work, args):
     assert r.returncode == 0 and not r.stderr.strip(), r.stderr
 
 
+def test_a_config_dir_that_is_not_there_is_named_with_a_fix(work):
+    """Found by a newcomer's attack: Hydra's 'Additional config directory ... not found', from
+    another folder than docs/plugins.md's, named no fix."""
+    r = run_cli("--config-dir", "my_conf", "dataset=shakespeare_char", cwd=work)
+    assert_one_line_error(r, f"--config-dir {work / 'my_conf'}: no such folder",
+                          "the folder that holds your configs")  # fmt: skip
+
+
 def test_version_abbreviated_to_three_letters(work):
     assert run_cli("--v", cwd=work).stdout.startswith("corpusprep ")
 
