@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import itertools
 import os
 import re
+import shlex
 from pathlib import Path
 from typing import Any, NoReturn, Optional
 
@@ -212,6 +214,11 @@ def _parse(args: list[str]) -> Optional[tuple[list[Any], bool]]:
 def _bare_word(word: str, before: str = "", after: Optional[list[str]] = None) -> str:
     """What a word without "=" was probably meant as (Hydra: "missing EQUAL"); `before`,
     `after`: the words around it, for an override the shell cut at its spaces."""
+    name = before.partition("=")[0]
+    if "=" in before and (redact_override(before) != before or is_secret_name(name)):
+        # a secret's value the shell cut (Authorization=Bearer TOKEN): no word of it is shown
+        return (f"{name}=***: its value holds a space, where the shell cut it; put the whole "
+                "override in single quotes")  # fmt: skip
     spaced = _spaced(word, before, after or [])
     if spaced:  # `split = 0.8`: a preset's name would be no answer
         spaces = "" if spaced.endswith("=VALUE") else " (one word, no spaces around =)"
@@ -227,6 +234,13 @@ def _bare_word(word: str, before: str = "", after: Optional[list[str]] = None) -
     meant += [f"{word}=NAME (one of {', '.join(sorted(options[word]))})"] if word in GROUPS else []
     if not meant and Path(word).is_file():
         meant = [f"source=file source.path={word}"]
+    key = before.lstrip("+~").partition("=")[0]
+    if not meant and "=" in before and key not in GROUPS and not before.startswith("-"):
+        # source.path=My Documents/a.txt, unquoted: one value the shell cut at its spaces
+        rest = itertools.takewhile(lambda a: "=" not in a and not a.startswith("-"), after or [])
+        joined = shlex.quote(" ".join([before, word, *rest]))
+        return (f"{word}: not an override (key=value); did you mean {joined}? (quote a value "
+                "holding spaces)")  # fmt: skip
     example = meant[0] if meant else "dataset=shakespeare_char"
     return f"{word}: not an override (key=value); did you mean {example}?"
 

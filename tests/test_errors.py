@@ -674,6 +674,28 @@ def test_command_lines_hydra_answered_with_usage_or_a_traceback(work, args, frag
         assert absent not in r.stderr, r.stderr
 
 
+def test_a_path_with_spaces_the_shell_cut_is_shown_quoted(work):
+    """Found by a newcomer's attack: source.path=My Documents/a.txt, unquoted, was advised
+    'did you mean dataset=shakespeare_char?'."""
+    (work / "My Big Documents").mkdir()
+    (work / "My Big Documents" / "a.txt").write_text("some text in a folder with spaces\n" * 99)
+    r = run_cli("source=file", "source.path=My", "Big", "Documents/a.txt", "out_dir=out", cwd=work)
+    assert_one_line_error(r, "did you mean 'source.path=My Big Documents/a.txt'?", "spaces")
+    assert "dataset=shakespeare_char" not in r.stderr, r.stderr
+    r = run_cli("source=file", "source.path=My Big Documents/a.txt", "out_dir=out", "quiet=true",
+                cwd=work)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    # a secret's value cut so: none of its words is shown
+    r = run_cli("source=url", "source.url=http://127.0.0.1:9/x.txt",
+                "+source.headers.Authorization=Bearer", "hunter2", cwd=work)  # fmt: skip
+    assert_one_line_error(r, "+source.headers.Authorization=***: its value holds a space", "quotes")
+    assert "hunter2" not in r.stderr + r.stdout, r.stderr
+    r = run_cli("source=url", "source.url=http://127.0.0.1:9/x.txt",
+                "+source.headers.Authorization=", "hunter2", cwd=work)  # fmt: skip
+    assert_one_line_error(r, "+source.headers.Authorization=***: its value holds a space")
+    assert "hunter2" not in r.stderr + r.stdout, r.stderr
+
+
 @pytest.mark.parametrize("given", ["tokenizer.separator=<|sep|>", "out_dir=o~x", "out_dir=o(1)"])
 def test_an_override_hydra_cannot_parse_is_shown_quoted(work, given):
     """Found by a newcomer's attack: the advice was a template ('key="<|endoftext|>"'), and
