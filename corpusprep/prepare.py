@@ -463,7 +463,8 @@ def split_rule(settings: Settings, single: bool, name: str) -> str:
         rule = "splits one text by position" if split_by == "position" else "hashes"
         raise UserError(
             f"val_size={settings.val_size}: does nothing with split_by={split_by} (it "
-            f"{rule}, by split={settings.split}); drop val_size, or use split_by=document "
+            f"{rule}, by split={settings.split}); drop val_size (val_size=null, where a preset "
+            "sets it), or use split_by=document "
             "(or head/tail for tokens)"
         )
     if settings.order == "shuffle" and single:

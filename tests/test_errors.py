@@ -674,6 +674,14 @@ def test_command_lines_hydra_answered_with_usage_or_a_traceback(work, args, frag
         assert absent not in r.stderr, r.stderr
 
 
+def test_a_presets_val_size_that_does_nothing_says_how_to_unset_it(work):
+    """Found by a newcomer's attack: dataset=shakespeare_llmc split_by=position said 'drop
+    val_size', which the command line did not give: the preset sets it."""
+    args = ["dataset=shakespeare_llmc", "split_by=position", "out_dir=out"]
+    assert_one_line_error(run_cli(*args, cwd=work), "val_size=32768: does nothing", "val_size=null")
+    assert run_cli(*args, "val_size=null", "quiet=true", cwd=work).returncode == 0
+
+
 def test_a_path_with_spaces_the_shell_cut_is_shown_quoted(work):
     """Found by a newcomer's attack: source.path=My Documents/a.txt, unquoted, was advised
     'did you mean dataset=shakespeare_char?'."""
