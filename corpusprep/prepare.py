@@ -449,6 +449,9 @@ def plan_shards(run: Run) -> None:
         run.executor.attach(run.out.work(run.run_key))
 
 
+DEFAULT_SPLIT = 0.9  # conf/config.yaml's: a split given otherwise was asked for
+
+
 def split_rule(settings: Settings, single: bool, name: str) -> str:
     """The split_by a run uses (auto: by position for one text, else by document), or a
     UserError for settings that rule cannot honour; the dry run asks the same."""
@@ -466,6 +469,14 @@ def split_rule(settings: Settings, single: bool, name: str) -> str:
             f"{rule}, by split={settings.split}); drop val_size (val_size=null, where a preset "
             "sets it), or use split_by=document "
             "(or head/tail for tokens)"
+        )
+    sized = split_by in ("head", "tail") or (split_by == "document" and settings.val_size)
+    if settings.split != DEFAULT_SPLIT and sized:  # val_size alone sizes val: split is unread
+        fix = ("val_size=null to split by it" if split_by == "document" else
+               "split_by=position val_size=null to split by it")  # fmt: skip
+        raise UserError(
+            f"split={settings.split}: does nothing with split_by={split_by} and val_size="
+            f"{settings.val_size} (val_size alone sizes val); drop split, or set {fix}"
         )
     if settings.order == "shuffle" and single:
         raise UserError(

@@ -93,10 +93,11 @@ def _runs_over_docs(tmp_path: Path, split_by: str, shard_bytes: str, *extra: str
     """source=files over docs/*.txt.gz: one piece a file on one worker, then `shard_bytes`
     pieces on two workers and on one; the three output folders."""
     outs = []
+    split = [] if split_by in ("head", "tail") else ["split=0.5"]  # val_size sizes val there
     for workers, size in (("1", "100000000"), ("2", shard_bytes), ("1", shard_bytes)):
         out = f"out-{workers}-{size}"
         r = run_cli("source=files", "source.glob=docs/*.txt.gz", "tokenizer=tiktoken",
-                    f"split_by={split_by}", "split=0.5", f"shard_bytes={size}",
+                    f"split_by={split_by}", *split, f"shard_bytes={size}",
                     f"executor.workers={workers}", f"out_dir={out}", "quiet=true", *extra,
                     cwd=tmp_path)  # fmt: skip
         assert r.returncode == 0, r.stderr

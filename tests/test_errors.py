@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from helpers import assert_one_line_error, run_cli
+from helpers import REPO, assert_one_line_error, run_cli
 
 
 @pytest.fixture
@@ -680,6 +680,27 @@ def test_a_presets_val_size_that_does_nothing_says_how_to_unset_it(work):
     args = ["dataset=shakespeare_llmc", "split_by=position", "out_dir=out"]
     assert_one_line_error(run_cli(*args, cwd=work), "val_size=32768: does nothing", "val_size=null")
     assert run_cli(*args, "val_size=null", "quiet=true", cwd=work).returncode == 0
+
+
+@pytest.mark.parametrize("args, fix", [
+    (["dataset=shakespeare_llmc"], "split_by=position val_size=null"),
+    (["source=file", "source.path=docs.jsonl", "split_by=tail", "val_size=20"],
+     "split_by=position val_size=null"),
+    (["source=file", "source.path=docs.jsonl", "split_by=document", "val_size=5"],
+     "val_size=null"),
+])  # fmt: skip
+def test_a_split_that_does_nothing_is_refused(work, args, fix):
+    """Found by a newcomer's attack: dataset=shakespeare_llmc split=0.8 ran, and wrote the
+    32,768-token val of split_by=head (val_size alone sizes val there), saying nothing."""
+    from omegaconf import OmegaConf
+
+    from corpusprep.prepare import DEFAULT_SPLIT
+
+    assert OmegaConf.load(REPO / "conf" / "config.yaml").split == DEFAULT_SPLIT
+    r = run_cli(*args, "split=0.8", "out_dir=out", cwd=work)
+    assert_one_line_error(r, "split=0.8: does nothing", fix)
+    assert run_cli(*args, "split=0.8", *fix.split(), "out_dir=out", "quiet=true",
+                   cwd=work).returncode == 0  # fmt: skip
 
 
 def test_a_path_with_spaces_the_shell_cut_is_shown_quoted(work):

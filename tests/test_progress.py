@@ -88,8 +88,9 @@ def documents(tmp_path: Path) -> Path:
 
 
 def gpt2_run(documents: Path, *extra: str) -> list[str]:
-    return ["source=file", f"source.path={documents}", "tokenizer=tiktoken", "split=0.5",
-            "shard_bytes=20000", *extra]  # fmt: skip
+    sized = any(e.startswith("val_size=") for e in extra)  # val_size alone sizes val: no split
+    return ["source=file", f"source.path={documents}", "tokenizer=tiktoken",
+            *([] if sized else ["split=0.5"]), "shard_bytes=20000", *extra]  # fmt: skip
 
 
 def same_without_terminal(tmp_path: Path, args: list[str], on_terminal: Path) -> None:
