@@ -226,6 +226,8 @@ def _bare_word(word: str, before: str = "", after: Optional[list[str]] = None) -
     if word in ("inspect", "load", "verify"):
         return (f"{word}: not a command of python -m corpusprep; read a folder back with "
                 "python -m corpusprep.inspect DIR (--verify to check it)")  # fmt: skip
+    if word in ("help", "version"):  # as `git help`: the flag
+        return f"{word}: not a command; python -m corpusprep --{word} prints it"
     if word in ("prepare", "run", "python", "corpusprep"):
         return (f"{word}: not needed; python -m corpusprep takes overrides alone, e.g. "
                 "python -m corpusprep dataset=shakespeare_char")  # fmt: skip

@@ -703,6 +703,16 @@ def test_a_split_that_does_nothing_is_refused(work, args, fix):
                    cwd=work).returncode == 0  # fmt: skip
 
 
+@pytest.mark.parametrize("word, flag", [("help", "--help"), ("version", "--version")])
+def test_a_command_word_for_a_flag_names_the_flag(work, word, flag):
+    """Found by a newcomer's attack: `python -m corpusprep help` (as `git help`) was advised
+    'did you mean dataset=shakespeare_char?'."""
+    r = run_cli(word, cwd=work)
+    assert_one_line_error(r, f"{word}: not a command", f"python -m corpusprep {flag}")
+    assert "dataset=shakespeare_char" not in r.stderr, r.stderr
+    assert run_cli(flag, cwd=work).returncode == 0
+
+
 def test_a_path_with_spaces_the_shell_cut_is_shown_quoted(work):
     """Found by a newcomer's attack: source.path=My Documents/a.txt, unquoted, was advised
     'did you mean dataset=shakespeare_char?'."""
