@@ -73,3 +73,13 @@ def test_ci_runs_exactly_the_readmes_test_command():
     assert "--runslow" in command
     ci = [line for line in (REPO / ".ci" / "run").read_text().splitlines() if line.strip()]
     assert ci[-1] == command
+
+
+def test_the_readme_says_the_docs_examples_are_among_the_slow_tests():
+    """Found by a newcomer's attack: tests/test_docs.py (every example of the pages, over a
+    hundred tests) is marked slow, but the README listed what `python -m pytest` skips
+    without it, so an edit to the docs looked tested by the everyday suite."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    said = readme.split("Without `--runslow`", 1)[1].split("\n\n", 1)[0]
+    assert "pytest.mark.slow" in (REPO / "tests" / "test_docs.py").read_text(encoding="utf-8")
+    assert "tests/test_docs.py" in " ".join(said.split()), said
