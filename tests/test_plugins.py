@@ -84,3 +84,27 @@ def test_the_search_path_plugin_is_registered_where_hydras_scan_misses_it(monkey
     _register_search_path_plugin()
     names = [c.__name__ for c in plugins.discover(SearchPathPlugin)]
     assert names.count("CorpusprepSearchPathPlugin") == 1
+
+
+def test_the_private_config_of_the_plugins_page_encodes_as_tokenizer_tiktoken_does(tmp_path):
+    """Found by a newcomer's attack: docs/plugins.md's `my_conf/tokenizer/mine.yaml` (GPT-2's
+    vocabulary under a name of one's own) named the class without `backend`, whose default
+    in the class is tiktoken (the reference the proofs compare with), not the `auto` that
+    docs/keys.md calls the default: the run took tiktoken's core, 2-4x slower."""
+    import json
+    import re
+
+    page = (REPO / "docs" / "plugins.md").read_text(encoding="utf-8")
+    yaml = re.search(r"```yaml\n(# my_conf/tokenizer/mine.yaml\n.*?)```", page, re.S).group(1)
+    (tmp_path / "my_conf" / "tokenizer").mkdir(parents=True)
+    (tmp_path / "my_conf" / "tokenizer" / "mine.yaml").write_text(yaml)
+    (tmp_path / "my.txt").write_text("some text to encode, of a few words.\n" * 300)
+    backends = []
+    for args, out in ((["--config-dir", "my_conf", "tokenizer=mine"], "a"),
+                      (["tokenizer=tiktoken", "tokenizer.encoding=r50k_base"], "b")):  # fmt: skip
+        r = run_cli(*args, "source=file", "source.path=my.txt", f"out_dir={out}", "quiet=true",
+                    cwd=tmp_path)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        manifest = json.loads((tmp_path / out / "manifest.json").read_text())
+        backends.append(manifest["tokenizer"]["backend"])
+    assert backends[0] == backends[1], backends
