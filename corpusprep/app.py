@@ -37,6 +37,7 @@ from corpusprep.overrides import (
     available_options,
     check_overrides,
     completing,
+    config_defaults,
     guard_key_overrides,
     hydra_prints,
     installing_completion,
@@ -434,6 +435,10 @@ class _HydraStderr(RedactedLines):
         self.held = None
         if lines[0].startswith("Cannot find primary config"):
             return _no_primary_config(lines)
+        unset = re.match(r"Could not delete from config\. '(\w+)' does not exist\.?$", lines[0])
+        if unset and unset.group(1) in config_defaults():  # ~val_size: null, a key all
+            key = unset.group(1)  # the same (Hydra deletes only a value)
+            return f"~{key}: {key} is unset (null) already; drop ~{key}"
         missing = re.match(r"Additional config directory '(.*)' not found$", lines[0])
         if missing:  # --config-dir from another folder than the configs': Hydra names no fix
             return (f"--config-dir {missing.group(1)}: no such folder; give the folder that "

@@ -258,7 +258,7 @@ def _spaced(word: str, before: str, after: list[str]) -> Optional[str]:
     value = after[0] if after and "=" not in after[0] else None
     if word in GROUPS:  # dataset shakespeare_char; alone, the group's options are the answer
         return f"{word}={value}" if value in available_options()[word] else None
-    if word in _defaults() or word.split(".")[0] in GROUPS:  # a key, alone: split 0.8
+    if word in config_defaults() or word.split(".")[0] in GROUPS:  # a key, alone: split 0.8
         return f"{word}={value or 'VALUE'}"
     return None
 
@@ -363,13 +363,13 @@ def _check_deletions(overrides: list[Any]) -> None:
             options = ", ".join(sorted(available_options()[key]))
             raise UserError(f"~{key}: every run needs a {key}; choose another with "
                             f"{key}=NAME ({options})")  # fmt: skip
-        default = _defaults().get(key)
+        default = config_defaults().get(key)
         if default is not None:  # (one null by default: Hydra says it is not there)
             raise UserError(f"~{key}: every run needs {key} ({key}={default} unless set); "
                             f"drop ~{key}, or set {key}=VALUE")  # fmt: skip
 
 
-def _defaults() -> dict[str, Any]:
+def config_defaults() -> dict[str, Any]:
     """The top-level keys of corpusprep's config.yaml, as written (${...} unresolved)."""
     node = OmegaConf.create(config_dirs(plugins=False)[0].joinpath("config.yaml").read_text())
     values = OmegaConf.to_container(node, resolve=False)

@@ -713,6 +713,16 @@ def test_a_command_word_for_a_flag_names_the_flag(work, word, flag):
     assert run_cli(flag, cwd=work).returncode == 0
 
 
+def test_deleting_a_key_that_is_unset_already_says_so(work):
+    """Found by a newcomer's attack: ~val_size (to unset it) said Hydra's "'val_size' does
+    not exist", of a key --help lists: it is null, unset, already."""
+    r = run_cli("source=file", "source.path=good.txt", "~val_size", "out_dir=out", cwd=work)
+    assert_one_line_error(r, "~val_size: val_size is unset (null) already", "drop ~val_size")
+    assert "does not exist" not in r.stderr, r.stderr
+    r = run_cli("~source.nope", cwd=work)  # a key that is not there: Hydra's line, as before
+    assert_one_line_error(r, "'source.nope' does not exist")
+
+
 def test_a_path_with_spaces_the_shell_cut_is_shown_quoted(work):
     """Found by a newcomer's attack: source.path=My Documents/a.txt, unquoted, was advised
     'did you mean dataset=shakespeare_char?'."""
