@@ -5,11 +5,13 @@ from __future__ import annotations
 import copy
 import functools
 import importlib
+import importlib.util
 import os
 import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional, Union
 from urllib.parse import urlsplit
 
@@ -222,6 +224,21 @@ def trusted_packages() -> list[str]:
     names = {"corpusprep"} | {package.split(".")[0] for _, package in plugin_config_packages()}
     names |= {n.strip() for n in os.environ.get(PLUGIN_PACKAGES_ENV, "").split(",") if n.strip()}
     return sorted(names)
+
+
+def build_recorded(node: dict[str, Any], manifest: Path | str) -> Any:
+    """build() of the tokenizer a folder's manifest records: a plugin's class whose package
+    is not installed here (the folder came from another machine or venv) is said so, with
+    the fix, not refused as a config naming an untrusted class (whose fix is for configs)."""
+    target = node.get("_target_") if isinstance(node, dict) else None
+    top = str(target).split(".")[0]
+    if (isinstance(target, str) and _DOTTED.fullmatch(target) and top != "corpusprep"
+            and importlib.util.find_spec(top) is None):  # fmt: skip
+        raise UserError(redact_text(
+            f"{manifest}: its tokenizer is {target}, a class of {top}, which is not installed "
+            f"here; install it (the plugin package that made the folder) to read or reuse it"
+        ))  # fmt: skip
+    return build(node, "tokenizer")
 
 
 def locate(target: Any, what: str) -> type:

@@ -997,7 +997,7 @@ def _megatron(folder: Path, side: str, tokens: int, dtype: np.dtype, fmt: dict):
 def rebuild_tokenizer(manifest: dict[str, Any], folder: Optional[Path] = None) -> Tokenizer:
     """The tokenizer that made the files: built from the recorded config, then given back
     what it learned from the corpus (the char vocabulary)."""
-    from corpusprep.config import build
+    from corpusprep.config import build_recorded
     from corpusprep.tokenizers import restore_recorded
     from corpusprep.tokenizers.reuse import _recorded
 
@@ -1006,7 +1006,7 @@ def rebuild_tokenizer(manifest: dict[str, Any], folder: Optional[Path] = None) -
     except (KeyError, TypeError):
         raise _damaged("manifest.json", "no tokenizer config (config.tokenizer)") from None
     # a plain dict, as recorded: build() interprets no ${...} in it and runs nothing it names
-    tokenizer = build(node, "tokenizer")
+    tokenizer = build_recorded(node, Path(folder or ".") / "manifest.json")
     # what it learned: in the record, or a file in the folder (a trained BPE)
     restore_recorded(tokenizer, described, folder, Path(folder or ".") / "manifest.json")
     if tokenizer.vocab_size != manifest["vocab_size"]:

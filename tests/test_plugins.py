@@ -45,6 +45,26 @@ def test_the_plugin_tokenizer_runs_through_the_cli(tmp_path, installed):
     assert ids.tolist() == [ord(c) for c in text[: int(len(text) * 0.9)]]
 
 
+def test_a_folder_of_a_plugin_not_installed_here_says_to_install_it(tmp_path, installed):
+    """Found by a newcomer's attack: a folder a plugin's tokenizer made, read where that
+    plugin is not installed (another machine, a fresh venv), was refused as a config naming
+    an untrusted class, with 'choose one with tokenizer=NAME': no fix for a folder."""
+    from helpers import assert_one_line_error
+
+    (tmp_path / "t.txt").write_text("plugins: ωμέγα\n" * 100, encoding="utf-8")
+    r = run_cli("source=file", "source.path=t.txt", "tokenizer=example_codepoint", "out_dir=out",
+                cwd=tmp_path, env=installed)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    r = run_cli("source=file", "source.path=t.txt", "tokenizer=reuse", "tokenizer.dir=out",
+                "out_dir=again", cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(r, "corpusprep_example_plugin", "not installed here", "install it")
+    assert "tokenizer=NAME" not in r.stderr, r.stderr
+    inspect = subprocess.run([sys.executable, "-m", "corpusprep.inspect", "out"], cwd=tmp_path,
+                             capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    assert inspect.returncode == 1 and "not installed here" in inspect.stderr, inspect.stderr
+
+
 def test_the_plugin_is_listed_and_typos_still_caught(tmp_path, installed):
     r = run_cli("--help", cwd=tmp_path, env=installed)
     assert "example_codepoint" in r.stdout

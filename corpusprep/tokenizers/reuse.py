@@ -197,7 +197,7 @@ def _recorded(manifest: dict[str, Any], folder: Optional[Path] = None
 
 def _rebuild(node: dict[str, Any], described: dict[str, Any], folder: Path,
              given: str) -> Tokenizer:  # fmt: skip
-    from corpusprep.config import build
+    from corpusprep.config import build_recorded
 
     manifest = folder / "manifest.json"
     # a reuse is unwrapped to what it reused (_recorded): one left is a tampered record
@@ -205,7 +205,7 @@ def _rebuild(node: dict[str, Any], described: dict[str, Any], folder: Path,
     if str(node.get("_target_", "")).endswith(ReusedTokenizer.__name__):
         raise UserError(f"{manifest}: its tokenizer record is a reuse without the tokenizer "
                         "it reused; prepare that folder again")  # fmt: skip
-    tokenizer = build(node, "tokenizer")  # trusted classes only, plain values, no ${...}
+    tokenizer = build_recorded(node, manifest)  # trusted classes only, plain values, no ${...}
     restore_recorded(tokenizer, described, folder, manifest)
     recorded = described.get("vocab_size", tokenizer.vocab_size)
     if tokenizer.vocab_size != recorded:
