@@ -258,6 +258,7 @@ def _check_read_options(files: list[InputFile], options: Any, overrides: list[st
 
 
 OUTPUT_NAMES = (MANIFEST, "train.bin", "val.bin")  # a folder of ours has these
+MAX_EXCLUDED = 20  # output folders the advice lists (as for odd files: sources.files)
 
 
 def _refuse_other_outputs(files: list[InputFile], patterns: Optional[list[str]],
@@ -274,17 +275,26 @@ def _refuse_other_outputs(files: list[InputFile], patterns: Optional[list[str]],
 
     named = [f.path for f in files if f.member is None and os.path.basename(f.path) in OUTPUT_NAMES]
     folders = sorted({os.path.dirname(path) for path in named})
-    for folder in folders:
-        manifest = _read_manifest(Path(folder))  # bounded JSON: the folder may be anyone's
-        if manifest is None or "corpusprep" not in manifest:  # none there, or not one of ours
-            continue
-        relative = patterns and not any(os.path.isabs(os.path.expanduser(p)) for p in patterns)
-        shown = printable(os.path.relpath(folder) if relative else folder)
-        pattern = escape(folder) + "/*"  # absolute: matches however the glob gave it
+    # each one's manifest: bounded JSON (the folder may be anyone's), and one of ours
+    ours = [f for f in folders if "corpusprep" in (_read_manifest(Path(f)) or {})]
+    if not ours:
+        return
+    relative = patterns and not any(os.path.isabs(os.path.expanduser(p)) for p in patterns)
+    shown = printable(os.path.relpath(ours[0]) if relative else ours[0])
+    # all of them at once, else each paste meets the next; absolute: matches however the
+    # glob gave it
+    leave_out = [*excluded, *(escape(f) + "/*" for f in ours)]
+    if len(ours) == 1:
         raise UserError(
             f"{shown}: a corpusprep output folder (its manifest.json) is among the input "
-            f"files; leave it out with {exclude_override([*excluded, pattern])} (or move it)"
+            f"files; leave it out with {exclude_override(leave_out)} (or move it)"
         )
+    fix = (f"leave them out with {exclude_override(leave_out)}" if len(ours) <= MAX_EXCLUDED
+           else "leave them out with a source.exclude pattern that matches them")  # fmt: skip
+    raise UserError(
+        f"{shown} and {len(ours) - 1} other corpusprep output folders (each with its "
+        f"manifest.json) are among the input files; {fix} (or move them)"
+    )
 
 
 def _without_outputs(files: list[InputFile], out_dir: str,

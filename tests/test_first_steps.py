@@ -499,6 +499,26 @@ def test_the_exclusion_advised_for_an_output_folder_keeps_those_given(tmp_path):
     assert again.returncode == 0, again.stderr
 
 
+def test_the_exclusion_advised_leaves_out_every_output_folder_at_once(tmp_path):
+    """Found by a newcomer's attack: a glob over a folder holding several earlier runs' out_dirs
+    (data/a, data/b, ...) named the first, and its advice left out that one only: each paste
+    met the next folder, one run at a time."""
+    from helpers import assert_one_line_error
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.txt").write_text("first document\n" * 300)
+    for out in ("run1", "run2", "run3"):
+        made = run_cli("source=file", "source.path=data/a.txt", f"out_dir=data/{out}",
+                       "quiet=true", cwd=tmp_path)  # fmt: skip
+        assert made.returncode == 0, made.stderr
+    args = ("source=files", "source.glob=data/**/*", "out_dir=../elsewhere", "quiet=true")
+    r = run_cli(*args, cwd=tmp_path)
+    assert_one_line_error(r, "data/run1 and 2 other corpusprep output folders")
+    fix = next(part for part in r.stderr.split() if part.startswith("'source.exclude="))
+    again = run_cli(*args, fix.strip("'"), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+
+
 def test_the_output_folder_line_stays_one_line_for_a_name_with_a_newline(tmp_path):
     from helpers import assert_one_line_error
 
