@@ -234,9 +234,10 @@ def build_recorded(node: dict[str, Any], manifest: Path | str) -> Any:
     top = str(target).split(".")[0]
     if (isinstance(target, str) and _DOTTED.fullmatch(target) and top != "corpusprep"
             and importlib.util.find_spec(top) is None):  # fmt: skip
-        raise UserError(redact_text(
+        raise UserError(redact_text(  # (a stranger's folder may name any package: a caveat)
             f"{manifest}: its tokenizer is {target}, a class of {top}, which is not installed "
-            f"here; install it (the plugin package that made the folder) to read or reuse it"
+            f"here; to read or reuse the folder, install the plugin that made it, if you "
+            "trust whoever made the folder"
         ))  # fmt: skip
     return build(node, "tokenizer")
 

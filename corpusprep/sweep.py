@@ -315,12 +315,19 @@ def _clash(first: int, number: int, cfg: DictConfig, config: DictConfig, out_dir
     if out_dir:
         from corpusprep.config import PLUGIN_GROUPS
 
-        # the values that tell the two jobs apart: a group's option by its name, a preset or
-        # an input by the name it gives (a path holds "/"); never Hydra's own settings
+        # the values that tell the two jobs apart: a group's option by its name (else by
+        # the choice, as an executor: it names itself nowhere), a preset or an input by the
+        # name it gives (a path holds "/"); never Hydra's own settings
         parts = ["${name}"]
         for key in swept or ["split"]:
-            if key not in NAMED_BY and "/" not in key and not key.startswith("hydra"):
-                parts.append(f"${{{key}.name}}" if key in PLUGIN_GROUPS else f"${{{key}}}")
+            if key in NAMED_BY or "/" in key or key.startswith("hydra"):
+                continue
+            if key not in PLUGIN_GROUPS:
+                parts.append(f"${{{key}}}")
+            elif OmegaConf.select(cfg, f"{key}.name", throw_on_resolution_failure=False):
+                parts.append(f"${{{key}.name}}")
+            else:
+                parts.append(f"${{hydra:runtime.choices.{key}}}")
         example = "data/" + "-".join(dict.fromkeys(parts))
         print(
             f"corpusprep: error: jobs {first} and {number} of this sweep would both "

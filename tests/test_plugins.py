@@ -57,7 +57,8 @@ def test_a_folder_of_a_plugin_not_installed_here_says_to_install_it(tmp_path, in
     assert r.returncode == 0, r.stderr
     r = run_cli("source=file", "source.path=t.txt", "tokenizer=reuse", "tokenizer.dir=out",
                 "out_dir=again", cwd=tmp_path)  # fmt: skip
-    assert_one_line_error(r, "corpusprep_example_plugin", "not installed here", "install it")
+    assert_one_line_error(r, "corpusprep_example_plugin", "not installed here",
+                          "install the plugin that made it, if you trust")  # fmt: skip
     assert "tokenizer=NAME" not in r.stderr, r.stderr
     inspect = subprocess.run([sys.executable, "-m", "corpusprep.inspect", "out"], cwd=tmp_path,
                              capture_output=True, text=True,

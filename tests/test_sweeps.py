@@ -186,6 +186,8 @@ def test_a_sweep_of_hydra_sweeper_params_reports_its_jobs(work):
     (["tokenizer=char,byte"], "${tokenizer.name}"),
     (["seed=1,2"], "${seed}"),
     (["split=0.8,0.9"], "${split}"),
+    # an option that names itself nowhere in its config (executors have no name): its choice
+    (["executor=local,ray", "dry_run=true"], "${hydra:runtime.choices.executor}"),
 ])  # fmt: skip
 def test_the_out_dir_a_clash_advises_keeps_the_jobs_apart(work, swept, meant):
     """Found by a newcomer's attack: two jobs writing one out_dir were advised
