@@ -281,9 +281,9 @@ class SlurmExecutor(Executor):
             said = [line for line in str(e).splitlines() if line.strip()]
             fatal = next((line for line in said if "sbatch: fatal:" in line), None)
             if fatal or any(NO_CLUSTER in line for line in said):  # no slurm.conf, no slurmctld
-                why = (fatal or next(line for line in said if NO_CLUSTER in line)).split(": ", 2)
+                words = (fatal or next(line for line in said if NO_CLUSTER in line)).split(": ", 2)
                 raise UserError(
-                    f"executor=slurm: no Slurm cluster answers here (sbatch: {why[-1][:200]}); "
+                    f"executor=slurm: no Slurm cluster answers here (sbatch: {words[-1][:200]}); "
                     "run on a login node of the cluster"
                 ) from None
             why = next((line for line in said if "sbatch: error:" in line), said[0] if said else "")
