@@ -44,7 +44,7 @@ from corpusprep.config import Settings, build, overridden_keys, read_settings
 from corpusprep.errors import UserError, changed_while_read, escape_controls
 from corpusprep.executors import Executor
 from corpusprep.executors.local import LocalExecutor, available_cores
-from corpusprep.exporters import Exporter, Streams
+from corpusprep.exporters import DOC_INDEX, Exporter, Streams
 from corpusprep.formats import STREAM_END, InputFile, Segment, get_format, let_go_of_readers
 from corpusprep.merge import Merged, PartFile, merge
 from corpusprep.progress import Bar, Clock, shown
@@ -257,7 +257,6 @@ def _check_read_options(files: list[InputFile], options: Any, overrides: list[st
             )
 
 
-OUTPUT_NAMES = (MANIFEST, "train.bin", "val.bin")  # a folder of ours has these
 MAX_EXCLUDED = 20  # output folders the advice lists (as for odd files: sources.files)
 
 
@@ -273,10 +272,14 @@ def _refuse_other_outputs(files: list[InputFile], patterns: Optional[list[str]],
 
     from corpusprep.sources.files import exclude_override, printable
 
-    named = [f.path for f in files if f.member is None and os.path.basename(f.path) in OUTPUT_NAMES]
-    folders = sorted({os.path.dirname(path) for path in named})
+    # a folder with a manifest.json beside a listed file (llm.c's, build-nanogpt's and
+    # Megatron's files are named after the run), or above it (doc_index/)
+    listed = {os.path.dirname(f.path) for f in files if f.member is None}
+    found = {d for d in listed if os.path.isfile(os.path.join(d, MANIFEST))}
+    found |= {os.path.dirname(d) for d in listed if os.path.basename(d) == DOC_INDEX
+              and os.path.isfile(os.path.join(os.path.dirname(d), MANIFEST))}  # fmt: skip
     # each one's manifest: bounded JSON (the folder may be anyone's), and one of ours
-    ours = [f for f in folders if "corpusprep" in (_read_manifest(Path(f)) or {})]
+    ours = [f for f in sorted(found) if "corpusprep" in (_read_manifest(Path(f)) or {})]
     if not ours:
         return
     relative = patterns and not any(os.path.isabs(os.path.expanduser(p)) for p in patterns)

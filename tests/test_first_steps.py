@@ -519,6 +519,30 @@ def test_the_exclusion_advised_leaves_out_every_output_folder_at_once(tmp_path):
     assert again.returncode == 0, again.stderr
 
 
+def test_output_folders_of_every_format_are_named_by_a_glob_of_their_files(tmp_path):
+    """Found by a newcomer's attack: only nanoGPT's train.bin / val.bin (or a manifest.json
+    the glob matched) told an output folder; a 'data/**/*.bin' glob over llm.c's, build-
+    nanogpt's or Megatron's files (or doc_index/) read their ids as text: "binary data"."""
+    from helpers import assert_one_line_error
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.txt").write_text("first document\n" * 300)
+    for fmt in ("llmc", "npy", "megatron"):
+        made = run_cli("source=file", "source.path=data/a.txt", f"out_dir=data/{fmt}",
+                       f"format={fmt}", "quiet=true", cwd=tmp_path)  # fmt: skip
+        assert made.returncode == 0, made.stderr
+    # the ids (.bin, .npy, doc_index/*.bin), not the manifests, token_bytes.npy or meta.pkl
+    args = ("source=files", "source.glob=[data/**/*.bin,data/**/*_0*.npy,data/a.txt]",
+            "out_dir=../elsewhere", "quiet=true")  # fmt: skip
+    r = run_cli(*args, cwd=tmp_path)
+    assert_one_line_error(r, "data/llmc and 2 other corpusprep output folders")
+    fix = next(part for part in r.stderr.split() if part.startswith("'source.exclude="))
+    # the advised exclusion leaves out every file of theirs (doc_index/ too), whatever the glob
+    again = run_cli("source=files", "source.glob=data/**/*", "out_dir=../elsewhere",
+                    "quiet=true", fix.strip("'"), cwd=tmp_path)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+
+
 def test_the_output_folder_line_stays_one_line_for_a_name_with_a_newline(tmp_path):
     from helpers import assert_one_line_error
 
