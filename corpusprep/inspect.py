@@ -442,6 +442,14 @@ def _count(text: str) -> int:
     return int(text)
 
 
+def _figure(text: str) -> str:
+    """--plot's value: a file name (--plot= gave none: no figure, and nothing said of it)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: give the figure a file name, e.g. "
+                                         "--plot stats.png")  # fmt: skip
+    return text
+
+
 def _print(text: str, file: Any = None) -> None:
     """Text that may hold a manifest's strings, shown escaped where they hold a lone
     surrogate (JSON may spell "\\ud800", which stdout cannot encode: a traceback) or a
@@ -471,6 +479,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--plot",
         metavar="FILE.png",
+        type=_figure,
         help="draw a figure (token frequency, document lengths, chars per token; for a sweep "
         "folder: its jobs compared); needs matplotlib",
     )

@@ -220,6 +220,8 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path, tiktoken_cache):
     (["--top", "0"], "argument --top: '0': give a whole number, 1 or more"),
     (["--top", "abc"], "argument --top: 'abc': give a whole number, 1 or more"),
     (["--bogus"], "unrecognized arguments: --bogus"),
+    # found by a newcomer's attack: the report, and no figure, said nothing of it
+    (["--plot="], "argument --plot: '': give the figure a file name, e.g. --plot stats.png"),
 ])  # fmt: skip
 def test_a_bad_option_is_one_line(tmp_path, args, fragment):
     """An attack: --top -1 listed all but the last token; argparse's own mistakes printed
