@@ -200,7 +200,7 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
     made = _read_manifest(Path(run.settings.out_dir))  # an earlier run's (read once)
     run.files = _without_outputs(run.source.files(progress=not run.settings.quiet),
                                  run.settings.out_dir, made)  # fmt: skip
-    check_inputs(run.files, run.source, run.overrides)
+    check_inputs(run.files, run.source, run.overrides, run.settings.out_dir)
     run.clock.lap("source")
     # what every input is before anything reads it (as the listing found it, if it looked):
     # a change from here on fails the run. (A plugin's source may never have run
@@ -225,10 +225,13 @@ def read_inputs(run: Run) -> Optional[dict[str, Any]]:
     return None
 
 
-def check_inputs(files: list[InputFile], source: Source, overrides: list[str]) -> None:
+def check_inputs(files: list[InputFile], source: Source, overrides: list[str],
+                 out_dir: Optional[str] = None) -> None:  # fmt: skip
     """The listed inputs make sense for the run (before anything reads them; dry_run too):
-    no other run's output folder among them, no read option given that they cannot use."""
-    _refuse_other_outputs(files, getattr(source, "patterns", None), getattr(source, "exclude", []))
+    no other run's output folder among them (`out_dir`: this run's, whose own files were
+    left out), no read option given that they cannot use."""
+    _refuse_other_outputs(files, getattr(source, "patterns", None), getattr(source, "exclude", []),
+                          out_dir)  # fmt: skip
     _check_read_options(files, getattr(source, "options", None), overrides)
 
 
@@ -261,7 +264,7 @@ MAX_EXCLUDED = 20  # output folders the advice lists (as for odd files: sources.
 
 
 def _refuse_other_outputs(files: list[InputFile], patterns: Optional[list[str]],
-                          excluded: list[str]) -> None:  # fmt: skip
+                          excluded: list[str], own: Optional[str]) -> None:  # fmt: skip
     """A glob over a folder that holds another run's out_dir read its files as text: its
     ids failed as invalid UTF-8, then (skipped) its manifest.json as JSON, neither saying
     what it was. One line names the folder (as the patterns give it: relative to here
@@ -278,6 +281,8 @@ def _refuse_other_outputs(files: list[InputFile], patterns: Optional[list[str]],
     found = {d for d in listed if os.path.isfile(os.path.join(d, MANIFEST))}
     found |= {os.path.dirname(d) for d in listed if os.path.basename(d) == DOC_INDEX
               and os.path.isfile(os.path.join(os.path.dirname(d), MANIFEST))}  # fmt: skip
+    if own is not None:  # a file of the user's in this run's out_dir is read
+        found = {d for d in found if os.path.realpath(d) != os.path.realpath(own)}
     # each one's manifest: bounded JSON (the folder may be anyone's), and one of ours
     ours = [f for f in sorted(found) if "corpusprep" in (_read_manifest(Path(f)) or {})]
     if not ours:
