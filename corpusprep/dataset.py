@@ -1005,10 +1005,11 @@ def rebuild_tokenizer(manifest: dict[str, Any], folder: Optional[Path] = None) -
         node, described = _recorded(manifest, folder)
     except (KeyError, TypeError):
         raise _damaged("manifest.json", "no tokenizer config (config.tokenizer)") from None
+    manifest_path = Path(folder or ".") / "manifest.json"
     # a plain dict, as recorded: build() interprets no ${...} in it and runs nothing it names
-    tokenizer = build_recorded(node, Path(folder or ".") / "manifest.json")
+    tokenizer = build_recorded(node, manifest_path)
     # what it learned: in the record, or a file in the folder (a trained BPE)
-    restore_recorded(tokenizer, described, folder, Path(folder or ".") / "manifest.json")
+    restore_recorded(tokenizer, described, folder, manifest_path)
     if tokenizer.vocab_size != manifest["vocab_size"]:
         raise UserError(
             f"the rebuilt tokenizer has {tokenizer.vocab_size:,} ids but the files were made "

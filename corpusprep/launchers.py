@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -125,8 +126,6 @@ def _joblib_launch(*args: Any, **kw: Any) -> Any:
     """The joblib launcher's launch, in the driver. A worker process that dies (the OOM
     killer) breaks loky's pool, which raised TerminatedWorkerError out of the sweep: it is
     one line, and the jobs of this batch that left no record are failed rows."""
-    import re
-
     from joblib.externals.loky.process_executor import TerminatedWorkerError
 
     try:
@@ -161,8 +160,6 @@ def _submitit_launch(self: Any, *args: Any, **kw: Any) -> Any:
 def _results_or_say_why(results: Callable[..., Any]) -> Callable[..., Any]:
     """submitit's Job.results, saying in one line why a job has none (its table row: that
     it left no record)."""
-    import re
-
     from submitit.core.utils import FailedJobError, UncompletedJobError
 
     from corpusprep.errors import escape_controls

@@ -282,7 +282,8 @@ def _refuse_other_outputs(files: list[InputFile], patterns: Optional[list[str]],
     found |= {os.path.dirname(d) for d in listed if os.path.basename(d) == DOC_INDEX
               and os.path.isfile(os.path.join(os.path.dirname(d), MANIFEST))}  # fmt: skip
     if own is not None:  # a file of the user's in this run's out_dir is read
-        found = {d for d in found if os.path.realpath(d) != os.path.realpath(own)}
+        own = os.path.realpath(own)
+        found = {d for d in found if os.path.realpath(d) != own}
     # each one's manifest: bounded JSON (the folder may be anyone's), and one of ours
     ours = [f for f in sorted(found) if "corpusprep" in (_read_manifest(Path(f)) or {})]
     if not ours:

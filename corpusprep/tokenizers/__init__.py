@@ -37,6 +37,7 @@ TRAINED = (
 # A long piece (a JSON line, a Parquet row, a document between separators: up to
 # source.max_uncut_bytes) is encoded this many characters at a time by the tokenizers that
 # may cut anywhere (char, byte): the same ids, without arrays as long as the whole text.
+# (BPE slices it too, in_blocks with its own sizes, before it looks for its cuts.)
 BLOCK_CHARS = 1 << 18
 
 
