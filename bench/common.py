@@ -278,10 +278,17 @@ def user_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
+def settle() -> None:
+    """Write out every dirty page before a timed run: otherwise the kernel flushes the files
+    the run before wrote (a peer's outputs, the corpus) while this one runs, on its cores."""
+    os.sync()
+
+
 def run_measured(cmd: list[str], cwd: Path, log: Path, sample: bool = True) -> Run:
     """Run `cmd` to completion, timing it and (if `sample`) sampling its memory; exit 1 if
     it fails. A sampled run is slower: reading smaps_rollup every few ms takes each
     process's memory-map lock, so timed runs are not sampled (see run_all)."""
+    settle()
     with open(log, "wb") as out:
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=user_env())
@@ -539,6 +546,7 @@ def measure_ceiling(encoder: str, workers: int, inputs: Sequence[Path], document
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
     }
+    settle()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if done.returncode != 0:
         print(f"ceiling {encoder}: FAILED: {done.stderr.strip()[-300:]}")
