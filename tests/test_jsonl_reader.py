@@ -216,8 +216,35 @@ def test_a_json_array_holds_one_element_at_a_time(tmp_path, monkeypatch):
     long = tmp_path / "long.json"
     long.write_text('[{"text": "' + "x" * 3_000_000 + '"}]')
     out = _parts(long, max_uncut_bytes=1 << 20)
-    assert "element 1 of its JSON array is not valid JSON" in out[-1]
-    assert "source.max_uncut_bytes=1048576" in out[-1]
+    assert out[-1] == (
+        f"UserError: {long}: element 1 of its JSON array is longer than "
+        "source.max_uncut_bytes=1048576 bytes (not ended within them); an element "
+        "is held whole to be read: raise source.max_uncut_bytes, or split the document"
+    )
+
+
+@pytest.mark.parametrize("ended", [True, False])
+def test_a_long_array_element_is_called_long_through_the_cli(tmp_path, ended):
+    """A valid element over source.max_uncut_bytes was "not valid JSON" (not ended within the
+    bytes held) or "raise source.max_uncut_bytes, or split it; fix the file" (ended): one
+    advice, the JSON line's, whichever read found it."""
+    path = tmp_path / "long.json"
+    path.write_text(json.dumps([{"text": "x" * (3000 if ended else 3_000_000)}]))
+    out = tmp_path / "out"
+    limit = 1000 if ended else 1 << 20
+    proc = run_cli("source=file", f"source.path={path}", "tokenizer=char", f"out_dir={out}",
+                   f"source.max_uncut_bytes={limit}", cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 1
+    what = (
+        "3,012 bytes, longer than source.max_uncut_bytes=1000"
+        if ended
+        else ("longer than source.max_uncut_bytes=1048576 bytes (not ended within them)")
+    )
+    assert proc.stderr.strip().splitlines() == [
+        f"corpusprep: error: {path}: element 1 of its JSON array is {what}; an element is "
+        "held whole to be read: raise source.max_uncut_bytes, or split the document"
+    ], proc.stderr
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("sep", [" ", "\r", "\t", "  \r", "\r\n"])
@@ -303,7 +330,8 @@ def test_an_element_longer_than_max_uncut_bytes_is_refused(tmp_path, scale, char
     path.write_text(json.dumps([{"text": char * int(limit * scale / len(char.encode()))}],
                                ensure_ascii=False))  # fmt: skip
     out = _parts(path, max_uncut_bytes=limit)
-    assert "element 1 of its JSON array is not valid JSON" in out[-1], out[-1][:200]
+    assert "element 1 of its JSON array is longer than" in out[-1], out[-1][:200]
+    assert "not valid" not in out[-1]  # it is valid: only long
     assert f"source.max_uncut_bytes={limit}" in out[-1]
     fits = tmp_path / "fits.json"
     fits.write_text(json.dumps([{"text": char * int(limit * 0.9 / len(char.encode()))}],

@@ -272,7 +272,7 @@ class _Elements:
             except ValueError as e:  # not valid, or not all read yet: read on to know
                 if self.eof or _invalid(e, self.text):
                     raise self._error(f"not valid JSON ({_json_message(e)})") from None
-                self._more(e)
+                self._more()
                 continue
             if self.eof or not _may_go_on(value, self.text, end):
                 self._bounded(end)
@@ -285,9 +285,7 @@ class _Elements:
         limit = self.file.max_uncut_bytes
         nbytes = self._nbytes(end)
         if nbytes > limit:
-            raise self._error(f"{nbytes:,} bytes, longer than source.max_uncut_bytes={limit} "
-                              "(an element is held whole to be read); raise "
-                              "source.max_uncut_bytes, or split it")  # fmt: skip
+            raise self._too_long(f"{nbytes:,} bytes, longer than source.max_uncut_bytes={limit}")
 
     def _nbytes(self, end: int) -> int:
         """The UTF-8 bytes of the text from the element's start to `end`, where they may
@@ -317,20 +315,16 @@ class _Elements:
             raise self._error("text after the array's end (a .json file that starts with '[' "
                               "is read as one array, not as JSON Lines)")  # fmt: skip
 
-    def _more(self, failed: Optional[ValueError] = None) -> None:
+    def _more(self) -> None:
         """Read on: as much again as is held (an element is parsed again from its start
         each time, so its reads double), from at least a block; never more than
         source.max_uncut_bytes of UTF-8 held."""
         limit, held = self.file.max_uncut_bytes, len(self.text) - self.at
         held_bytes = self._nbytes(len(self.text))
-        if held_bytes > limit:
-            why = f" ({getattr(failed, 'msg', failed)})" if failed is not None else ""
-            raise UserError(
-                f"{self.file.name}: element {self.number:,} of its JSON array is not valid "
-                f"JSON{why} within source.max_uncut_bytes={limit} bytes (an element is held "
-                "whole to be read); fix the file, or raise source.max_uncut_bytes for longer "
-                "elements"
-            )
+        if held_bytes > limit:  # not ended within the limit (an error before it is raised
+            # at once, by _value): a long element, as a JSON line that long is a long line
+            raise self._too_long(f"longer than source.max_uncut_bytes={limit} bytes (not "
+                                 "ended within them)")  # fmt: skip
         self.text = self.text[self.at :]
         self.at = 0
         wanted = max(ARRAY_BLOCK, held)
@@ -343,6 +337,11 @@ class _Elements:
                             f"{self.offset + e.start:,}; fix the file (source.skip_invalid "
                             "skips a JSON line, not a part of an array)") from None  # fmt: skip
         self.offset += len(block)
+
+    def _too_long(self, what: str) -> UserError:
+        return UserError(f"{self.file.name}: element {self.number:,} of its JSON array is "
+                         f"{what}; an element is held whole to be read: raise "
+                         "source.max_uncut_bytes, or split the document")  # fmt: skip
 
     def _error(self, what: str) -> UserError:
         return UserError(f"{self.file.name}: element {self.number:,} of its JSON array: "
