@@ -146,7 +146,7 @@ def sweep_data(folder: str | Path) -> dict[str, Any]:
     order): tokens, chars per token and vocabulary use (distinct ids / vocab size), from
     each job's out_dir. Jobs that failed or made nothing have None values. A job is
     labelled by the overrides in which it differs from the others."""
-    from corpusprep.sweep import RECORD
+    from corpusprep.sweep import RECORD, read_jobs, this_sweeps
 
     folder = Path(folder)
     records = []
@@ -156,6 +156,13 @@ def sweep_data(folder: str | Path) -> dict[str, Any]:
         records.append((record.get("job", 0), path.parent, record))
     if not records:
         raise UserError(f"{folder}: no job records ({RECORD}) in its folders; not a sweep folder")
+    jobs = read_jobs(folder)
+    if jobs is not None:  # the last sweep's jobs: a folder given again holds older ones
+        kept = {id(r) for r in this_sweeps([r for _, _, r in records], jobs)}
+        records = [r for r in records if id(r[2]) in kept]
+        recorded = {r[0] for r in records}
+        records += [(job, None, {"job": job, "overrides": overrides, "status": "no record"})
+                    for job, overrides in enumerate(jobs) if job not in recorded]  # fmt: skip
     records.sort(key=lambda r: r[0])
     keys = ("train_tokens", "val_tokens", "chars_per_token", "vocab_size", "ids_used", "vocab_use",
             "val_bytes", "bytes_per_token")  # fmt: skip

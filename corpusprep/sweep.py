@@ -9,6 +9,7 @@ it works with any launcher (basic, joblib, submitit, ray), where jobs run elsewh
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -25,6 +26,9 @@ from omegaconf.errors import OmegaConfBaseException
 from corpusprep.redact import redact_override, redact_text, redact_values
 
 RECORD = "corpusprep_job.json"
+# the jobs of the sweep that last began in the folder, written before any of them runs:
+# a folder given again keeps an earlier sweep's job folders, which inspect leaves out
+JOBS = "corpusprep_sweep.json"
 # val_bytes, bytes_per_token (val) and vocab_use (distinct ids used / vocab) compare
 # tokenizers fairly: a model's val loss per token becomes bits per byte with val_bytes
 COLUMNS = ["job", "corpus", "tokenizer", "split", "dtype", "vocab", "train_tokens", "val_tokens",
@@ -176,7 +180,7 @@ class SweepCallback(Callback):
         # held until the process ends (a kill lets it go): one sweep in a folder at a time
         # (an exception here Hydra would only warn of, and go on)
         try:
-            self._lock = lock_sweep(Path(config.hydra.runtime.cwd, config.hydra.sweep.dir))
+            self._lock = lock_sweep(_folder(config))
         except UserError as e:
             print(f"corpusprep: error: {escape_controls(str(e))}", file=sys.stderr)
             sys.exit(1)
@@ -185,13 +189,25 @@ class SweepCallback(Callback):
             print(f"corpusprep: error: hydra.sweep.dir={where}: cannot make it or write in it "
                   f"({e.strerror}); choose another hydra.sweep.dir", file=sys.stderr)  # fmt: skip
             sys.exit(1)
+        try:
+            write_jobs(_folder(config), _known_jobs(config))
+        except OSError as e:
+            from corpusprep.writer import SWEEP_LOCK, release_lock, room_for
+
+            if self._lock is not None:  # nothing ran: the folder is as the sweep found it
+                release_lock(_folder(config) / SWEEP_LOCK, self._lock)
+                self._lock = None
+            where = escape_controls(str(Path(config.hydra.sweep.dir, JOBS)))
+            print(f"corpusprep: error: {where}: cannot write the sweep's list of jobs "
+                  f"({e.strerror}); {room_for(e.errno)} or give the sweep another "
+                  "hydra.sweep.dir", file=sys.stderr)  # fmt: skip
+            sys.exit(1)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
         # Hydra saves multirun.yaml just before the first job: hide its secrets at once
         # from the command's folder: hydra.job.chdir=true runs this in the job's own
         if job_dir() is not None:
-            sweep = Path(config.hydra.runtime.cwd, config.hydra.sweep.dir)
-            redact_file(sweep / "multirun.yaml")
+            redact_file(_folder(config) / "multirun.yaml")
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from corpusprep.writer import SWEEP_LOCK, release_lock
@@ -202,8 +218,7 @@ class SweepCallback(Callback):
             lock = getattr(self, "_lock", None)
             if lock is not None:
                 self._lock = None
-                release_lock(Path(config.hydra.runtime.cwd, config.hydra.sweep.dir, SWEEP_LOCK),
-                             lock)  # fmt: skip
+                release_lock(_folder(config) / SWEEP_LOCK, lock)
 
     def _end(self, config: DictConfig) -> None:
         from corpusprep.errors import escape_controls
@@ -212,7 +227,7 @@ class SweepCallback(Callback):
         sweep = Path(config.hydra.sweep.dir)
         redact_file(sweep / "multirun.yaml")
         jobs = _known_jobs(config)
-        records = _this_sweeps(_read_records(sweep), jobs)
+        records = this_sweeps(_read_records(sweep), jobs)
         records.sort(key=lambda r: r["job"])
         rows = [row(r) for r in records]
         launched = len(jobs) if jobs is not None else 0  # else: count what was recorded
@@ -236,6 +251,12 @@ class SweepCallback(Callback):
             print(f"corpusprep: error: {escape_controls(unsaved)}", file=sys.stderr)
         if counts.get("failed") or unsaved:
             sys.exit(1)
+
+
+def _folder(config: DictConfig) -> Path:
+    """The sweep's folder, from the folder the command ran in (hydra.job.chdir=true runs
+    the callbacks of a job in the job's own)."""
+    return Path(config.hydra.runtime.cwd, config.hydra.sweep.dir)
 
 
 def _save_table(sweep: Path, rows: list[dict[str, Any]]) -> Optional[str]:
@@ -360,8 +381,42 @@ def _known_jobs(config: DictConfig) -> Optional[list[list[str]]]:
         return None
 
 
-def _this_sweeps(records: list[dict[str, Any]],
-                 jobs: Optional[list[list[str]]]) -> list[dict[str, Any]]:  # fmt: skip
+def write_jobs(sweep: Path, jobs: Optional[list[list[str]]]) -> None:
+    """The sweep's jobs' overrides (JOBS), or no such file where they are not known in
+    advance (inspect then shows every job folder's record)."""
+    from corpusprep.writer import write_atomic
+
+    if jobs is None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(sweep / JOBS)
+        return
+    write_atomic(sweep / JOBS, (json.dumps({"jobs": jobs}) + "\n").encode(), str(os.getpid()))
+
+
+def read_jobs(sweep: Path) -> Optional[list[list[str]]]:
+    """The jobs write_jobs wrote, or None: none written (an older sweep, an optimizer's),
+    or a file that does not read as a list of jobs (a stranger's folder: nothing is left
+    out on its say)."""
+    from corpusprep.dataset import read_json
+    from corpusprep.errors import UserError
+
+    try:
+        kept = read_json(sweep / JOBS, MAX_JOBS_BYTES, AGAIN)
+    except UserError:  # absent, too long, not JSON: every record shows
+        return None
+    jobs = kept.get("jobs") if isinstance(kept, dict) else None
+    if isinstance(jobs, list) and all(
+        isinstance(job, list) and all(isinstance(o, str) for o in job) for job in jobs
+    ):
+        return jobs
+    return None
+
+
+MAX_JOBS_BYTES = 64 << 20  # a sweep of 100,000 jobs with long overrides
+
+
+def this_sweeps(records: list[dict[str, Any]],
+                jobs: Optional[list[list[str]]]) -> list[dict[str, Any]]:  # fmt: skip
     """The records of this sweep's jobs: a sweep folder given again (hydra.sweep.dir=
     multirun/cmp, as the docs show) still holds the folders of an earlier sweep's jobs, and
     their records are not this sweep's (an old failure would fail it). A record is this

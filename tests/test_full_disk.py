@@ -265,9 +265,10 @@ def test_a_folder_without_outputs_is_not_said_to_keep_them(tmp_path):
 
 
 # a sweep of two jobs whose out_dirs are elsewhere, into a sweep folder on a small disk: the
-# disk's root, the folder, its lock, multirun.yaml, and per job its folder and its record
+# disk's root, the folder, its lock, its list of jobs, multirun.yaml, and per job its folder
+# and its record
 SWEEP = ("-m", *COMMAND, "split=0.8,0.9", "out_dir=o_${split}", "quiet=true")
-SWEEP_INODES = 1 + 1 + 1 + 1 + 2 * 2
+SWEEP_INODES = 1 + 1 + 1 + 1 + 1 + 2 * 2
 
 
 def test_a_job_record_on_a_full_disk_is_one_line_and_the_sweep_goes_on(corpus, tmpfs):
@@ -295,16 +296,20 @@ def test_a_sweeps_table_on_a_full_disk_is_one_line_and_exit_1(corpus, tmpfs, roo
     assert_one_line_error(r, "cannot write the sweep's table", "free some space")
     assert ["summary.md", "summary.csv"][room] in r.stderr
     saved = sorted(p.name for p in (root / "sw").iterdir() if p.is_file())
+    saved.remove("corpusprep_sweep.json")
     assert saved == sorted(["multirun.yaml", *["summary.md"][:room]])  # the lock gone too
 
 
-def test_a_sweep_folder_with_no_room_for_hydras_record_is_one_line(corpus, tmpfs):
+@pytest.mark.parametrize("inodes, file", [(4, "multirun.yaml"), (3, "corpusprep_sweep.json")])
+def test_a_sweep_folder_with_no_room_for_hydras_record_is_one_line(corpus, tmpfs, inodes, file):
     """Found by an attack: Hydra saves multirun.yaml in the sweep folder before the first
-    job; on a full disk that was its OSError traceback."""
-    root = tmpfs("size=4m,nr_inodes=3")  # the root, the folder and the lock: no more
+    job; on a full disk that was its OSError traceback. The sweep's list of jobs, written
+    before it, is one line too."""
+    root = tmpfs(f"size=4m,nr_inodes={inodes}")  # the root, the folder, the lock (the list)
     r = run_cli(*SWEEP, f"hydra.sweep.dir={root / 'sw'}", cwd=corpus)
-    assert_one_line_error(r, "multirun.yaml", "No space left on device", "free some space")
+    assert_one_line_error(r, file, "No space left on device", "free some space")
     assert not (corpus / "o_0.8").exists()
+    assert not list(root.rglob(".*.tmp"))  # no temporary file
 
 
 def test_a_jobs_folder_on_a_full_disk_is_one_line_and_the_sweep_goes_on(corpus, tmpfs):

@@ -408,6 +408,52 @@ def test_a_sweep_into_an_earlier_sweeps_folder_reports_its_own_jobs(work):
     assert "corpusprep sweep: 2 jobs (1 ok, 1 skipped)" in r.stdout  # a: up to date
     rows = [(row["corpus"], row["status"]) for row in table(work / "sw")]
     assert rows == [("a", "skipped"), ("b", "ok")]
+    # and inspect shows the jobs of the sweep that ran last, as its table does: the earlier
+    # sweep's failed job 1 (missing.txt) was listed beside this one's job 1
+    shown = subprocess.run([sys.executable, "-m", "corpusprep.inspect", "sw"], cwd=work,
+                           capture_output=True, text=True, check=False)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("sw: 2 jobs\n"), shown.stdout
+    assert "missing" not in shown.stdout and "b.txt" in shown.stdout, shown.stdout
+
+
+def _inspected(folder):
+    from corpusprep.plot import sweep_data
+
+    data = sweep_data(folder)
+    return list(zip(data["jobs"], data["status"], data["labels"]))
+
+
+@pytest.mark.parametrize("kept", [None, "", "{", "[]", '{"jobs": [["a=1"], [2]]}', '{"jobs": 1}'])
+def test_without_a_list_of_jobs_every_record_shows(tmp_path, kept):
+    """An older sweep's folder (no list), or a list that does not read as one: nothing is
+    left out on its say."""
+    from corpusprep.sweep import JOBS, RECORD
+
+    for job, value in enumerate(["x", "y", "z"]):
+        (tmp_path / value).mkdir()
+        record = {"job": job % 2, "overrides": [f"k={value}"], "status": "failed"}
+        (tmp_path / value / RECORD).write_text(json.dumps(record))
+    if kept is not None:
+        (tmp_path / JOBS).write_text(kept)
+    assert _inspected(tmp_path) == [(0, "failed", "k=x"), (0, "failed", "k=z"),
+                                    (1, "failed", "k=y")]  # fmt: skip
+
+
+def test_a_listed_job_without_a_record_shows_as_such(tmp_path):
+    """The sweep's own list leaves out the earlier sweep's job 0 (other overrides) and
+    names its job 1, still running or killed before its record."""
+    from corpusprep.sweep import JOBS, RECORD, write_jobs
+
+    for job, value in ((0, "old"), (0, "new")):
+        (tmp_path / value).mkdir()
+        record = {"job": job, "overrides": [f"k={value}"], "status": "failed"}
+        (tmp_path / value / RECORD).write_text(json.dumps(record))
+    write_jobs(tmp_path, [["k=new"], ["k=next"]])
+    assert _inspected(tmp_path) == [(0, "failed", "k=new"), (1, "no record", "k=next")]
+    write_jobs(tmp_path, None)  # a sweeper whose jobs are not known in advance
+    assert not (tmp_path / JOBS).exists()
+    assert len(_inspected(tmp_path)) == 2
 
 
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
