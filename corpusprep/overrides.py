@@ -268,6 +268,8 @@ def _check_sweeps(overrides: list[Any], multirun: bool) -> None:
     if multirun:
         for o in overrides:
             _check_sweep_values(o, overrides)
+            if o.is_sweep_override():
+                _SWEPT[o.key_or_group] = o.input_line
         return
     for o in overrides:
         if o.is_sweep_override():
@@ -280,6 +282,15 @@ def _check_sweeps(overrides: list[Any], multirun: bool) -> None:
                 f"{line}: several values make a sweep; add -m (python -m corpusprep "
                 f"-m {line} ...){quoted}"
             )
+
+
+# key -> the override as the command line typed it, for each swept key: a job's checks see
+# one value (tokenizer.vocab_size=300), and advice quoting it would drop the sweep's others
+_SWEPT: dict[str, str] = {}
+
+
+def _as_typed(o: Any) -> str:
+    return _SWEPT.get(o.key_or_group, o.input_line)
 
 
 def _check_sweep_values(o: Any, overrides: list[Any]) -> None:
@@ -453,7 +464,7 @@ def _remember_choices() -> None:
 
 
 def _check_key(o: Any, cfg: DictConfig, overrides: list[Any]) -> None:
-    key, line = o.key_or_group, o.input_line
+    key, line = o.key_or_group, _as_typed(o)
     head, *rest = key.split(".")
     if head in PLUGIN_GROUPS and rest and isinstance(cfg.get(head), DictConfig):
         _check_plugin_key(o, cfg[head], head, rest[0], nested=len(rest) > 1, given=overrides)
@@ -514,7 +525,7 @@ def _taken(node: Any) -> Optional[set[str]]:
 
 def _check_plugin_key(o: Any, node: DictConfig, group: str, sub: str, nested: bool,
                       given: list[Any]) -> None:  # fmt: skip
-    key, line = o.key_or_group, o.input_line
+    key, line = o.key_or_group, _as_typed(o)
     settable = _settable(node)
     if sub in settable or sub in (_taken(node) or ()):
         if nested:  # executor.slurm.account: Hydra judges the keys inside
@@ -538,7 +549,7 @@ def _check_plugin_key(o: Any, node: DictConfig, group: str, sub: str, nested: bo
         clash = next((g for g in given if g.key_or_group.startswith(f"{group}.")
                       and g.key_or_group.split(".")[1] in mine - theirs), None)  # fmt: skip
         if clash is not None:
-            leaf, typed = clash.key_or_group.split(".")[1], clash.input_line
+            leaf, typed = clash.key_or_group.split(".")[1], _as_typed(clash)
             raise UserError(
                 f"{key}: {group}={choice} does not take {sub} ({takers} does), and "
                 f"{group}={others[0]} does not take {leaf}: drop {line} to read {typed}, or "

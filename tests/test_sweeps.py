@@ -98,6 +98,17 @@ def test_a_sweep_of_one_job_says_one_job(work):
     assert "corpusprep sweep: 1 job (1 ok)" in r.stdout
 
 
+@pytest.mark.parametrize("args, advice", [
+    (["tokenizer.vocab_size=300,400"], "add tokenizer=bpe before tokenizer.vocab_size=300,400"),
+    (["source.pth=a.txt,b.txt"], "add source=file before source.path=a.txt,b.txt"),
+])  # fmt: skip
+def test_a_swept_key_of_another_choice_is_advised_with_all_its_values(work, args, advice):
+    """Found by a newcomer's attack: the advice quoted the first job's value only
+    ('add tokenizer=bpe before tokenizer.vocab_size=300'): copied, it dropped the sweep."""
+    r = run_cli("-m", *args, "hydra.sweep.dir=sw", cwd=work)
+    assert_one_line_error(r, advice)
+
+
 # found by an attack: a folder named twice, once through a symlink to it, got past the check
 # (and one job then failed on the other's lock, after work)
 def test_jobs_that_share_a_folder_through_a_symlink_stop_the_sweep_first(work):
