@@ -145,16 +145,42 @@ def _submitit_launch(self: Any, *args: Any, **kw: Any) -> Any:
     that ends without a result (killed, crashed) raised out of the sweep when the launch
     waited for it: it is one line and a failed row, and the launch waits for the others."""
     from submitit.core import core
+    from submitit.local import local
 
-    plain, results = type(self), core.Job.results
+    plain, results, subprocess = type(self), core.Job.results, local.subprocess
     self.__class__ = _guarded_submitit(plain)
     core.Job.results = _results_or_say_why(results)  # type: ignore[method-assign]
+    local.subprocess = _QuietControllers()  # type: ignore[assignment]
     try:
         returns = _SUBMITIT_LAUNCH[0](self, *args, **kw)
     finally:
         self.__class__ = plain
         core.Job.results = results  # type: ignore[method-assign]
+        local.subprocess = subprocess
     return _kept_unmade(returns)
+
+
+class _QuietControllers:
+    """The subprocess module as submitit's local executor sees it while a sweep launches:
+    each job's controller starts as corpusprep._submitit_controller, which is submitit's
+    own but says nothing of a Ctrl-C (corpusprep's one line does)."""
+
+    CONTROLLER = "submitit.local._local"
+
+    def __getattr__(self, name: str) -> Any:
+        import subprocess
+
+        return getattr(subprocess, name)
+
+    def Popen(self, command: Any, *args: Any, **kw: Any) -> Any:  # noqa: N802 (its name)
+        import subprocess
+
+        quiet = "corpusprep._submitit_controller"
+        if isinstance(command, list) and command[1:3] == ["-m", self.CONTROLLER]:
+            command = [command[0], "-m", quiet, *command[3:]]
+        elif isinstance(command, str):  # (after the launcher's setup commands, in a shell)
+            command = command.replace(f" -m {self.CONTROLLER} ", f" -m {quiet} ")
+        return subprocess.Popen(command, *args, **kw)
 
 
 def _results_or_say_why(results: Callable[..., Any]) -> Callable[..., Any]:

@@ -76,17 +76,24 @@ class CrashOnceCharTokenizer(CharTokenizer):
 
 class KilledInFitCharTokenizer(CharTokenizer):
     """The run's own process killed (SIGKILL, as the kernel's OOM killer does) while it
-    learns the vocabulary, where `split` is `kill_at`: one job of a sweep dying."""
+    learns the vocabulary, where `split` is `kill_at`: one job of a sweep dying; once the
+    file `wait_for` exists, if given (another job's manifest: a launcher that runs jobs side
+    by side may stop the others with a dying one, as joblib's loky does)."""
 
-    def __init__(self, split: float = 0.0, kill_at: float = -1.0, **kwargs) -> None:
+    def __init__(self, split: float = 0.0, kill_at: float = -1.0, wait_for: str = "",
+                 **kwargs) -> None:  # fmt: skip
         super().__init__(**kwargs)
-        self.split, self.kill_at = float(split), float(kill_at)
+        self.split, self.kill_at, self.wait_for = float(split), float(kill_at), wait_for
 
     def fit(self, charset, eot=False, **kwargs):
         import os
         import signal
 
         if self.split == self.kill_at:
+            deadline = time.monotonic() + 60
+            while self.wait_for and not os.path.exists(self.wait_for):
+                assert time.monotonic() < deadline, f"{self.wait_for} never came"
+                time.sleep(0.05)
             os.kill(os.getpid(), signal.SIGKILL)
         return super().fit(charset, eot, **kwargs)
 

@@ -3,6 +3,7 @@ any launcher, failed jobs as rows, idempotent re-runs, and dry runs."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -713,7 +714,9 @@ def test_a_job_killed_under_another_launcher_is_one_line_and_a_failed_row(work, 
     r = run_cli("-m", "source=file", "source.path=a.txt", "split=0.8,0.9", "hydra.sweep.dir=sw",
                 "out_dir=o_${split}", "quiet=true", f"hydra/launcher={launcher}", *extra,
                 "tokenizer._target_=fault_tokenizers.KilledInFitCharTokenizer",
-                "+tokenizer.split=${split}", "+tokenizer.kill_at=0.9", cwd=work,
+                "+tokenizer.split=${split}", "+tokenizer.kill_at=0.9",
+                "hydra.sweep.subdir=j${hydra.job.num}",  # job 0's record, once it is done:
+                f"+tokenizer.wait_for={work / 'sw' / 'j0' / 'corpusprep_job.json'}", cwd=work,
                 env=FAULTS)  # fmt: skip
     assert r.returncode == 1, r.stderr
     assert "Traceback" not in r.stderr, r.stderr
@@ -726,6 +729,56 @@ def test_a_job_killed_under_another_launcher_is_one_line_and_a_failed_row(work, 
     rows = table(work / "sw")
     assert [row["status"] for row in rows] == ["ok", "failed"]
     assert "killed" in rows[1]["reason"], rows[1]["reason"]
+
+
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
+def test_ctrl_c_in_a_sweep_under_another_launcher_is_one_line(work, launcher):
+    """A terminal's Ctrl-C reaches every process of its group: under submitit_local each
+    job's controller (submitit's own process) printed its KeyboardInterrupt traceback below
+    corpusprep's one line. Every process of the sweep ends."""
+    import signal
+
+    plugin = {"joblib": "joblib", "submitit_local": "submitit"}[launcher]
+    pytest.importorskip(f"hydra_plugins.hydra_{plugin}_launcher")
+    (work / "long.txt").write_text("a line of text to encode slowly\n" * 20_000)
+    extra = ["hydra.launcher.n_jobs=2"] if launcher == "joblib" else []
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corpusprep", "-m", "source=file", "source.path=long.txt",
+         "split=0.8,0.9", "hydra.sweep.dir=sw", "out_dir=o_${split}", "shard_bytes=100000",
+         f"hydra/launcher={launcher}", *extra,
+         "tokenizer._target_=fault_tokenizers.SlowCharTokenizer", "+tokenizer.delay=0.5"],
+        cwd=work, env={**os.environ, **FAULTS}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(work.glob("o_0.*/.corpusprep.lock"))) < 2:  # both jobs at work
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signal.SIGINT, err
+        # (a joblib worker's job may say so too, of its own out_dir, before it is stopped)
+        *jobs, last = err.splitlines()
+        assert last == "corpusprep: error: interrupted", err
+        assert all(line == "corpusprep: error: interrupted; out_dir has no outputs yet"
+                   for line in jobs), err  # fmt: skip
+        deadline = time.monotonic() + 10  # (a controller may take a moment to stop its task)
+        while _group_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _group_alive(proc.pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def test_a_submitit_job_that_failed_outside_its_run_is_one_line(capsys, tmp_path):
