@@ -405,14 +405,19 @@ def read_jobs(sweep: Path) -> Optional[list[list[str]]]:
     except UserError:  # absent, too long, not JSON: every record shows
         return None
     jobs = kept.get("jobs") if isinstance(kept, dict) else None
-    if isinstance(jobs, list) and all(
-        isinstance(job, list) and all(isinstance(o, str) for o in job) for job in jobs
+    # no sweep has no jobs; and inspect makes a row of each listed job (some 1 KB): 20
+    # million of them ([] each) fit in MAX_JOBS_BYTES
+    if (
+        isinstance(jobs, list)
+        and 0 < len(jobs) <= MAX_JOBS
+        and all(isinstance(job, list) and all(isinstance(o, str) for o in job) for job in jobs)
     ):
         return jobs
     return None
 
 
 MAX_JOBS_BYTES = 64 << 20  # a sweep of 100,000 jobs with long overrides
+MAX_JOBS = 1_000_000
 
 
 def this_sweeps(records: list[dict[str, Any]],
@@ -424,7 +429,12 @@ def this_sweeps(records: list[dict[str, Any]],
     known in advance (`jobs` None), every record."""
     if jobs is None:
         return records
-    return [r for r in records if r["job"] < len(jobs) and r["overrides"] == jobs[r["job"]]]
+    # (a record inspect reads may lack both: job 0, no overrides, as it shows them)
+    return [
+        r
+        for r in records
+        if (job := r.get("job", 0)) < len(jobs) and r.get("overrides") == jobs[job]
+    ]
 
 
 def _read_records(sweep: Path) -> list[dict[str, Any]]:

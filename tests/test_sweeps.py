@@ -436,7 +436,9 @@ def _inspected(folder):
     return list(zip(data["jobs"], data["status"], data["labels"]))
 
 
-@pytest.mark.parametrize("kept", [None, "", "{", "[]", '{"jobs": [["a=1"], [2]]}', '{"jobs": 1}'])
+@pytest.mark.parametrize(
+    "kept", [None, "", "{", "[]", '{"jobs": [["a=1"], [2]]}', '{"jobs": 1}', '{"jobs": []}']
+)
 def test_without_a_list_of_jobs_every_record_shows(tmp_path, kept):
     """An older sweep's folder (no list), or a list that does not read as one: nothing is
     left out on its say."""
@@ -466,6 +468,35 @@ def test_a_listed_job_without_a_record_shows_as_such(tmp_path):
     write_jobs(tmp_path, None)  # a sweeper whose jobs are not known in advance
     assert not (tmp_path / JOBS).exists()
     assert len(_inspected(tmp_path)) == 2
+
+
+def test_a_stranger_s_record_without_job_or_overrides_beside_a_list_is_no_traceback(tmp_path):
+    """Found by an attack: inspect reads a record without "job" as job 0, one without
+    "overrides" as none; beside a list of jobs that was a KeyError traceback."""
+    from corpusprep.sweep import RECORD, write_jobs
+
+    for value, record in (("a", {"overrides": ["k=a"], "status": "failed"}),
+                          ("b", {"job": 1, "status": "failed"})):  # fmt: skip
+        (tmp_path / value).mkdir()
+        (tmp_path / value / RECORD).write_text(json.dumps(record))
+    write_jobs(tmp_path, [["k=a"], ["k=b"]])
+    assert _inspected(tmp_path) == [(0, "failed", "k=a"), (1, "no record", "k=b")]
+
+
+def test_a_list_of_more_jobs_than_inspect_holds_is_not_read(tmp_path, monkeypatch):
+    """Found by an attack: a list of 20 million jobs ([] each) fits the file's bound, and
+    inspect made a row of each (a million took 830 MB); every record shows instead."""
+    from corpusprep import sweep
+    from corpusprep.sweep import RECORD, write_jobs
+
+    monkeypatch.setattr(sweep, "MAX_JOBS", 2)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / RECORD).write_text(json.dumps({"job": 0, "overrides": ["k=a"],
+                                                     "status": "failed"}))  # fmt: skip
+    write_jobs(tmp_path, [["k=a"], ["k=b"]])
+    assert len(_inspected(tmp_path)) == 2
+    write_jobs(tmp_path, [["k=a"], ["k=b"], ["k=c"]])
+    assert _inspected(tmp_path) == [(0, "failed", "k=a")]
 
 
 @pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
