@@ -9,10 +9,10 @@ terminal, below corpusprep's one line. corpusprep.launchers starts the controlle
 import sys
 from pathlib import Path
 
-from submitit.local.local import Controller
-
 if __name__ == "__main__":
-    try:
+    try:  # importing submitit takes some 0.2 s, as the sweep's jobs start: a Ctrl-C then too
+        from submitit.local.local import Controller
+
         Controller(Path(sys.argv[1])).run()
     except KeyboardInterrupt:  # its run() has stopped the job's tasks (in a finally)
         sys.exit(130)

@@ -804,6 +804,26 @@ def test_ctrl_c_in_a_sweep_under_another_launcher_is_one_line(work, launcher):
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+def test_a_ctrl_c_while_a_submitit_controller_starts_is_no_traceback(tmp_path):
+    """Found by an attack: a Ctrl-C while a job's controller still imported submitit (some
+    0.2 s, as a submitit_local sweep's jobs start) was its traceback on the terminal."""
+    pytest.importorskip("submitit")
+    code = (
+        "import builtins, runpy, sys\n"
+        "real = builtins.__import__\n"
+        "def stopped(name, *args, **kw):\n"  # the Ctrl-C, as submitit is imported
+        "    if name.startswith('submitit'):\n"
+        "        raise KeyboardInterrupt\n"
+        "    return real(name, *args, **kw)\n"
+        "builtins.__import__ = stopped\n"
+        "sys.argv[1:] = [sys.argv[-1]]\n"
+        "runpy.run_module('corpusprep._submitit_controller', run_name='__main__')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                       text=True, check=False)  # fmt: skip
+    assert (r.returncode, r.stderr) == (130, ""), r.stderr
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
