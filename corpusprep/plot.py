@@ -149,16 +149,18 @@ def sweep_data(folder: str | Path) -> dict[str, Any]:
     from corpusprep.sweep import RECORD, read_jobs, this_sweeps
 
     folder = Path(folder)
-    records = []
+    records, written = [], []  # (and when each record was written: the newest counts)
     for path in folder.glob(f"*/{RECORD}"):
         record = read_json(path, MAX_RECORD_BYTES, SWEEP_FIX)
         check_json(record, path, RECORD_KEYS, fix=SWEEP_FIX)
         records.append((record.get("job", 0), path.parent, record))
+        with contextlib.suppress(OSError):  # (gone since it was read: left out)
+            written.append((path.stat().st_mtime_ns, record))
     if not records:
         raise UserError(f"{folder}: no job records ({RECORD}) in its folders; not a sweep folder")
     jobs = read_jobs(folder)
     if jobs is not None:  # the last sweep's jobs: a folder given again holds older ones
-        kept = {id(r) for r in this_sweeps([r for _, _, r in records], jobs)}
+        kept = {id(r) for r in this_sweeps(written, jobs)}
         records = [r for r in records if id(r[2]) in kept]
         recorded = {r[0] for r in records}
         records += [(job, None, {"job": job, "overrides": overrides, "status": "no record"})

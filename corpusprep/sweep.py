@@ -420,37 +420,43 @@ MAX_JOBS_BYTES = 64 << 20  # a sweep of 100,000 jobs with long overrides
 MAX_JOBS = 1_000_000
 
 
-def this_sweeps(records: list[dict[str, Any]],
+def this_sweeps(records: list[tuple[int, dict[str, Any]]],
                 jobs: Optional[list[list[str]]]) -> list[dict[str, Any]]:  # fmt: skip
-    """The records of this sweep's jobs: a sweep folder given again (hydra.sweep.dir=
-    multirun/cmp, as the docs show) still holds the folders of an earlier sweep's jobs, and
-    their records are not this sweep's (an old failure would fail it). A record is this
-    sweep's when its job number has these overrides here. For a sweeper whose jobs are not
-    known in advance (`jobs` None), every record."""
+    """The records of this sweep's jobs, given with their files' modification times: a
+    sweep folder given again (hydra.sweep.dir=multirun/cmp, as the docs show) still holds
+    the folders of an earlier sweep's jobs, and their records are not this sweep's (an old
+    failure would fail it). A record is this sweep's when its job number has these
+    overrides here; of several, the newest (a job writes its record as it ends: one left
+    in another folder before, by an earlier sweep or by someone else, is no second row).
+    For a sweeper whose jobs are not known in advance (`jobs` None), every record."""
     if jobs is None:
-        return records
-    # (a record inspect reads may lack both: job 0, no overrides, as it shows them)
-    return [
-        r
-        for r in records
-        if (job := r.get("job", 0)) < len(jobs) and r.get("overrides") == jobs[job]
-    ]
+        return [record for _, record in records]
+    newest: dict[int, tuple[int, dict[str, Any]]] = {}
+    for written, record in records:
+        job = record.get("job", 0)  # (a record inspect reads may lack both: job 0, no
+        if not 0 <= job < len(jobs) or record.get("overrides") != jobs[job]:  # overrides)
+            continue
+        if job not in newest or written > newest[job][0]:
+            newest[job] = (written, record)
+    return [record for _, record in newest.values()]
 
 
-def _read_records(sweep: Path) -> list[dict[str, Any]]:
-    """The job records in the sweep folder that read as records: one half written (a job
-    killed, or a disk full, as it wrote it) or not a record is no job's, as a record of
-    another sweep is not this one's (this sweep's job it was then left no record)."""
+def _read_records(sweep: Path) -> list[tuple[int, dict[str, Any]]]:
+    """The job records in the sweep folder that read as records, with their modification
+    times: one half written (a job killed, or a disk full, as it wrote it) or not a record
+    is no job's, as a record of another sweep is not this one's (this sweep's job it was
+    then left no record)."""
     records = []
     for path in sweep.glob(f"*/{RECORD}"):
         try:
+            written = path.stat().st_mtime_ns
             record = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         kinds = (("job", int), ("overrides", list), ("status", str), ("out_dir", str))
         if (isinstance(record, dict) and all(isinstance(record.get(k), t) for k, t in kinds)
                 and not isinstance(record["job"], bool)):  # fmt: skip
-            records.append(record)
+            records.append((written, record))
     return records
 
 

@@ -178,6 +178,9 @@ def test_sweep_comparison(tmp_path, shakespeare):
     overrides = ["source=file", "source.path=a.txt", "tokenizer=char", "split=1.5"]
     record = {"job": 4, "overrides": overrides, "status": "failed", "reason": "split=1.5: ..."}
     (failed / "corpusprep_job.json").write_text(json.dumps(record))
+    listed = json.loads((sweep / "corpusprep_sweep.json").read_text())  # the sweep's jobs:
+    listed["jobs"].append(overrides)  # its 5th (a record of no job of the sweep is not shown)
+    (sweep / "corpusprep_sweep.json").write_text(json.dumps(listed))
 
     r = inspect_cli(sweep, "--plot", tmp_path / "cmp.png", cwd=tmp_path)
     assert r.returncode == 0, r.stderr

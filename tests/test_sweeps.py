@@ -380,13 +380,32 @@ def test_a_strangers_job_record_in_the_sweep_folder_cannot_fake_a_line_of_the_co
     status = "x\x1b]0;pwned\x07\ncorpusprep sweep: fake"
     record = {"job": 0, "overrides": ["source=file", "source.path=a.txt", "split=0.8"],
               "status": status, "out_dir": str(work / "nowhere")}  # fmt: skip
-    (work / "sw" / "planted" / "corpusprep_job.json").write_text(json.dumps(record))
+    planted = work / "sw" / "planted" / "corpusprep_job.json"
+    planted.write_text(json.dumps(record))
+    os.utime(planted, (time.time() + 3600,) * 2)  # newer than job 0's own: it counts
     r = run_cli("-m", "source=file", "source.path=a.txt", "split=0.8,0.9", "hydra.sweep.dir=sw",
                 cwd=work)  # fmt: skip
     assert "\x1b" not in r.stdout and "\x07" not in r.stdout, r.stdout
     assert [line for line in r.stdout.splitlines() if line.startswith("corpusprep sweep:")] == [
-        "corpusprep sweep: 3 jobs (2 ok, 1 x\\x1b]0;pwned\\x07\\ncorpusprep sweep: fake) -> sw"
+        "corpusprep sweep: 2 jobs (1 ok, 1 x\\x1b]0;pwned\\x07\\ncorpusprep sweep: fake) -> sw"
     ]
+
+
+def test_a_record_left_in_another_folder_is_no_second_row_of_its_job(work):
+    """Found by an attack: a record of job 0 with job 0's overrides, left in another folder
+    of the sweep folder (by someone else, or by an earlier sweep whose hydra.sweep.subdir
+    named its folders otherwise), was a second row of job 0: a 'failed' one failed the
+    sweep, and inspect listed it. The job's own record, written as it ends, is newer."""
+    (work / "sw" / "planted").mkdir(parents=True)
+    overrides = ["source=file", "source.path=a.txt", "split=0.8", "quiet=True"]
+    record = {"job": 0, "overrides": overrides, "status": "failed", "reason": "planted",
+              "out_dir": str(work / "nowhere")}  # fmt: skip
+    (work / "sw" / "planted" / "corpusprep_job.json").write_text(json.dumps(record))
+    r = run_cli("-m", "source=file", "source.path=a.txt", "split=0.8,0.9", "hydra.sweep.dir=sw",
+                "quiet=true", cwd=work)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert [(row["job"], row["status"]) for row in table(work / "sw")] == [("0", "ok"), ("1", "ok")]
+    assert [(job, status) for job, status, _ in _inspected(work / "sw")] == [(0, "ok"), (1, "ok")]
 
 
 @pytest.mark.parametrize(
