@@ -81,8 +81,13 @@ def choose_dtype(requested: str, max_id: int, wide_from: Optional[int] = None) -
 
 
 def room_for(code: Optional[int]) -> str:
-    """What frees a disk that refused a write (errno `code`): read-only, or full."""
-    return "make it writable" if code == errno.EROFS else "free some space"
+    """What lets a write that was refused (errno `code`) go through: a read-only disk or
+    folder, a folder where the file goes (a stranger's sweep folder), or a full disk."""
+    if code in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return "make it writable"
+    if code in (errno.EISDIR, errno.ENOTDIR):
+        return "move what is in its way"
+    return "free some space"
 
 
 def no_space(e: OSError, folder: Path | str, needed: Optional[int] = None,

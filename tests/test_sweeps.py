@@ -391,6 +391,19 @@ def test_a_strangers_job_record_in_the_sweep_folder_cannot_fake_a_line_of_the_co
     ]
 
 
+@pytest.mark.parametrize("name, what", [("corpusprep_sweep.json", "the sweep's list of jobs"),
+                                        ("summary.md", "the sweep's table")])  # fmt: skip
+def test_a_folder_in_the_way_of_a_sweeps_file_is_advised_as_such(work, name, what):
+    """Found by an attack: a folder where a sweep's own file goes (IsADirectoryError) was
+    advised 'free some space'."""
+    (work / "sw" / name).mkdir(parents=True)
+    r = run_cli("-m", "source=file", "source.path=a.txt", "split=0.8,0.9", "hydra.sweep.dir=sw",
+                "quiet=true", cwd=work)  # fmt: skip
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    (error,) = [line for line in r.stderr.splitlines() if line.startswith("corpusprep: error")]
+    assert f"sw/{name}: cannot write {what} (Is a directory); move what is in its way" in error
+
+
 def test_a_record_left_in_another_folder_is_no_second_row_of_its_job(work):
     """Found by an attack: a record of job 0 with job 0's overrides, left in another folder
     of the sweep folder (by someone else, or by an earlier sweep whose hydra.sweep.subdir
