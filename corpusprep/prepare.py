@@ -1253,7 +1253,11 @@ def fingerprint(run: Run, input_digest: str, max_id: Optional[int]) -> str:
     output, corpusprep's version and the tokenizer's (its library version, its files).
     `max_id`: the tokenizer's largest id where known, for as_auto."""
     tokenizer = run.tokenizer
-    settings = as_auto(OmegaConf.to_container(run.cfg, resolve=True), run, max_id)
+    read = run.settings  # the values the run uses: a key unset with ~key reads as its default
+    settings = {**OmegaConf.to_container(run.cfg, resolve=True), "split": read.split,
+                "dtype": read.dtype, "split_by": read.split_by, "eot": read.eot,
+                "seed": read.seed, "val_size": read.val_size, "order": read.order}  # fmt: skip
+    settings = as_auto(settings, run, max_id)
     settings = {k: v for k, v in settings.items() if k not in NOT_IN_FINGERPRINT}
     settings["source"] = {k: v for k, v in settings.get("source", {}).items()
                           if k not in SOURCE_NOT_IN_FINGERPRINT}  # fmt: skip

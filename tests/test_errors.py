@@ -680,6 +680,10 @@ def test_a_presets_val_size_that_does_nothing_says_how_to_unset_it(work):
     args = ["dataset=shakespeare_llmc", "split_by=position", "out_dir=out"]
     assert_one_line_error(run_cli(*args, cwd=work), "val_size=32768: does nothing", "val_size=null")
     assert run_cli(*args, "val_size=null", "quiet=true", cwd=work).returncode == 0
+    # unset the other way, the same run: up to date (its fingerprint took the key's absence
+    # for another setting than null, and the run was made again)
+    r = run_cli(*args, "~val_size", cwd=work)
+    assert r.returncode == 0 and "is up to date" in r.stdout, r.stdout + r.stderr
 
 
 @pytest.mark.parametrize("args, fix", [
