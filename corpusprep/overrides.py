@@ -41,6 +41,7 @@ LAUNCHER_EXTRAS = {  # hydra/launcher=NAME: the module Hydra needs, and corpuspr
 def check_overrides(args: list[str]) -> None:
     """Fail with one line if the overrides in args are wrong; nothing otherwise. Anything
     this check cannot judge (another config folder, an unexpected error) is left to Hydra."""
+    _SWEPT.clear()  # (this command line's own: main() may run again in one process)
     try:
         parsed = _parse(args)
         if parsed is None:

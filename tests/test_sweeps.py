@@ -110,6 +110,17 @@ def test_a_swept_key_of_another_choice_is_advised_with_all_its_values(work, args
     assert_one_line_error(r, advice)
 
 
+def test_a_swept_keys_typed_line_is_this_command_lines_only():
+    """Found by an attack: the swept keys' lines were kept from one command line to the
+    next in one process (main() run again, as a test or a notebook does)."""
+    from corpusprep import overrides
+
+    overrides.check_overrides(["-m", "tokenizer=bpe", "tokenizer.vocab_size=300,400"])
+    assert overrides._SWEPT == {"tokenizer.vocab_size": "tokenizer.vocab_size=300,400"}
+    overrides.check_overrides(["-m", "tokenizer=bpe", "split=0.8,0.9"])
+    assert overrides._SWEPT == {"split": "split=0.8,0.9"}
+
+
 # found by an attack: a folder named twice, once through a symlink to it, got past the check
 # (and one job then failed on the other's lock, after work)
 def test_jobs_that_share_a_folder_through_a_symlink_stop_the_sweep_first(work):
