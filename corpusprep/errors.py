@@ -47,14 +47,25 @@ def changed_while_read(name: str, how: str = "") -> UserError:
     return UserError(f"{name}: the file changed while it was being read{how}; run again")
 
 
+def given_override(key: str) -> Optional[str]:
+    """The command line's last argument that sets `key` (key=, +key=, ++key=), as typed:
+    Hydra's parsed overrides hold a job's own value of a sweep (split=0.8 of
+    split=0.8,0.9), and numbers as it read them."""
+    found = None
+    for arg in sys.argv[1:]:
+        name, equals, _ = arg.lstrip("+").partition("=")
+        if equals and name == key:
+            found = arg
+    return found
+
+
 def as_typed(key: str, value: object) -> str:
     """A value Hydra read as a number or boolean, as the command line gave it (1e3, 1_0 and
     5. are read as 1000.0, 10 and 5.0: quoting those would name something else)."""
     typed = str(value).lower() if isinstance(value, bool) else str(value)
-    for arg in sys.argv[1:]:
-        name, equals, given = arg.lstrip("+").partition("=")
-        if equals and name == key and given and not set(given) & set("[,\"'"):
-            typed = given
+    given = (given_override(key) or "").partition("=")[2]
+    if given and not set(given) & set("[,\"'"):
+        typed = given
     return typed
 
 

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from corpusprep._paths import config_dirs
 from corpusprep.config import PLUGIN_GROUPS
-from corpusprep.errors import UserError
+from corpusprep.errors import UserError, given_override
 from corpusprep.redact import is_secret_name, redact_override
 
 GROUPS = ("dataset", "source", "tokenizer", "executor", "format")
@@ -41,7 +41,6 @@ LAUNCHER_EXTRAS = {  # hydra/launcher=NAME: the module Hydra needs, and corpuspr
 def check_overrides(args: list[str]) -> None:
     """Fail with one line if the overrides in args are wrong; nothing otherwise. Anything
     this check cannot judge (another config folder, an unexpected error) is left to Hydra."""
-    _SWEPT.clear()  # (this command line's own: main() may run again in one process)
     try:
         parsed = _parse(args)
         if parsed is None:
@@ -269,8 +268,6 @@ def _check_sweeps(overrides: list[Any], multirun: bool) -> None:
     if multirun:
         for o in overrides:
             _check_sweep_values(o, overrides)
-            if o.is_sweep_override():
-                _SWEPT[o.key_or_group] = o.input_line
         return
     for o in overrides:
         if o.is_sweep_override():
@@ -285,13 +282,10 @@ def _check_sweeps(overrides: list[Any], multirun: bool) -> None:
             )
 
 
-# key -> the override as the command line typed it, for each swept key: a job's checks see
-# one value (tokenizer.vocab_size=300), and advice quoting it would drop the sweep's others
-_SWEPT: dict[str, str] = {}
-
-
 def _as_typed(o: Any) -> str:
-    return _SWEPT.get(o.key_or_group, o.input_line)
+    """An override as the command line typed it: a job's checks see one value of a sweep
+    (tokenizer.vocab_size=300), and advice quoting it would drop the sweep's others."""
+    return given_override(o.key_or_group) or o.input_line
 
 
 def _check_sweep_values(o: Any, overrides: list[Any]) -> None:

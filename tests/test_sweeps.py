@@ -110,15 +110,29 @@ def test_a_swept_key_of_another_choice_is_advised_with_all_its_values(work, args
     assert_one_line_error(r, advice)
 
 
-def test_a_swept_keys_typed_line_is_this_command_lines_only():
+def test_a_swept_key_is_advised_with_all_its_values_with_a_config_dir_too(work):
+    """Found by an attack: with --config-dir (whose overrides are left to Hydra before it
+    runs) the advice still quoted the first job's value."""
+    (work / "cd").mkdir()
+    r = run_cli("-m", "--config-dir", "cd", "tokenizer.vocab_size=300,400", "hydra.sweep.dir=sw",
+                cwd=work)  # fmt: skip
+    assert_one_line_error(r, "add tokenizer=bpe before tokenizer.vocab_size=300,400")
+
+
+def test_a_swept_keys_typed_line_is_this_command_lines_only(monkeypatch):
     """Found by an attack: the swept keys' lines were kept from one command line to the
     next in one process (main() run again, as a test or a notebook does)."""
+    from types import SimpleNamespace
+
     from corpusprep import overrides
 
-    overrides.check_overrides(["-m", "tokenizer=bpe", "tokenizer.vocab_size=300,400"])
-    assert overrides._SWEPT == {"tokenizer.vocab_size": "tokenizer.vocab_size=300,400"}
-    overrides.check_overrides(["-m", "tokenizer=bpe", "split=0.8,0.9"])
-    assert overrides._SWEPT == {"split": "split=0.8,0.9"}
+    job = SimpleNamespace(
+        key_or_group="tokenizer.vocab_size", input_line="tokenizer.vocab_size=300"
+    )
+    monkeypatch.setattr(sys, "argv", ["corpusprep", "-m", "tokenizer.vocab_size=300,400"])
+    assert overrides._as_typed(job) == "tokenizer.vocab_size=300,400"
+    monkeypatch.setattr(sys, "argv", ["corpusprep", "-m", "split=0.8,0.9"])
+    assert overrides._as_typed(job) == "tokenizer.vocab_size=300"
 
 
 # found by an attack: a folder named twice, once through a symlink to it, got past the check
